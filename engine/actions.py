@@ -1,0 +1,286 @@
+"""Log actions as frozen dataclasses.
+
+Python code sees snake_case fields; the JSON of the log uses camelCase, and the conversion happens
+only here, at the boundary. Fields this engine does not know are kept in ``extra`` and written back
+unchanged, so rewriting an action (for example into a checkpoint) never drops what a newer writer
+put there. Unknown action types are ignored by :func:`parse_action`, as the protocol requires.
+
+The hot path (replaying millions of add/remove actions) does not build these objects: it parses
+file actions straight into Arrow (``log/commits.py``). These classes serve the few non-file
+actions of a snapshot and every place that handles single actions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+class _JsonAction:
+    """Shared JSON conversion: camelCase keys, nested actions, unknown keys kept in ``extra``."""
+
+    NESTED: ClassVar[dict[str, type]] = {}
+
+    @classmethod
+    def _json_names(cls) -> dict[str, str]:
+        return {_camel(f.name): f.name for f in dataclasses.fields(cls) if f.name != "extra"}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]):
+        if not isinstance(obj, dict):
+            raise TypeError(f"{cls.__name__} must be a JSON object, got {type(obj).__name__}")
+        names = cls._json_names()
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in obj.items():
+            attr = names.get(key)
+            if attr is None:
+                extra[key] = value
+                continue
+            nested = cls.NESTED.get(attr)
+            if nested is not None and value is not None:
+                value = nested.from_json(value)
+            kwargs[attr] = value
+        return cls(**kwargs, extra=extra)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, _JsonAction):
+                value = value.to_json()
+            out[_camel(f.name)] = value
+        out.update(self.extra)  # type: ignore[attr-defined]
+        return out
+
+
+@dataclass(frozen=True)
+class DeletionVectorDescriptor(_JsonAction):
+    storage_type: str
+    path_or_inline_dv: str
+    size_in_bytes: int
+    cardinality: int
+    offset: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def unique_id(self) -> str:
+        """``storageType + pathOrInlineDv [+ "@" + offset]``: half of a logical file's key."""
+        base = self.storage_type + self.path_or_inline_dv
+        return base if self.offset is None else f"{base}@{self.offset}"
+
+
+@dataclass(frozen=True)
+class Protocol(_JsonAction):
+    min_reader_version: int
+    min_writer_version: int
+    reader_features: list[str] | None = None
+    writer_features: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Format(_JsonAction):
+    provider: str = "parquet"
+    options: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Metadata(_JsonAction):
+    NESTED: ClassVar[dict[str, type]] = {"format": Format}
+
+    id: str
+    # Delta Spark tolerates a metaData without schemaString and reads it as an empty schema.
+    schema_string: str | None = None
+    partition_columns: list[str] = field(default_factory=list)
+    configuration: dict[str, str] = field(default_factory=dict)
+    format: Format = field(default_factory=Format)
+    name: str | None = None
+    description: str | None = None
+    created_time: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Metadata:
+        obj = dict(obj)
+        # Older writers leave these null; the protocol treats absent as empty.
+        if obj.get("partitionColumns") is None:
+            obj["partitionColumns"] = []
+        if obj.get("configuration") is None:
+            obj["configuration"] = {}
+        if obj.get("format") is None:
+            obj["format"] = {"provider": "parquet", "options": {}}
+        return super().from_json(obj)
+
+
+@dataclass(frozen=True)
+class Add(_JsonAction):
+    NESTED: ClassVar[dict[str, type]] = {"deletion_vector": DeletionVectorDescriptor}
+
+    path: str
+    partition_values: dict[str, str | None]
+    size: int
+    modification_time: int
+    data_change: bool
+    stats: str | None = None
+    tags: dict[str, str] | None = None
+    deletion_vector: DeletionVectorDescriptor | None = None
+    base_row_id: int | None = None
+    default_row_commit_version: int | None = None
+    clustering_provider: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Remove(_JsonAction):
+    NESTED: ClassVar[dict[str, type]] = {"deletion_vector": DeletionVectorDescriptor}
+
+    path: str
+    data_change: bool
+    deletion_timestamp: int | None = None
+    extended_file_metadata: bool | None = None
+    partition_values: dict[str, str | None] | None = None
+    size: int | None = None
+    stats: str | None = None
+    tags: dict[str, str] | None = None
+    deletion_vector: DeletionVectorDescriptor | None = None
+    base_row_id: int | None = None
+    default_row_commit_version: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class AddCDCFile(_JsonAction):
+    path: str
+    partition_values: dict[str, str | None]
+    size: int
+    data_change: bool = False
+    tags: dict[str, str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Txn(_JsonAction):
+    app_id: str
+    version: int
+    last_updated: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class DomainMetadata(_JsonAction):
+    domain: str
+    configuration: str
+    removed: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Sidecar(_JsonAction):
+    path: str
+    size_in_bytes: int
+    modification_time: int
+    tags: dict[str, str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class CheckpointMetadata(_JsonAction):
+    version: int
+    tags: dict[str, str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """commitInfo is free-form; the whole object is kept, with accessors for what we use."""
+
+    values: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> CommitInfo:
+        if not isinstance(obj, dict):
+            raise TypeError("commitInfo must be a JSON object")
+        return cls(dict(obj))
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    @property
+    def timestamp(self) -> int | None:
+        return self.values.get("timestamp")
+
+    @property
+    def in_commit_timestamp(self) -> int | None:
+        return self.values.get("inCommitTimestamp")
+
+    @property
+    def operation(self) -> str | None:
+        return self.values.get("operation")
+
+    @property
+    def txn_id(self) -> str | None:
+        return self.values.get("txnId")
+
+
+Action = (
+    Protocol
+    | Metadata
+    | Add
+    | Remove
+    | AddCDCFile
+    | Txn
+    | CommitInfo
+    | DomainMetadata
+    | Sidecar
+    | CheckpointMetadata
+)
+
+ACTION_TYPES: dict[str, type] = {
+    "protocol": Protocol,
+    "metaData": Metadata,
+    "add": Add,
+    "remove": Remove,
+    "cdc": AddCDCFile,
+    "txn": Txn,
+    "commitInfo": CommitInfo,
+    "domainMetadata": DomainMetadata,
+    "sidecar": Sidecar,
+    "checkpointMetadata": CheckpointMetadata,
+}
+ACTION_KEYS: dict[type, str] = {cls: key for key, cls in ACTION_TYPES.items()}
+
+
+def parse_action(obj: dict[str, Any]) -> Action | None:
+    """One log line (already JSON-decoded) to an action; ``None`` for unknown action types.
+
+    A line must be an object with exactly one known action key, or only unknown keys (a future
+    action type, ignored). Anything else raises ``ValueError`` and the caller names the file.
+    """
+    if not isinstance(obj, dict):
+        raise ValueError("a log line must be a JSON object")
+    known = [k for k in obj if k in ACTION_TYPES]
+    if not known:
+        return None
+    if len(known) > 1:
+        raise ValueError(f"a log line holds several actions: {sorted(known)}")
+    key = known[0]
+    return ACTION_TYPES[key].from_json(obj[key])
+
+
+def action_to_json_line(action: Action) -> str:
+    """Serialize one action as a log line (compact JSON, no trailing newline)."""
+    key = ACTION_KEYS[type(action)]
+    return json.dumps({key: action.to_json()}, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,201 @@
+"""The ``deltaplane`` command line: the engine's verbs for people and scripts.
+
+Every command takes ``--json`` for machine-readable output. Errors the engine raises on purpose
+print one line on stderr and exit with status 2; anything else is a bug and shows a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from engine.describe import describe_snapshot
+from engine.errors import DeltaError
+from engine.table import DeltaTable
+
+
+def _json_default(value: Any):
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, default=_json_default, ensure_ascii=False)
+
+
+def _storage_options(pairs: list[str] | None) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--storage-option expects KEY=VALUE, got {pair!r}")
+        out[key] = value
+    return out
+
+
+def _open(args) -> DeltaTable:
+    return DeltaTable(
+        args.uri,
+        version=getattr(args, "version", None),
+        timestamp=getattr(args, "timestamp", None),
+        storage_options=_storage_options(args.storage_option),
+    )
+
+
+def cmd_describe(args) -> int:
+    info = describe_snapshot(_open(args).snapshot)
+    if args.json:
+        print(_dump(info))
+        return 0
+    print(f"table        {info['uri']}")
+    print(f"version      {info['version']} ({info['timestamp_iso']})")
+    protocol = info["protocol"]
+    reader, writer = protocol["min_reader_version"], protocol["min_writer_version"]
+    print(f"protocol     reader {reader}, writer {writer}")
+    reader_features = protocol["reader_features"] or []
+    writer_only = [f for f in protocol["writer_features"] or [] if f not in reader_features]
+    features = reader_features + writer_only
+    if features:
+        print(f"features     {', '.join(features)}")
+    print(f"partitions   {', '.join(info['partition_columns']) or '(none)'}")
+    rows = "unknown (files without stats)" if info["num_rows"] is None else f"{info['num_rows']:,}"
+    print(f"files        {info['num_files']:,} ({info['size_bytes']:,} bytes), rows {rows}")
+    if info["num_files_with_dvs"]:
+        deleted, files = info["num_deleted_rows_in_dvs"], info["num_files_with_dvs"]
+        print(f"deletions    {deleted:,} rows in {files:,} deletion vectors")
+    print(f"tombstones   {info['num_tombstones']:,}")
+    checkpoint = info["checkpoint_version"]
+    print(f"checkpoint   {checkpoint if checkpoint is not None else '(none)'}")
+    print("schema")
+    for f in info["schema"]["fields"]:
+        t = f["type"] if isinstance(f["type"], str) else f["type"]["type"]
+        print(f"  {f['name']:<24} {t}{'' if f['nullable'] else ' NOT NULL'}")
+    if info["properties"]:
+        print("properties")
+        for k, v in sorted(info["properties"].items()):
+            print(f"  {k} = {v}")
+    return 0
+
+
+def cmd_history(args) -> int:
+    entries = _open(args).history(limit=args.limit)
+    if args.json:
+        print(_dump(entries))
+        return 0
+    print(f"{'version':>8}  {'timestamp':<25} {'operation':<24} parameters")
+    for e in entries:
+        when = dt.datetime.fromtimestamp(e["timestamp"] / 1000, dt.UTC).isoformat(
+            timespec="seconds"
+        )
+        params = _dump(e.get("operationParameters", {}))
+        print(f"{e['version']:>8}  {when:<25} {e.get('operation', ''):<24} {params[:80]}")
+    return 0
+
+
+def cmd_read(args) -> int:
+    table = _open(args)
+    columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
+    reader = table.to_batches(columns=columns, filter=args.filter)
+    batches, count = [], 0
+    for batch in reader:
+        if args.limit is not None and count + batch.num_rows >= args.limit:
+            batches.append(batch.slice(0, args.limit - count))
+            count = args.limit
+            break
+        batches.append(batch)
+        count += batch.num_rows
+    result = pa.Table.from_batches(batches, schema=reader.schema)
+    if args.json:
+        for row in result.to_pylist():
+            print(_dump(row))
+        return 0
+    _print_rows(result)
+    print(f"({result.num_rows} row{'s' if result.num_rows != 1 else ''})", file=sys.stderr)
+    return 0
+
+
+def _print_rows(table: pa.Table, width: int = 30) -> None:
+    def cell(v: Any) -> str:
+        text = "NULL" if v is None else _dump(v) if isinstance(v, dict | list) else str(v)
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    rows = [[cell(v) for v in row.values()] for row in table.to_pylist()]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(table.column_names)]
+    print("  ".join(c.ljust(w) for c, w in zip(table.column_names, widths, strict=True)))
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+
+
+def cmd_demo(args) -> int:
+    from engine.demo import run_demo
+
+    return run_demo(args.path, as_json=args.json)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="deltaplane", description="Delta Lake tables from the command line"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser, *, time_travel: bool) -> None:
+        p.add_argument(
+            "uri", help="table location: a path, file://, memory:// (s3:// arrives with writes)"
+        )
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument(
+            "--storage-option", action="append", metavar="KEY=VALUE", help="object store option"
+        )
+        if time_travel:
+            group = p.add_mutually_exclusive_group()
+            group.add_argument("--version", type=int, help="read this version")
+            group.add_argument(
+                "--timestamp",
+                help="read the version current at this time (ISO-8601, UTC if no zone)",
+            )
+
+    p = sub.add_parser("describe", help="summary of a table: version, schema, files, protocol")
+    common(p, time_travel=True)
+    p.set_defaults(func=cmd_describe)
+
+    p = sub.add_parser("history", help="commits, newest first")
+    common(p, time_travel=False)
+    p.add_argument("--limit", type=int, help="at most this many commits")
+    p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("read", help="print rows")
+    common(p, time_travel=True)
+    p.add_argument("--filter", help="SQL predicate, e.g. \"id > 5 AND date = '2026-01-01'\"")
+    p.add_argument("--columns", help="comma-separated columns to print")
+    p.add_argument("--limit", type=int, help="at most this many rows")
+    p.set_defaults(func=cmd_read)
+
+    p = sub.add_parser("demo", help="create a demo table, read it back and describe it")
+    p.add_argument("path", nargs="?", default="./demo-table", help="folder for the demo table")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (DeltaError, ValueError) as e:  # ValueError: malformed arguments, e.g. a timestamp
+        print(f"deltaplane: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

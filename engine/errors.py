@@ -1,0 +1,144 @@
+"""The exception hierarchy of the engine.
+
+Every error the engine raises on purpose derives from :class:`DeltaError`, so callers (Airflow
+operators, the CLI) can tell "the table or the request is wrong" from a bug. Messages name the
+table, the version and the file involved, because the person reading them is usually looking at
+a failed scheduled task with nothing else to go on.
+
+Commit-conflict classes carry Delta Spark's names so that people who know Delta Spark recognise
+them; the conflict rules themselves live in ``conflicts.py``.
+"""
+
+from __future__ import annotations
+
+
+class DeltaError(Exception):
+    """Root of every error raised on purpose by deltaplane."""
+
+
+# --- storage ---------------------------------------------------------------------------------
+
+
+class StorageError(DeltaError):
+    """An object store failed in a way that is not a missing or existing object."""
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """The key does not exist in the object store."""
+
+
+class ObjectExistsError(StorageError, FileExistsError):
+    """A put-if-absent found the key already present (another writer won)."""
+
+
+class UnsupportedStorageError(StorageError):
+    """No object store implementation for this URI scheme."""
+
+
+# --- table and log ---------------------------------------------------------------------------
+
+
+class TableNotFoundError(DeltaError):
+    """There is no Delta table at the URI (no ``_delta_log`` or no commits in it)."""
+
+
+class TableExistsError(DeltaError):
+    """Creating a table where one already exists."""
+
+
+class ProtocolError(DeltaError):
+    """The table needs a protocol version or a table feature this engine does not support."""
+
+    def __init__(self, message: str, feature: str | None = None):
+        super().__init__(message)
+        self.feature = feature
+
+
+class CorruptLogError(DeltaError):
+    """The transaction log is unreadable or inconsistent; ``path`` names the offending file."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class MissingLogVersionError(CorruptLogError):
+    """A commit needed to reconstruct a version is absent (a gap in the log)."""
+
+
+class CorruptCheckpointError(CorruptLogError):
+    """A checkpoint file cannot be read (missing, truncated, not Parquet)."""
+
+
+class VersionNotFoundError(DeltaError):
+    """Time travel to a version that does not exist or is no longer reconstructable."""
+
+
+class TimestampOutOfRangeError(DeltaError):
+    """Time travel to a timestamp before the earliest or after the latest commit."""
+
+
+class CorruptDeletionVectorError(DeltaError):
+    """A deletion vector failed its size, magic or CRC checks; ``path`` names the file."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class DataFileError(DeltaError):
+    """A data file referenced by the log is missing or unreadable; ``path`` names it."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+# --- schema and expressions ------------------------------------------------------------------
+
+
+class SchemaError(DeltaError):
+    """A schema string or type that cannot be understood or converted."""
+
+
+class SchemaMismatchError(SchemaError):
+    """Data does not match the table schema (names the column, expected and actual types)."""
+
+
+class InvalidPredicateError(DeltaError):
+    """A filter or predicate string that cannot be parsed or bound to the table schema."""
+
+
+# --- commits ---------------------------------------------------------------------------------
+
+
+class CommitConflictError(DeltaError):
+    """A concurrent commit conflicts with this transaction; it was not committed."""
+
+
+class ConcurrentAppendError(CommitConflictError):
+    """Files were added that this transaction should have read (Delta Spark ConcurrentAppend)."""
+
+
+class ConcurrentDeleteReadError(CommitConflictError):
+    """A file this transaction read was removed concurrently."""
+
+
+class ConcurrentDeleteDeleteError(CommitConflictError):
+    """A file this transaction removes was removed concurrently."""
+
+
+class MetadataChangedError(CommitConflictError):
+    """The table metadata changed concurrently."""
+
+
+class ProtocolChangedError(CommitConflictError):
+    """The table protocol changed concurrently."""
+
+
+class ConcurrentTransactionError(CommitConflictError):
+    """An application transaction id this transaction depends on was updated concurrently."""
+
+
+class CommitOutcomeUnknownError(DeltaError):
+    """The commit request failed in a way that leaves its outcome unknown even after checking."""

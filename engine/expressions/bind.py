@@ -1,0 +1,230 @@
+"""Binding a parsed predicate to a table schema: resolve columns, type every literal.
+
+Column names resolve as Spark resolves them (exact first, then case-insensitively, nested with
+dots). Untyped literals take the type of the column they are compared with, so
+``date = '2026-01-01'`` compares dates and ``ts > '2026-01-01 10:00:00'`` compares instants (a
+zone-less timestamp string is read as UTC). A literal that cannot become that type is an error
+that names the column, rather than a comparison that is silently always false.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal, InvalidOperation
+
+from engine.errors import InvalidPredicateError
+from engine.expressions.tree import (
+    And,
+    Cast,
+    Column,
+    Comparison,
+    Expr,
+    In,
+    IsNull,
+    Like,
+    Literal,
+    Not,
+    Or,
+)
+from engine.schema import DataType, DecimalType, PrimitiveType, StructType
+
+_INT_RANGES = {
+    "byte": (-(2**7), 2**7 - 1),
+    "short": (-(2**15), 2**15 - 1),
+    "integer": (-(2**31), 2**31 - 1),
+    "long": (-(2**63), 2**63 - 1),
+}
+DOUBLE = PrimitiveType("double")
+
+
+def bind(expr: Expr, schema: StructType) -> Expr:
+    """A copy of ``expr`` with resolved, typed columns and typed literals."""
+    return _Binder(schema).bind(expr)
+
+
+def resolve_column(schema: StructType, path: tuple[str, ...]) -> Column:
+    current: DataType = schema
+    resolved = []
+    for i, part in enumerate(path):
+        if not isinstance(current, StructType):
+            raise InvalidPredicateError(
+                f"column {'.'.join(path)!r}: {'.'.join(resolved)!r} is not a struct"
+            )
+        f = current.find(part)
+        if f is None:
+            where = f" in {'.'.join(resolved)!r}" if i else ""
+            known = ", ".join(current.names) or "(none)"
+            raise InvalidPredicateError(
+                f"unknown column {'.'.join(path)!r}: no field {part!r}{where} (columns: {known})"
+            )
+        resolved.append(f.name)
+        current = f.type
+    return Column(tuple(resolved), current)
+
+
+class _Binder:
+    def __init__(self, schema: StructType):
+        self.schema = schema
+
+    def bind(self, expr: Expr) -> Expr:
+        if isinstance(expr, Column):
+            return resolve_column(self.schema, expr.path)
+        if isinstance(expr, Literal):
+            if expr.dtype is None and isinstance(expr.value, bool):
+                return Literal(expr.value, PrimitiveType("boolean"))
+            return expr
+        if isinstance(expr, And):
+            return And(tuple(self.bind(i) for i in expr.items))
+        if isinstance(expr, Or):
+            return Or(tuple(self.bind(i) for i in expr.items))
+        if isinstance(expr, Not):
+            return Not(self.bind(expr.child))
+        if isinstance(expr, IsNull):
+            return IsNull(self.bind(expr.child), expr.negated)
+        if isinstance(expr, Comparison):
+            left, right = self.bind(expr.left), self.bind(expr.right)
+            left_type, right_type = _type_of(left), _type_of(right)
+            if isinstance(right, Literal) and right.dtype is None and left_type is not None:
+                right = coerce_literal(right.value, left_type, str(left))
+            elif isinstance(left, Literal) and left.dtype is None and right_type is not None:
+                left = coerce_literal(left.value, right_type, str(right))
+            return Comparison(expr.op, left, right)
+        if isinstance(expr, In):
+            child = self.bind(expr.child)
+            target = _type_of(child)
+            values = tuple(
+                coerce_literal(v.value, target, str(child))
+                if target is not None and v.dtype is None
+                else v
+                for v in expr.values
+            )
+            return In(child, values, expr.negated)
+        if isinstance(expr, Like):
+            child = self.bind(expr.child)
+            if _type_of(child) != PrimitiveType("string"):
+                raise InvalidPredicateError(f"LIKE needs a string column, {child} is not one")
+            return Like(child, expr.pattern, expr.negated)
+        if isinstance(expr, Cast):
+            child = self.bind(expr.child)
+            if isinstance(child, Literal):
+                return coerce_literal(
+                    child.value, expr.dtype, f"CAST(... AS {expr.dtype.to_json()})"
+                )
+            return Cast(child, expr.dtype)
+        raise InvalidPredicateError(f"cannot bind expression node {type(expr).__name__}")
+
+
+def _type_of(expr: Expr) -> DataType | None:
+    if isinstance(expr, Column | Cast | Literal):
+        return expr.dtype
+    return PrimitiveType("boolean")
+
+
+def coerce_literal(value, dtype: DataType, target: str) -> Literal:
+    """A literal of ``dtype`` (or of a wider numeric type when the value does not fit exactly)."""
+    if value is None:
+        return Literal(None, dtype)
+
+    def bad(why: str = "") -> InvalidPredicateError:
+        extra = f": {why}" if why else ""
+        return InvalidPredicateError(
+            f"literal {value!r} cannot be compared with {target} of type {dtype.to_json()}{extra}"
+        )
+
+    if isinstance(dtype, DecimalType):
+        try:
+            number = Decimal(str(value)) if not isinstance(value, Decimal) else value
+        except InvalidOperation:
+            raise bad() from None
+        if not number.is_finite():
+            return Literal(float(number), DOUBLE)
+        exponent = number.as_tuple().exponent
+        scale = max(dtype.scale, -exponent if isinstance(exponent, int) else 0)
+        digits = len(number.as_tuple().digits)
+        precision = max(
+            dtype.precision, digits - (-exponent if isinstance(exponent, int) else 0) + scale
+        )
+        if precision > 38:
+            return Literal(float(number), DOUBLE)
+        return Literal(number, DecimalType(precision, scale))
+    if not isinstance(dtype, PrimitiveType):
+        raise bad("only primitive columns can be compared with literals")
+    name = dtype.name
+    try:
+        if name in _INT_RANGES:
+            if isinstance(value, bool):
+                raise bad()
+            if isinstance(value, str):
+                value = Decimal(value.strip())
+            if isinstance(value, float | Decimal) and value != int(value):
+                return Literal(float(value), DOUBLE)
+            number = int(value)
+            low, high = _INT_RANGES[name]
+            if not low <= number <= high:
+                # Out of the column's range: compare as a wider integer.
+                return (
+                    Literal(number, PrimitiveType("long"))
+                    if _in_long(number)
+                    else Literal(float(number), DOUBLE)
+                )
+            return Literal(number, dtype)
+        if name in ("float", "double"):
+            if isinstance(value, bool):
+                raise bad()
+            return Literal(float(value), dtype)
+        if name == "string":
+            return Literal(value if isinstance(value, str) else str(value), dtype)
+        if name == "boolean":
+            if isinstance(value, bool):
+                return Literal(value, dtype)
+            if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+                return Literal(value.strip().lower() == "true", dtype)
+            raise bad()
+        if name == "date":
+            if isinstance(value, dt.datetime):
+                return Literal(value.date(), dtype)
+            if isinstance(value, dt.date):
+                return Literal(value, dtype)
+            if isinstance(value, str):
+                return Literal(
+                    dt.date.fromisoformat(value.strip()[:10])
+                    if len(value.strip()) >= 10
+                    else dt.date.fromisoformat(value),
+                    dtype,
+                )
+            raise bad()
+        if name in ("timestamp", "timestamp_ntz"):
+            stamp = _timestamp(value)
+            if name == "timestamp":
+                stamp = (
+                    stamp.replace(tzinfo=dt.UTC)
+                    if stamp.tzinfo is None
+                    else stamp.astimezone(dt.UTC)
+                )
+            elif stamp.tzinfo is not None:
+                stamp = stamp.astimezone(dt.UTC).replace(tzinfo=None)
+            return Literal(stamp, dtype)
+        if name == "binary":
+            if isinstance(value, bytes):
+                return Literal(value, dtype)
+            if isinstance(value, str):
+                return Literal(value.encode("utf-8"), dtype)
+            raise bad()
+    except (ValueError, TypeError, InvalidOperation, OverflowError) as e:
+        raise bad(str(e)) from None
+    raise bad()
+
+
+def _in_long(number: int) -> bool:
+    low, high = _INT_RANGES["long"]
+    return low <= number <= high
+
+
+def _timestamp(value) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return value
+    if isinstance(value, dt.date):
+        return dt.datetime(value.year, value.month, value.day)
+    if isinstance(value, str):
+        return dt.datetime.fromisoformat(value.strip())
+    raise TypeError(f"not a timestamp: {value!r}")

@@ -1,0 +1,205 @@
+"""String predicates in SQL syntax, parsed with sqlglot into the engine's expression tree.
+
+Airflow users template filters as strings (``"id > 5 AND date = '{{ ds }}'"``), so the accepted
+syntax is Spark SQL's: comparisons (``= == != <> < <= > >= <=>``), ``AND``/``OR``/``NOT``,
+``IS [NOT] NULL``, ``[NOT] IN (...)``, ``BETWEEN``, ``[NOT] LIKE``, typed literals
+(``DATE '...'``, ``TIMESTAMP '...'``), ``CAST``, backquoted and nested column names. Anything else
+is refused with ``InvalidPredicateError`` that quotes the input, rather than guessed at.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from engine.errors import InvalidPredicateError
+from engine.expressions.tree import (
+    And,
+    Cast,
+    Column,
+    Comparison,
+    Expr,
+    In,
+    IsNull,
+    Like,
+    Literal,
+    Not,
+    Or,
+)
+from engine.schema import DataType, DecimalType, PrimitiveType
+
+_COMPARISON_NODES = {
+    exp.EQ: "=",
+    exp.NEQ: "!=",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+    exp.NullSafeEQ: "<=>",
+}
+
+_SQL_TYPES: dict[str, DataType] = {
+    "BIGINT": PrimitiveType("long"),
+    "INT": PrimitiveType("integer"),
+    "SMALLINT": PrimitiveType("short"),
+    "TINYINT": PrimitiveType("byte"),
+    "FLOAT": PrimitiveType("float"),
+    "DOUBLE": PrimitiveType("double"),
+    "BOOLEAN": PrimitiveType("boolean"),
+    "TEXT": PrimitiveType("string"),
+    "VARCHAR": PrimitiveType("string"),
+    "CHAR": PrimitiveType("string"),
+    "BINARY": PrimitiveType("binary"),
+    "VARBINARY": PrimitiveType("binary"),
+    "DATE": PrimitiveType("date"),
+    "TIMESTAMP": PrimitiveType("timestamp"),
+    "TIMESTAMPTZ": PrimitiveType("timestamp"),
+    "TIMESTAMPLTZ": PrimitiveType("timestamp"),
+    "TIMESTAMPNTZ": PrimitiveType("timestamp_ntz"),
+    "DATETIME": PrimitiveType("timestamp_ntz"),
+}
+
+
+def parse_predicate(text: str) -> Expr:
+    """Parse a SQL boolean expression; ``InvalidPredicateError`` for anything unsupported."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidPredicateError(f"a predicate must be a non-empty string, got {text!r}")
+    try:
+        tree = sqlglot.parse_one(text, read="spark")
+    except ParseError as e:
+        raise InvalidPredicateError(f"cannot parse predicate {text!r}: {e}") from None
+    return _Converter(text).convert(tree)
+
+
+class _Converter:
+    def __init__(self, text: str):
+        self.text = text
+
+    def fail(self, node: exp.Expression, why: str = "is not supported") -> InvalidPredicateError:
+        return InvalidPredicateError(
+            f"in predicate {self.text!r}: {node.sql(dialect='spark')!r} {why}"
+        )
+
+    def convert(self, node: exp.Expression) -> Expr:
+        if isinstance(node, exp.Paren):
+            return self.convert(node.this)
+        if isinstance(node, exp.And):
+            return And((self.convert(node.this), self.convert(node.expression)))
+        if isinstance(node, exp.Or):
+            return Or((self.convert(node.this), self.convert(node.expression)))
+        if isinstance(node, exp.Not):
+            inner = node.this
+            if isinstance(inner, exp.Is):
+                return self._is(inner, negated=True)
+            if isinstance(inner, exp.In):
+                return self._in(inner, negated=True)
+            if isinstance(inner, exp.Like):
+                return self._like(inner, negated=True)
+            return Not(self.convert(inner))
+        for cls, op in _COMPARISON_NODES.items():
+            if isinstance(node, cls):
+                return Comparison(op, self.value(node.this), self.value(node.expression))
+        if isinstance(node, exp.NullSafeNEQ):
+            return Not(Comparison("<=>", self.value(node.this), self.value(node.expression)))
+        if isinstance(node, exp.Is):
+            return self._is(node, negated=False)
+        if isinstance(node, exp.In):
+            return self._in(node, negated=False)
+        if isinstance(node, exp.Between):
+            target = self.value(node.this)
+            return And(
+                (
+                    Comparison(">=", target, self.value(node.args["low"])),
+                    Comparison("<=", target, self.value(node.args["high"])),
+                )
+            )
+        if isinstance(node, exp.Like):
+            return self._like(node, negated=False)
+        if isinstance(node, exp.Column | exp.Dot | exp.Boolean):
+            # A bare boolean column (or TRUE/FALSE) used as a predicate.
+            return self.value(node)
+        raise self.fail(node)
+
+    def _is(self, node: exp.Is, negated: bool) -> Expr:
+        if not isinstance(node.expression, exp.Null):
+            raise self.fail(node, "is not supported (only IS [NOT] NULL)")
+        return IsNull(self.value(node.this), negated)
+
+    def _in(self, node: exp.In, negated: bool) -> Expr:
+        if node.args.get("query") is not None:
+            raise self.fail(node, "uses a subquery, which is not supported")
+        values = []
+        for v in node.expressions:
+            lit = self.value(v)
+            if not isinstance(lit, Literal):
+                raise self.fail(v, "must be a literal in an IN list")
+            values.append(lit)
+        return In(self.value(node.this), tuple(values), negated)
+
+    def _like(self, node: exp.Like, negated: bool) -> Expr:
+        pattern = self.value(node.expression)
+        if not isinstance(pattern, Literal) or not isinstance(pattern.value, str):
+            raise self.fail(node, "needs a string literal pattern")
+        return Like(self.value(node.this), pattern.value, negated)
+
+    def value(self, node: exp.Expression) -> Expr:
+        if isinstance(node, exp.Paren):
+            return self.value(node.this)
+        if isinstance(node, exp.Column):
+            return Column(tuple(part.name for part in node.parts))
+        if isinstance(node, exp.Dot):
+            parts = []
+            for part in node.flatten() if hasattr(node, "flatten") else []:
+                if isinstance(part, exp.Column):
+                    parts.extend(p.name for p in part.parts)
+                elif isinstance(part, exp.Identifier):
+                    parts.append(part.name)
+                else:
+                    raise self.fail(node)
+            return Column(tuple(parts))
+        if isinstance(node, exp.Null):
+            return Literal(None)
+        if isinstance(node, exp.Boolean):
+            return Literal(bool(node.this), PrimitiveType("boolean"))
+        if isinstance(node, exp.Literal):
+            if node.is_string:
+                return Literal(node.this)
+            return Literal(_number(node.this))
+        if isinstance(node, exp.Neg):
+            inner = self.value(node.this)
+            if isinstance(inner, Literal) and isinstance(inner.value, int | float | Decimal):
+                return Literal(-inner.value, inner.dtype)
+            raise self.fail(node)
+        if isinstance(node, exp.Cast | exp.TryCast):
+            target = _sql_type(node.to)
+            if target is None:
+                raise self.fail(node, f"casts to an unsupported type {node.to.sql()!r}")
+            return Cast(self.value(node.this), target)
+        raise self.fail(node)
+
+
+def _number(text: str) -> int | float | Decimal:
+    lowered = text.lower()
+    if lowered.isdigit():
+        return int(text)
+    if "e" in lowered:
+        return float(text)
+    # Keep decimal literals exact (1.1 must equal a decimal(2,1) 1.1); the binder may
+    # turn them into floats when compared with float columns.
+    return Decimal(text)
+
+
+def _sql_type(node: exp.DataType) -> DataType | None:
+    name = node.this.name if hasattr(node.this, "name") else str(node.this)
+    if name == "DECIMAL":
+        params = [
+            int(e.this.this) if isinstance(e, exp.DataTypeParam) else int(e.name)
+            for e in node.expressions
+        ]
+        precision = params[0] if params else 10
+        scale = params[1] if len(params) > 1 else 0
+        return DecimalType(precision, scale)
+    return _SQL_TYPES.get(name)

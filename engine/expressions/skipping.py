@@ -1,0 +1,219 @@
+"""Which files can hold a matching row: partition pruning and min/max/nullCount skipping.
+
+The predicate is first put in negation normal form, so every leaf can be judged on its own:
+
+* a sub-predicate over partition columns only is evaluated exactly on each file's partition
+  values (null counts as false: a row whose predicate is null is not selected);
+* a comparison of a data column with a literal becomes a question about the file's bounds
+  (``x = v`` may match iff ``min <= v <= max``), where missing statistics mean "maybe";
+* anything else is "maybe".
+
+The result is a keep-mask with one entry per file; it can keep too much, never too little.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.expressions.arrow import literal_scalar, to_arrow_expression
+from engine.expressions.tree import (
+    FLIPPED,
+    And,
+    Column,
+    Comparison,
+    Expr,
+    In,
+    IsNull,
+    Like,
+    Literal,
+    Or,
+    columns,
+    negation_normal_form,
+)
+from engine.stats import FileStats
+
+Path = tuple[str, ...]
+
+
+class SkippingContext:
+    """What the evaluator may look at, built lazily by the scan."""
+
+    def __init__(
+        self,
+        num_files: int,
+        partition_table: Callable[[list[str]], pa.Table],
+        partition_names: set[str],
+        stats: Callable[[list[Column]], FileStats],
+        physical_path: Callable[[Path], Path],
+    ):
+        self.num_files = num_files
+        self.partition_table = partition_table
+        self.partition_names = partition_names
+        self.stats_for = stats
+        self.physical_path = physical_path
+        self._stats: FileStats | None = None
+
+    def is_partition(self, col: Column) -> bool:
+        return len(col.path) == 1 and col.path[0] in self.partition_names
+
+
+def files_to_keep(predicate: Expr, ctx: SkippingContext) -> pa.BooleanArray:
+    """Keep-mask over files (True: the file may contain a row satisfying ``predicate``)."""
+    nnf = negation_normal_form(predicate)
+    data_columns = [c for c in columns(nnf) if not ctx.is_partition(c)]
+    if data_columns:
+        ctx._stats = ctx.stats_for(data_columns)
+    mask = _evaluate(nnf, ctx)
+    return pc.fill_null(mask, True)
+
+
+def _all(ctx: SkippingContext, value: bool) -> pa.BooleanArray:
+    return pa.repeat(pa.scalar(value), ctx.num_files)
+
+
+def _evaluate(expr: Expr, ctx: SkippingContext) -> pa.BooleanArray:
+    referenced = columns(expr)
+    if all(ctx.is_partition(c) for c in referenced):
+        return _exact(expr, ctx, referenced)
+    if isinstance(expr, And):
+        out = _evaluate(expr.items[0], ctx)
+        for item in expr.items[1:]:
+            out = pc.and_kleene(out, _evaluate(item, ctx))
+        return out
+    if isinstance(expr, Or):
+        out = _evaluate(expr.items[0], ctx)
+        for item in expr.items[1:]:
+            out = pc.or_kleene(out, _evaluate(item, ctx))
+        return out
+    if ctx._stats is None:
+        return _all(ctx, True)
+    return _from_stats(expr, ctx, ctx._stats)
+
+
+def _exact(expr: Expr, ctx: SkippingContext, referenced: list[Column]) -> pa.BooleanArray:
+    """Evaluate on the partition values; a null result cannot select rows, so it is false."""
+    if not referenced and isinstance(expr, Literal):
+        return _all(ctx, expr.value is True)
+    table = ctx.partition_table(sorted({c.path[0] for c in referenced}))
+    result = _as_array(table.num_rows, _run(table, to_arrow_expression(expr)))
+    return pc.fill_null(result, False)
+
+
+def _run(table: pa.Table, expression: pc.Expression) -> pa.Array:
+    import pyarrow.dataset as ds
+
+    projected = ds.dataset(table).to_table(columns={"m": expression})
+    return projected.column("m").combine_chunks()
+
+
+def _as_array(n: int, arr: pa.Array) -> pa.Array:
+    if len(arr) == n:
+        return arr
+    return pa.repeat(arr[0] if len(arr) else pa.scalar(None, pa.bool_()), n)
+
+
+def _from_stats(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.BooleanArray:
+    if isinstance(expr, Column) and not ctx.is_partition(expr):
+        # A bare boolean column used as a predicate: it may be true unless max is false.
+        return _from_stats(Comparison("=", expr, Literal(True, expr.dtype)), ctx, stats)
+    if isinstance(expr, Comparison):
+        left, right, op = expr.left, expr.right, expr.op
+        if isinstance(left, Literal) and isinstance(right, Column):
+            left, right, op = right, left, FLIPPED[op]
+        if not (isinstance(left, Column) and isinstance(right, Literal)):
+            return _all(ctx, True)
+        if right.value is None:
+            if op == "<=>":
+                return _from_stats(IsNull(left), ctx, stats)
+            return _all(ctx, False)  # a comparison with NULL is never true
+        bounds = _bounds(left, ctx, stats)
+        if bounds is None:
+            return _all(ctx, True)
+        low, high = bounds
+        value = literal_scalar(right)
+        if op in ("=", "<=>"):
+            return pc.and_kleene(pc.less_equal(low, value), pc.greater_equal(high, value))
+        if op == "!=":
+            return pc.or_kleene(pc.not_equal(low, value), pc.not_equal(high, value))
+        if op == "<":
+            return pc.less(low, value)
+        if op == "<=":
+            return pc.less_equal(low, value)
+        if op == ">":
+            return pc.greater(high, value)
+        if op == ">=":
+            return pc.greater_equal(high, value)
+        return _all(ctx, True)
+    if isinstance(expr, IsNull) and isinstance(expr.child, Column):
+        path = ctx.physical_path(expr.child.path)
+        counts = stats.null_count.get(path)
+        if counts is None:
+            return _all(ctx, True)
+        if expr.negated:
+            return pc.less(counts, stats.num_records)
+        return pc.greater(counts, 0)
+    if isinstance(expr, In) and isinstance(expr.child, Column):
+        bounds = _bounds(expr.child, ctx, stats)
+        values = [v for v in expr.values if v.value is not None]
+        if bounds is None:
+            return _all(ctx, True)
+        low, high = bounds
+        if expr.negated:
+            if len(values) != len(expr.values):
+                return _all(ctx, False)  # NOT IN (..., NULL) is never true
+            if not values:
+                return _all(ctx, True)
+            single = pc.equal(low, high)
+            listed = pc.is_in(
+                low, value_set=pa.array([literal_scalar(v).as_py() for v in values], low.type)
+            )
+            return pc.invert(pc.and_kleene(single, listed))
+        if not values:
+            return _all(ctx, False)
+        scalars = [literal_scalar(v) for v in values]
+        if len(scalars) <= 64:
+            out = None
+            for s in scalars:
+                hit = pc.and_kleene(pc.less_equal(low, s), pc.greater_equal(high, s))
+                out = hit if out is None else pc.or_kleene(out, hit)
+            return out
+        py = sorted(s.as_py() for s in scalars)
+        smallest, largest = pa.scalar(py[0], scalars[0].type), pa.scalar(py[-1], scalars[0].type)
+        return pc.and_kleene(pc.less_equal(low, largest), pc.greater_equal(high, smallest))
+    if isinstance(expr, Like) and isinstance(expr.child, Column) and not expr.negated:
+        prefix = _like_prefix(expr.pattern)
+        bounds = _bounds(expr.child, ctx, stats)
+        if not prefix or bounds is None:
+            return _all(ctx, True)
+        low, high = bounds
+        head = pc.utf8_slice_codeunits(low, 0, len(prefix))
+        return pc.and_kleene(pc.greater_equal(high, prefix), pc.less_equal(head, prefix))
+    return _all(ctx, True)
+
+
+def _bounds(col: Column, ctx: SkippingContext, stats: FileStats):
+    path = ctx.physical_path(col.path)
+    low, high = stats.min_values.get(path), stats.max_values.get(path)
+    if low is None or high is None:
+        return None
+    return low, high
+
+
+def _like_prefix(pattern: str) -> str:
+    """The literal text before the first wildcard of a LIKE pattern (backslash escapes)."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if ch in "%_":
+            break
+        out.append(ch)
+        i += 1
+    return "".join(out)

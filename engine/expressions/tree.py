@@ -1,0 +1,202 @@
+"""The engine's expression tree for predicates.
+
+Small and explicit on purpose: the nodes are the ones partition pruning, statistics skipping and
+row filtering understand. Parsing (``parser.py``) produces unbound nodes; binding (``bind.py``)
+resolves columns against a table schema and types every literal; visitors (``skipping.py``,
+``arrow.py``) consume bound trees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from engine.schema import DataType
+
+COMPARISONS = ("=", "!=", "<", "<=", ">", ">=", "<=>")
+FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<=", "<=>": "<=>"}
+NEGATED = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+class Expr:
+    """Base of every node."""
+
+    def children(self) -> tuple[Expr, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class Column(Expr):
+    """A (possibly nested) column; ``dtype`` is set once bound."""
+
+    path: tuple[str, ...]
+    dtype: DataType | None = None
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.path)
+
+    def __str__(self) -> str:
+        return ".".join(f"`{p}`" if not p.isidentifier() else p for p in self.path)
+
+
+@dataclass(frozen=True)
+class Literal(Expr):
+    """A constant; ``dtype`` is None for an untyped literal (a bare number or string)."""
+
+    value: Any
+    dtype: DataType | None = None
+
+    def __str__(self) -> str:
+        return "NULL" if self.value is None else repr(self.value)
+
+
+@dataclass(frozen=True)
+class Comparison(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.left, self.right)
+
+    def __str__(self) -> str:
+        return f"({self.left} {self.op} {self.right})"
+
+
+@dataclass(frozen=True)
+class And(Expr):
+    items: tuple[Expr, ...]
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.items
+
+    def __str__(self) -> str:
+        return "(" + " AND ".join(map(str, self.items)) + ")"
+
+
+@dataclass(frozen=True)
+class Or(Expr):
+    items: tuple[Expr, ...]
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.items
+
+    def __str__(self) -> str:
+        return "(" + " OR ".join(map(str, self.items)) + ")"
+
+
+@dataclass(frozen=True)
+class Not(Expr):
+    child: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.child,)
+
+    def __str__(self) -> str:
+        return f"(NOT {self.child})"
+
+
+@dataclass(frozen=True)
+class IsNull(Expr):
+    child: Expr
+    negated: bool = False  # IS NOT NULL
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.child,)
+
+    def __str__(self) -> str:
+        return f"({self.child} IS {'NOT ' if self.negated else ''}NULL)"
+
+
+@dataclass(frozen=True)
+class In(Expr):
+    child: Expr
+    values: tuple[Literal, ...]
+    negated: bool = False  # NOT IN
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.child, *self.values)
+
+    def __str__(self) -> str:
+        vals = ", ".join(map(str, self.values))
+        return f"({self.child} {'NOT ' if self.negated else ''}IN ({vals}))"
+
+
+@dataclass(frozen=True)
+class Like(Expr):
+    child: Expr
+    pattern: str
+    negated: bool = False
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.child,)
+
+    def __str__(self) -> str:
+        return f"({self.child} {'NOT ' if self.negated else ''}LIKE {self.pattern!r})"
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    child: Expr
+    dtype: DataType
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.child,)
+
+    def __str__(self) -> str:
+        return f"CAST({self.child} AS {self.dtype.to_json()})"
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    yield expr
+    for child in expr.children():
+        yield from walk(child)
+
+
+def columns(expr: Expr) -> list[Column]:
+    """Every column the expression references, first occurrence order, no duplicates."""
+    seen: dict[tuple[str, ...], Column] = {}
+    for node in walk(expr):
+        if isinstance(node, Column) and node.path not in seen:
+            seen[node.path] = node
+    return list(seen.values())
+
+
+def conjuncts(expr: Expr) -> list[Expr]:
+    if isinstance(expr, And):
+        return [c for item in expr.items for c in conjuncts(item)]
+    return [expr]
+
+
+def and_(*items: Expr) -> Expr:
+    flat = [c for item in items for c in conjuncts(item)]
+    return flat[0] if len(flat) == 1 else And(tuple(flat))
+
+
+def negation_normal_form(expr: Expr, negate: bool = False) -> Expr:
+    """Push every NOT down to the leaves (De Morgan), valid under SQL's three-valued logic.
+
+    Leaves negate into their own negated forms (``<`` into ``>=``, ``IN`` into ``NOT IN``), so
+    the result has no ``Not`` above a comparison and skipping can treat leaves independently.
+    """
+    if isinstance(expr, Not):
+        return negation_normal_form(expr.child, not negate)
+    if isinstance(expr, And | Or):
+        items = tuple(negation_normal_form(i, negate) for i in expr.items)
+        flip = isinstance(expr, And) == negate
+        return Or(items) if flip else And(items)
+    if not negate:
+        return expr
+    if isinstance(expr, Comparison) and expr.op in NEGATED:
+        return Comparison(NEGATED[expr.op], expr.left, expr.right)
+    if isinstance(expr, IsNull):
+        return IsNull(expr.child, not expr.negated)
+    if isinstance(expr, In):
+        return In(expr.child, expr.values, not expr.negated)
+    if isinstance(expr, Like):
+        return Like(expr.child, expr.pattern, not expr.negated)
+    if isinstance(expr, Literal) and isinstance(expr.value, bool):
+        return Literal(not expr.value, expr.dtype)
+    return Not(expr)

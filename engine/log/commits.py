@@ -1,0 +1,283 @@
+"""Parsing one commit (or JSON checkpoint) file: file actions into Arrow, the rest into objects.
+
+A commit holds a handful of non-file actions (commitInfo, metaData, protocol, txn, ...) and up
+to millions of add/remove lines. The lines are split once; add/remove lines go to
+``pyarrow.json`` in one call (C++, multi-threaded) with an explicit schema, the few other lines
+go through ``json.loads`` and become :mod:`engine.actions` objects that keep unknown fields.
+
+``partitionValues`` is a JSON object whose keys are the partition columns; ``pyarrow.json``
+cannot produce maps, so it infers a struct per commit, and replay later reshapes every source
+to the snapshot's partition columns. If the fast parse fails (a writer with odd but valid
+JSON), the commit is parsed again line by line so that the error, if real, names the line.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from engine.actions import (
+    AddCDCFile,
+    CheckpointMetadata,
+    CommitInfo,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    Sidecar,
+    Txn,
+    parse_action,
+)
+from engine.errors import CorruptLogError
+
+DV_TYPE = pa.struct(
+    [
+        ("storageType", pa.string()),
+        ("pathOrInlineDv", pa.string()),
+        ("offset", pa.int32()),
+        ("sizeInBytes", pa.int32()),
+        ("cardinality", pa.int64()),
+    ]
+)
+_EMPTY = pa.struct([])  # "infer my fields": partitionValues and tags objects
+
+_ADD_JSON = pa.struct(
+    [
+        ("path", pa.string()),
+        ("partitionValues", _EMPTY),
+        ("size", pa.int64()),
+        ("modificationTime", pa.int64()),
+        ("dataChange", pa.bool_()),
+        ("stats", pa.string()),
+        ("deletionVector", DV_TYPE),
+        ("baseRowId", pa.int64()),
+        ("defaultRowCommitVersion", pa.int64()),
+        ("clusteringProvider", pa.string()),
+    ]
+)
+_REMOVE_JSON = pa.struct(
+    [
+        ("path", pa.string()),
+        ("deletionTimestamp", pa.int64()),
+        ("dataChange", pa.bool_()),
+        ("extendedFileMetadata", pa.bool_()),
+        ("partitionValues", _EMPTY),
+        ("size", pa.int64()),
+        ("deletionVector", DV_TYPE),
+        ("baseRowId", pa.int64()),
+        ("defaultRowCommitVersion", pa.int64()),
+    ]
+)
+_JSON_SCHEMA = pa.schema([("add", _ADD_JSON), ("remove", _REMOVE_JSON)])
+_PARSE_OPTIONS = pj.ParseOptions(explicit_schema=_JSON_SCHEMA, unexpected_field_behavior="infer")
+
+# The columns of a file-action table, whatever its source (commit, checkpoint, sidecar).
+# partition_values stays in its source shape (struct or map) until replay reshapes it.
+FILE_ACTION_FIELDS: list[tuple[str, str, pa.DataType]] = [
+    # (column, JSON/checkpoint field, type)
+    ("path", "path", pa.string()),
+    ("size", "size", pa.int64()),
+    ("modification_time", "modificationTime", pa.int64()),
+    ("data_change", "dataChange", pa.bool_()),
+    ("stats", "stats", pa.string()),
+    ("deletion_vector", "deletionVector", DV_TYPE),
+    ("base_row_id", "baseRowId", pa.int64()),
+    ("default_row_commit_version", "defaultRowCommitVersion", pa.int64()),
+    ("clustering_provider", "clusteringProvider", pa.string()),
+    ("deletion_timestamp", "deletionTimestamp", pa.int64()),
+    ("extended_file_metadata", "extendedFileMetadata", pa.bool_()),
+]
+
+_FILE_PREFIXES = (b'{"add":', b'{"remove":')
+
+
+@dataclass
+class LogActions:
+    """What one log file holds: file actions as Arrow, everything else as objects."""
+
+    source: str
+    version: int
+    file_actions: pa.Table | None = None
+    protocol: Protocol | None = None
+    metadata: Metadata | None = None
+    commit_info: CommitInfo | None = None
+    txns: list[Txn] = field(default_factory=list)
+    domains: list[DomainMetadata] = field(default_factory=list)
+    cdc: list[AddCDCFile] = field(default_factory=list)
+    sidecars: list[Sidecar] = field(default_factory=list)
+    checkpoint_metadata: CheckpointMetadata | None = None
+
+    def add_non_file_action(self, action, line_no: int | None = None) -> None:
+        where = f"{self.source}" + (f" line {line_no}" if line_no else "")
+        if isinstance(action, Protocol):
+            if self.protocol is not None:
+                raise CorruptLogError(f"{where}: more than one protocol action", self.source)
+            self.protocol = action
+        elif isinstance(action, Metadata):
+            if self.metadata is not None:
+                raise CorruptLogError(f"{where}: more than one metaData action", self.source)
+            self.metadata = action
+        elif isinstance(action, CommitInfo):
+            self.commit_info = action
+        elif isinstance(action, Txn):
+            self.txns.append(action)
+        elif isinstance(action, DomainMetadata):
+            self.domains.append(action)
+        elif isinstance(action, AddCDCFile):
+            self.cdc.append(action)
+        elif isinstance(action, Sidecar):
+            self.sidecars.append(action)
+        elif isinstance(action, CheckpointMetadata):
+            self.checkpoint_metadata = action
+
+
+def parse_log_json(data: bytes, *, version: int, source: str) -> LogActions:
+    """Parse newline-delimited JSON actions (a commit, compaction or V2 JSON checkpoint)."""
+    out = LogActions(source=source, version=version)
+    file_lines: list[bytes] = []
+    for line_no, line in enumerate(data.split(b"\n"), start=1):
+        if line.startswith(_FILE_PREFIXES):
+            file_lines.append(line)
+            continue
+        stripped = line.strip()
+        if not stripped:
+            continue
+        try:
+            obj = json.loads(stripped)
+            action = parse_action(obj)
+        except (ValueError, TypeError) as e:
+            raise CorruptLogError(f"{source} line {line_no}: invalid action: {e}", source) from e
+        if action is None:
+            continue
+        if isinstance(obj, dict) and ("add" in obj or "remove" in obj):
+            # A file action written with unusual spacing: give it to the columnar parser.
+            file_lines.append(json.dumps(obj, separators=(",", ":")).encode())
+            continue
+        out.add_non_file_action(action, line_no)
+    if file_lines:
+        out.file_actions = _parse_file_lines(file_lines, source)
+    return out
+
+
+def _parse_file_lines(lines: list[bytes], source: str) -> pa.Table:
+    try:
+        table = pj.read_json(io.BytesIO(b"\n".join(lines)), parse_options=_PARSE_OPTIONS)
+    except pa.ArrowInvalid:
+        return _parse_file_lines_slowly(lines, source)
+    if table.num_rows != len(lines):
+        return _parse_file_lines_slowly(lines, source)
+    return file_actions_from_structs(table, source)
+
+
+def _parse_file_lines_slowly(lines: list[bytes], source: str) -> pa.Table:
+    """Line-by-line parse: slower, but it names the bad line when there is one."""
+    rows = []
+    for line in lines:
+        try:
+            obj = json.loads(line)
+            kind = "add" if "add" in obj else "remove"
+            body = obj[kind]
+            if not isinstance(body, dict) or not isinstance(body.get("path"), str):
+                raise ValueError(f"{kind} action without a path")
+            pv = body.get("partitionValues")
+            if pv is not None and not isinstance(pv, dict):
+                raise ValueError("partitionValues must be an object")
+            if body.get("stats") is not None and not isinstance(body["stats"], str):
+                raise ValueError("stats must be a JSON string")
+            rows.append((kind, body))
+        except (ValueError, TypeError, KeyError) as e:
+            raise CorruptLogError(
+                f"{source}: invalid file action ({e}): {line[:200]!r}", source
+            ) from e
+    pv_keys: dict[str, None] = {}
+    for _, body in rows:
+        for k in body.get("partitionValues") or {}:
+            pv_keys[k] = None
+    pv_type = pa.struct([(k, pa.string()) for k in pv_keys])
+    columns: dict[str, list] = {"is_add": [kind == "add" for kind, _ in rows]}
+    for column, key, _ in FILE_ACTION_FIELDS:
+        columns[column] = [body.get(key) for _, body in rows]
+    columns["partition_values"] = [
+        None
+        if body.get("partitionValues") is None
+        else {k: _pv_string(body["partitionValues"].get(k)) for k in pv_keys}
+        for _, body in rows
+    ]
+    types = {c: t for c, _, t in FILE_ACTION_FIELDS} | {
+        "is_add": pa.bool_(),
+        "partition_values": pv_type,
+    }
+    try:
+        return pa.table({c: pa.array(v, type=types[c]) for c, v in columns.items()})
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        raise CorruptLogError(
+            f"{source}: file action with a field of the wrong type: {e}", source
+        ) from e
+
+
+def _pv_string(value):
+    """Partition values are strings; tolerate a writer that wrote a bare JSON scalar."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def file_actions_from_structs(table: pa.Table, source: str) -> pa.Table:
+    """Stack the ``add`` and ``remove`` struct columns of a parsed file into one flat table."""
+    parts = []
+    for kind in ("add", "remove"):
+        if kind not in table.column_names:
+            continue
+        column = table.column(kind)
+        valid = pc.is_valid(column)
+        if column.null_count == len(column):
+            continue
+        if column.null_count:
+            column = column.filter(valid)
+        parts.append(_flatten(column, kind == "add", source))
+    if not parts:
+        return empty_file_actions()
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _flatten(column: pa.ChunkedArray, is_add: bool, source: str) -> pa.Table:
+    struct_type = column.type
+    n = len(column)
+    names = {struct_type.field(i).name for i in range(struct_type.num_fields)}
+    arrays: dict[str, pa.ChunkedArray | pa.Array] = {"is_add": pa.repeat(is_add, n)}
+    for col, key, typ in FILE_ACTION_FIELDS:
+        if key in names:
+            child = pc.struct_field(column, key)
+            if child.type != typ:
+                try:
+                    child = child.cast(typ)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise CorruptLogError(
+                        f"{source}: field {key} has type {child.type}: {e}", source
+                    ) from e
+            arrays[col] = child
+        else:
+            arrays[col] = pa.nulls(n, typ)
+    if "partitionValues" in names:
+        arrays["partition_values"] = pc.struct_field(column, "partitionValues")
+    else:
+        arrays["partition_values"] = pa.nulls(n, pa.struct([]))
+    if pc.any(pc.is_null(arrays["path"])).as_py():
+        raise CorruptLogError(f"{source}: file action without a path", source)
+    return pa.table(arrays)
+
+
+def empty_file_actions() -> pa.Table:
+    columns = {"is_add": pa.array([], pa.bool_())}
+    for col, _, typ in FILE_ACTION_FIELDS:
+        columns[col] = pa.array([], typ)
+    columns["partition_values"] = pa.array([], pa.struct([]))
+    return pa.table(columns)

@@ -1,0 +1,184 @@
+"""Choosing the log files that reconstruct a version: a checkpoint plus the commits after it.
+
+``_last_checkpoint`` only says where to start listing. The listing decides: the newest complete
+checkpoint at or before the target version (incomplete multi-part sets are ignored), then every
+commit after it, which must be contiguous up to the target. A gap is an error that names the
+missing file, never a silently shorter history.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from engine.errors import (
+    MissingLogVersionError,
+    TableNotFoundError,
+    VersionNotFoundError,
+)
+from engine.log.checkpoints import Checkpoint
+from engine.log.files import (
+    LOG_DIR,
+    LogFile,
+    LogFileKind,
+    commit_key,
+    parse_log_file_name,
+    version_prefix,
+)
+from engine.log.last_checkpoint import read_last_checkpoint
+from engine.storage.base import ObjectStore
+
+# Among complete checkpoints of the same version, prefer the cheapest to read.
+_CHECKPOINT_PREFERENCE = {
+    LogFileKind.CHECKPOINT: 0,
+    LogFileKind.V2_CHECKPOINT: 1,
+    LogFileKind.MULTIPART_CHECKPOINT: 2,
+}
+
+
+@dataclass(frozen=True)
+class LogListing:
+    """The parsed log files of a table (from some start version), grouped by kind."""
+
+    commits: dict[int, LogFile]
+    checkpoints: dict[int, list[Checkpoint]]
+    complete_from_zero: bool  # listed from the start of the log, not from a hint
+
+    @property
+    def max_version(self) -> int | None:
+        versions = list(self.commits) + list(self.checkpoints)
+        return max(versions) if versions else None
+
+
+@dataclass(frozen=True)
+class LogSegment:
+    """The files that reconstruct ``version``."""
+
+    version: int
+    checkpoint: Checkpoint | None
+    commits: tuple[LogFile, ...]  # ascending, checkpoint.version + 1 .. version
+    listing: LogListing = field(repr=False, compare=False)
+
+    @property
+    def last_commit(self) -> LogFile | None:
+        return self.commits[-1] if self.commits else None
+
+
+def list_log(store: ObjectStore, start_version: int = 0) -> LogListing:
+    """List ``_delta_log`` from ``start_version`` and parse names; complete checkpoints only."""
+    start_after = version_prefix(start_version) if start_version > 0 else None
+    commits: dict[int, LogFile] = {}
+    singles: dict[int, list[LogFile]] = defaultdict(list)
+    parts: dict[tuple[int, int], dict[int, LogFile]] = defaultdict(dict)
+    for meta in store.list(f"{LOG_DIR}/", start_after=start_after):
+        f = parse_log_file_name(meta.key, meta.size, meta.last_modified)
+        if f is None:
+            continue
+        if f.kind is LogFileKind.COMMIT:
+            commits[f.version] = f
+        elif f.kind in (LogFileKind.CHECKPOINT, LogFileKind.V2_CHECKPOINT):
+            singles[f.version].append(f)
+        elif f.kind is LogFileKind.MULTIPART_CHECKPOINT:
+            assert f.num_parts is not None and f.part is not None
+            parts[(f.version, f.num_parts)][f.part] = f
+    checkpoints: dict[int, list[Checkpoint]] = defaultdict(list)
+    for version, files in singles.items():
+        checkpoints[version].extend(Checkpoint(version, (f,)) for f in files)
+    for (version, num_parts), found in parts.items():
+        if len(found) == num_parts:  # an incomplete set is not a checkpoint
+            checkpoints[version].append(
+                Checkpoint(version, tuple(found[i] for i in range(1, num_parts + 1)))
+            )
+    for version in checkpoints:
+        checkpoints[version].sort(key=lambda c: _CHECKPOINT_PREFERENCE[c.kind])
+    return LogListing(commits, dict(checkpoints), complete_from_zero=start_version == 0)
+
+
+def build_log_segment(
+    store: ObjectStore,
+    version: int | None = None,
+    *,
+    checkpoint_before: int | None = None,
+    listing: LogListing | None = None,
+) -> LogSegment:
+    """The segment for ``version`` (latest when ``None``).
+
+    ``checkpoint_before`` restricts the choice to checkpoints older than that version; the
+    loader uses it to fall back when a checkpoint turns out to be unreadable.
+    """
+    if listing is None:
+        listing = _list_with_hint(store, version)
+    latest = listing.max_version
+    if latest is None:
+        raise TableNotFoundError(f"no Delta table at {store.root}: _delta_log has no commits")
+    target = latest if version is None else version
+    if version is not None and version > latest:
+        raise VersionNotFoundError(
+            f"version {version} of {store.root} does not exist; the latest version is {latest}"
+        )
+    if version is not None and version < 0:
+        raise VersionNotFoundError(f"version must be non-negative, got {version}")
+
+    limit = target if checkpoint_before is None else min(target, checkpoint_before - 1)
+    candidates = [v for v in listing.checkpoints if v <= limit]
+    checkpoint = listing.checkpoints[max(candidates)][0] if candidates else None
+    start = checkpoint.version + 1 if checkpoint else 0
+
+    if checkpoint is None:
+        if not listing.complete_from_zero:
+            # The hint pointed past every usable checkpoint: list the whole log.
+            return build_log_segment(
+                store, version, checkpoint_before=checkpoint_before, listing=list_log(store, 0)
+            )
+        if 0 not in listing.commits:
+            earliest = _earliest_recreatable(listing)
+            if earliest is None:
+                raise MissingLogVersionError(
+                    f"{store.root}: the log has neither version 0 nor a checkpoint to start from "
+                    f"(missing {commit_key(0)})",
+                    commit_key(0),
+                )
+            raise VersionNotFoundError(
+                f"version {target} of {store.root} is no longer reconstructable; the earliest "
+                f"available version is {earliest}"
+            )
+    commits = []
+    for v in range(start, target + 1):
+        f = listing.commits.get(v)
+        if f is None:
+            raise MissingLogVersionError(
+                f"{store.root}: commit {commit_key(v)} is missing; versions {start}..{target} "
+                f"must all be present to read version {target}",
+                commit_key(v),
+            )
+        commits.append(f)
+    return LogSegment(target, checkpoint, tuple(commits), listing)
+
+
+def _list_with_hint(store: ObjectStore, version: int | None) -> LogListing:
+    hint = read_last_checkpoint(store)
+    if hint is not None and (version is None or version >= hint.version):
+        listing = list_log(store, hint.version)
+        if hint.version in listing.checkpoints:
+            return listing
+    return list_log(store, 0)
+
+
+def _earliest_recreatable(listing: LogListing) -> int | None:
+    """The oldest version with a checkpoint and every later commit (None: nothing usable)."""
+    for v in sorted(listing.checkpoints):
+        latest = listing.max_version or v
+        if all(c in listing.commits for c in range(v + 1, latest + 1)):
+            return v
+    return None
+
+
+def earliest_available_version(store: ObjectStore, listing: LogListing | None = None) -> int:
+    """The oldest version that can still be reconstructed (time-travel floor)."""
+    listing = listing or list_log(store, 0)
+    if 0 in listing.commits:
+        return 0
+    earliest = _earliest_recreatable(listing)
+    if earliest is None:
+        raise MissingLogVersionError(f"{store.root}: no reconstructable version in the log")
+    return earliest

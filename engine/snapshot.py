@@ -1,0 +1,239 @@
+"""An immutable snapshot of a table at one version, and loading it.
+
+Loading reads the checkpoint and the commits after it (commits in parallel, since on object
+stores each is a round trip), picks the newest protocol and metadata, checks that this engine can
+read the table, and replays file actions into a columnar live-file table. Nothing here builds a
+Python object per data file.
+
+A checkpoint that cannot be read (missing, truncated) is not fatal if an older checkpoint or the
+JSON commits can rebuild the same version: the loader falls back, logging which file it skipped.
+A checkpoint that reads but is wrong (no protocol, no metadata) is an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import pyarrow as pa
+
+from engine.actions import CommitInfo, DomainMetadata, Metadata, Protocol, Txn
+from engine.errors import (
+    CorruptCheckpointError,
+    CorruptLogError,
+    MissingLogVersionError,
+    ObjectNotFoundError,
+    SchemaError,
+    VersionNotFoundError,
+)
+from engine.log.checkpoints import read_checkpoint, read_checkpoint_config
+from engine.log.commits import LogActions, parse_log_json
+from engine.log.replay import normalize_partition_values, reconcile
+from engine.log.segment import LogSegment, build_log_segment
+from engine.schema import StructField, StructType, parse_schema
+from engine.storage.base import ObjectStore
+from engine.table_features import check_read_supported
+from engine.table_properties import TableProperties
+
+log = logging.getLogger(__name__)
+
+# Commit files are small and independent: fetch and parse them concurrently. pyarrow.json
+# releases the GIL, and on object stores each file is a network round trip.
+_READ_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The state of a table at ``version``. ``files`` holds one row per live data file."""
+
+    store: ObjectStore
+    version: int
+    protocol: Protocol
+    metadata: Metadata
+    files: pa.Table = field(repr=False)
+    tombstones: pa.Table = field(repr=False)
+    txns: dict[str, Txn] = field(repr=False)
+    domains: dict[str, DomainMetadata] = field(repr=False)
+    commit_info: CommitInfo | None = field(repr=False)
+    timestamp: int = 0  # commit timestamp of ``version``, ms (in-commit timestamp when enabled)
+    segment: LogSegment | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def schema(self) -> StructType:
+        return parse_schema(self.metadata.schema_string)
+
+    @cached_property
+    def properties(self) -> TableProperties:
+        return TableProperties(self.metadata.configuration)
+
+    @property
+    def partition_columns(self) -> list[str]:
+        return list(self.metadata.partition_columns)
+
+    @cached_property
+    def column_mapping_mode(self) -> str:
+        return self.properties.column_mapping_mode
+
+    @cached_property
+    def partition_fields(self) -> list[StructField]:
+        return partition_fields(self.schema, self.metadata, self.store.root)
+
+    @property
+    def num_files(self) -> int:
+        return self.files.num_rows
+
+    def app_transaction_version(self, app_id: str) -> int | None:
+        txn = self.txns.get(app_id)
+        return txn.version if txn else None
+
+
+def partition_fields(schema: StructType, metadata: Metadata, root: str = "") -> list[StructField]:
+    out = []
+    for name in metadata.partition_columns:
+        f = schema.find(name)
+        if f is None:
+            raise SchemaError(f"partition column {name!r} of {root} is not in the table schema")
+        out.append(f)
+    return out
+
+
+def load_snapshot(store: ObjectStore, version: int | None = None) -> Snapshot:
+    """Load the snapshot at ``version`` (latest when ``None``)."""
+    segment = build_log_segment(store, version)
+    while True:
+        try:
+            return _load(store, segment)
+        except CorruptCheckpointError as e:
+            if segment.checkpoint is None:
+                raise
+            try:
+                fallback = build_log_segment(
+                    store,
+                    segment.version,
+                    checkpoint_before=segment.checkpoint.version,
+                    listing=segment.listing,
+                )
+            except (MissingLogVersionError, VersionNotFoundError):
+                raise e from None
+            log.warning(
+                "checkpoint %s of %s is unreadable (%s); rebuilding version %d from %s",
+                segment.checkpoint.name,
+                store.root,
+                e,
+                segment.version,
+                fallback.checkpoint.name if fallback.checkpoint else "the JSON commits",
+            )
+            segment = fallback
+
+
+def load_table_config(store: ObjectStore, version: int | None = None) -> tuple[Protocol, Metadata]:
+    """Protocol and metadata at ``version`` without replaying file actions.
+
+    Commits are read newest first and only their protocol/metaData lines are decoded; the
+    checkpoint is consulted (non-file columns only) when the tail does not hold both.
+    """
+    segment = build_log_segment(store, version)
+    protocol: Protocol | None = None
+    metadata: Metadata | None = None
+    for f in reversed(segment.commits):
+        data = store.get(f.key)
+        if b'"metaData"' not in data and b'"protocol"' not in data:
+            continue
+        lines = [
+            line for line in data.split(b"\n") if b'"metaData"' in line or b'"protocol"' in line
+        ]
+        actions = parse_log_json(b"\n".join(lines), version=f.version, source=f.key)
+        protocol = protocol or actions.protocol
+        metadata = metadata or actions.metadata
+        if protocol and metadata:
+            break
+    if (protocol is None or metadata is None) and segment.checkpoint is not None:
+        actions = read_checkpoint_config(store, segment.checkpoint)
+        protocol = protocol or actions.protocol
+        metadata = metadata or actions.metadata
+    if protocol is None or metadata is None:
+        missing = "protocol" if protocol is None else "metaData"
+        raise CorruptLogError(f"{store.root}: no {missing} action up to version {segment.version}")
+    return protocol, metadata
+
+
+def read_commit(store: ObjectStore, key: str, version: int) -> LogActions:
+    try:
+        data = store.get(key)
+    except ObjectNotFoundError as e:
+        raise MissingLogVersionError(f"commit {key} of {store.root} disappeared", key) from e
+    return parse_log_json(data, version=version, source=key)
+
+
+def _load(store: ObjectStore, segment: LogSegment) -> Snapshot:
+    commits = segment.commits
+    if len(commits) > 1:
+        with ThreadPoolExecutor(min(_READ_WORKERS, len(commits))) as pool:
+            parsed = list(pool.map(lambda f: read_commit(store, f.key, f.version), commits))
+    else:
+        parsed = [read_commit(store, f.key, f.version) for f in commits]
+    checkpoint = read_checkpoint(store, segment.checkpoint) if segment.checkpoint else None
+
+    newest_first = [*reversed(parsed), *([checkpoint] if checkpoint else [])]
+    protocol = next((a.protocol for a in newest_first if a.protocol is not None), None)
+    metadata = next((a.metadata for a in newest_first if a.metadata is not None), None)
+    if protocol is None:
+        raise CorruptLogError(f"{store.root}: no protocol action up to version {segment.version}")
+    if metadata is None:
+        raise CorruptLogError(f"{store.root}: no metaData action up to version {segment.version}")
+    check_read_supported(protocol, store.root)
+    schema = parse_schema(metadata.schema_string)
+    physical = [f.physical_name for f in partition_fields(schema, metadata, store.root)]
+
+    txns: dict[str, Txn] = {}
+    domains: dict[str, DomainMetadata] = {}
+    sources = []
+    for actions in newest_first:
+        for txn in actions.txns:
+            txns.setdefault(txn.app_id, txn)
+        for domain in actions.domains:
+            domains.setdefault(domain.domain, domain)
+        if actions.file_actions is not None and actions.file_actions.num_rows:
+            table = normalize_partition_values(actions.file_actions, physical)
+            table = table.append_column(
+                "version", pa.repeat(pa.scalar(actions.version, pa.int64()), table.num_rows)
+            )
+            sources.append(table)
+    domains = {k: d for k, d in domains.items() if not d.removed}
+    replayed = reconcile(sources, store.root)
+
+    commit_info = (
+        parsed[-1].commit_info if parsed and parsed[-1].version == segment.version else None
+    )
+    return Snapshot(
+        store=store,
+        version=segment.version,
+        protocol=protocol,
+        metadata=metadata,
+        files=replayed.live,
+        tombstones=replayed.tombstones,
+        txns=txns,
+        domains=domains,
+        commit_info=commit_info,
+        timestamp=_commit_timestamp(segment, commit_info, TableProperties(metadata.configuration)),
+        segment=segment,
+    )
+
+
+def _commit_timestamp(
+    segment: LogSegment, commit_info: CommitInfo | None, props: TableProperties
+) -> int:
+    if (
+        props.enable_in_commit_timestamps
+        and commit_info
+        and commit_info.in_commit_timestamp is not None
+    ):
+        return int(commit_info.in_commit_timestamp)
+    f = segment.listing.commits.get(segment.version)
+    if f is not None:
+        return f.last_modified
+    if segment.checkpoint is not None:
+        return segment.checkpoint.files[0].last_modified
+    return 0

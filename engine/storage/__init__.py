@@ -1,0 +1,33 @@
+"""Object stores: the only code that touches bytes on disk or in S3."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import unquote, urlsplit
+
+from engine.errors import UnsupportedStorageError
+from engine.storage.base import ObjectMeta, ObjectStore, PutMode
+from engine.storage.local import LocalStore
+from engine.storage.memory import MemoryStore, named_memory_store
+
+__all__ = [
+    "LocalStore",
+    "MemoryStore",
+    "ObjectMeta",
+    "ObjectStore",
+    "PutMode",
+    "open_store",
+]
+
+
+def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> ObjectStore:
+    """Pick a store by the URI's scheme: a plain path or ``file:`` is local, ``memory://``."""
+    scheme = urlsplit(uri).scheme.lower() if "://" in uri or uri.startswith("file:") else ""
+    if scheme in ("", "file"):
+        path = unquote(urlsplit(uri).path) if scheme == "file" else uri
+        return LocalStore(path)
+    if scheme == "memory":
+        return named_memory_store(uri)
+    raise UnsupportedStorageError(
+        f"no object store for scheme {scheme!r} in {uri!r} (supported: local paths, file:, memory:)"
+    )

@@ -1,0 +1,86 @@
+"""The object-store contract every layer above ``storage`` works through.
+
+Keys are ``/``-separated paths relative to the store's root (a table root, usually). The shape is
+that of an object store, not a filesystem, so that S3 fits without emulation: whole and ranged
+reads, put with an explicit create-or-overwrite mode (create is the put-if-absent that commits
+rely on), listing in lexicographic key order from a start key, and delete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+import pyarrow as pa
+
+PutMode = Literal["create", "overwrite"]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectMeta:
+    """What a listing or head returns for one object."""
+
+    key: str
+    size: int
+    last_modified: int  # milliseconds since the epoch
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """Storage for one table root. All methods raise ``engine.errors`` storage errors."""
+
+    @property
+    def root(self) -> str:
+        """The URI of the store's root, without a trailing slash."""
+        ...
+
+    def get(self, key: str) -> bytes:
+        """The whole object; ``ObjectNotFoundError`` when absent."""
+        ...
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start``; fewer only at the end of the object."""
+        ...
+
+    def head(self, key: str) -> ObjectMeta:
+        """Size and modification time; ``ObjectNotFoundError`` when absent."""
+        ...
+
+    def put(self, key: str, data: bytes, *, mode: PutMode = "overwrite") -> None:
+        """Write atomically: readers see the old object or the new one, never a torn one.
+
+        With ``mode="create"`` the put fails with ``ObjectExistsError`` if the key exists, and
+        of several concurrent creators exactly one succeeds.
+        """
+        ...
+
+    def list(
+        self, prefix: str, *, start_after: str | None = None, recursive: bool = False
+    ) -> Iterator[ObjectMeta]:
+        """Objects whose key starts with ``prefix``, in lexicographic key order.
+
+        ``start_after`` skips keys less than or equal to it. Without ``recursive`` only objects
+        directly under the prefix's directory are listed (no keys with a further ``/``).
+        """
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove the object; deleting an absent key is not an error."""
+        ...
+
+    def open_input(self, key: str) -> pa.NativeFile:
+        """A random-access file for readers such as Parquet that seek."""
+        ...
+
+    def uri(self, key: str) -> str:
+        """The absolute URI of ``key``."""
+        ...
+
+
+def split_prefix(prefix: str) -> tuple[str, str]:
+    """Split a listing prefix into its directory part and the leading part of a name."""
+    if "/" in prefix:
+        directory, _, name = prefix.rpartition("/")
+        return directory, name
+    return "", prefix

@@ -1,0 +1,147 @@
+"""Object store over a local (or mounted) filesystem directory.
+
+Writes are atomic: data goes to a temporary file in the target directory, is fsynced, and is then
+linked (create) or renamed (overwrite) into place, so a crash never leaves a torn object and
+``os.link`` gives put-if-absent for concurrent committers on the same machine or on any POSIX
+filesystem that implements link atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from engine.errors import ObjectExistsError, ObjectNotFoundError, StorageError
+from engine.storage.base import ObjectMeta, PutMode, split_prefix
+
+
+class LocalStore:
+    """Store rooted at a local directory; keys are paths relative to it."""
+
+    def __init__(self, root: str):
+        self._root = os.path.abspath(root).rstrip(os.sep) or os.sep
+
+    @property
+    def root(self) -> str:
+        return self._root
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self._root, *key.split("/")) if key else self._root
+
+    def uri(self, key: str) -> str:
+        return self._path(key)
+
+    def get(self, key: str) -> bytes:
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"no such object: {self._path(key)}") from None
+        except IsADirectoryError:
+            raise ObjectNotFoundError(f"not a file: {self._path(key)}") from None
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        try:
+            with open(self._path(key), "rb") as f:
+                f.seek(start)
+                return f.read(length)
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"no such object: {self._path(key)}") from None
+
+    def head(self, key: str) -> ObjectMeta:
+        try:
+            st = os.stat(self._path(key))
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"no such object: {self._path(key)}") from None
+        return ObjectMeta(key, st.st_size, st.st_mtime_ns // 1_000_000)
+
+    def put(self, key: str, data: bytes, *, mode: PutMode = "overwrite") -> None:
+        path = self._path(key)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if mode == "create":
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise ObjectExistsError(f"object already exists: {path}") from None
+            elif mode == "overwrite":
+                os.replace(tmp, path)
+                tmp = ""
+            else:
+                raise ValueError(f"unknown put mode {mode!r}")
+            _fsync_dir(directory)
+        except OSError as e:
+            if isinstance(e, FileExistsError | ObjectExistsError):
+                raise
+            raise StorageError(f"cannot write {path}: {e}") from e
+        finally:
+            if tmp:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+
+    def list(
+        self, prefix: str, *, start_after: str | None = None, recursive: bool = False
+    ) -> Iterator[ObjectMeta]:
+        dir_key, name_prefix = split_prefix(prefix)
+        base = self._path(dir_key)
+        found: list[ObjectMeta] = []
+        if recursive:
+            for dirpath, _dirnames, filenames in os.walk(base):
+                rel = os.path.relpath(dirpath, self._root).replace(os.sep, "/")
+                rel = "" if rel == "." else rel + "/"
+                for name in filenames:
+                    key = rel + name
+                    if key.startswith(prefix):
+                        found.append(self._meta(os.path.join(dirpath, name), key))
+        else:
+            try:
+                entries = list(os.scandir(base))
+            except (FileNotFoundError, NotADirectoryError):
+                return iter(())
+            key_dir = dir_key + "/" if dir_key else ""
+            for entry in entries:
+                if entry.name.startswith(name_prefix) and entry.is_file():
+                    found.append(self._meta(entry.path, key_dir + entry.name))
+        found.sort(key=lambda m: m.key)
+        if start_after is not None:
+            found = [m for m in found if m.key > start_after]
+        return iter(found)
+
+    @staticmethod
+    def _meta(path: str, key: str) -> ObjectMeta:
+        st = os.stat(path)
+        return ObjectMeta(key, st.st_size, st.st_mtime_ns // 1_000_000)
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(key))
+
+    def open_input(self, key: str) -> pa.NativeFile:
+        try:
+            return pa.OSFile(self._path(key), "rb")
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"no such object: {self._path(key)}") from None
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make a new directory entry durable; some filesystems refuse, which is harmless."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

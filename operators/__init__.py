@@ -1,0 +1,2 @@
+"""Airflow hooks, operators, sensors and triggers: thin wrappers over ``engine`` (coming with the
+Airflow issues)."""
