@@ -95,9 +95,7 @@ def cmd_history(args) -> int:
         return 0
     print(f"{'version':>8}  {'timestamp':<25} {'operation':<24} parameters")
     for e in entries:
-        when = dt.datetime.fromtimestamp(e["timestamp"] / 1000, dt.UTC).isoformat(
-            timespec="seconds"
-        )
+        when = dt.datetime.fromtimestamp(e["timestamp"] / 1000, dt.UTC).isoformat(timespec="seconds")
         params = _dump(e.get("operationParameters", {}))
         print(f"{e['version']:>8}  {when:<25} {e.get('operation', ''):<24} {params[:80]}")
     return 0
@@ -144,19 +142,13 @@ def cmd_demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="deltaplane", description="Delta Lake tables from the command line"
-    )
+    parser = argparse.ArgumentParser(prog="deltaplane", description="Delta Lake tables from the command line")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, *, time_travel: bool) -> None:
-        p.add_argument(
-            "uri", help="table location: a path, file://, memory:// (s3:// arrives with writes)"
-        )
+        p.add_argument("uri", help="table location: a path, file://, memory:// (s3:// arrives with writes)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
-        p.add_argument(
-            "--storage-option", action="append", metavar="KEY=VALUE", help="object store option"
-        )
+        p.add_argument("--storage-option", action="append", metavar="KEY=VALUE", help="object store option")
         if time_travel:
             group = p.add_mutually_exclusive_group()
             group.add_argument("--version", type=int, help="read this version")

@@ -31,9 +31,7 @@ FILE_FORMAT_VERSION = 1
 
 # --- Z85 (ZeroMQ base-85: 4 big-endian bytes <-> 5 characters) ------------------------------
 
-Z85_ALPHABET = (
-    b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-)
+Z85_ALPHABET = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _Z85_DECODE = np.full(256, 255, dtype=np.uint8)
 _Z85_DECODE[np.frombuffer(Z85_ALPHABET, dtype=np.uint8)] = np.arange(85, dtype=np.uint8)
 _Z85_ENCODE = np.frombuffer(Z85_ALPHABET, dtype=np.uint8)
@@ -116,9 +114,7 @@ def deserialize_bitmap(data: bytes, where: str = "") -> np.ndarray:
     try:
         bitmap = BitMap64.deserialize(data[4:])
     except Exception as e:  # pyroaring raises ValueError/OverflowError on malformed input
-        raise CorruptDeletionVectorError(
-            f"deletion vector{where} does not decode: {e}", where
-        ) from e
+        raise CorruptDeletionVectorError(f"deletion vector{where} does not decode: {e}", where) from e
     return np.asarray(bitmap.to_array(), dtype=np.uint64)
 
 
@@ -137,9 +133,7 @@ def _deserialize_native(data: bytes, where: str) -> np.ndarray:
             pos += length
             parts.append(low | np.uint64(high << 32))
     except Exception as e:
-        raise CorruptDeletionVectorError(
-            f"deletion vector{where} does not decode: {e}", where
-        ) from e
+        raise CorruptDeletionVectorError(f"deletion vector{where} does not decode: {e}", where) from e
     return np.concatenate(parts) if parts else np.empty(0, np.uint64)
 
 
@@ -178,9 +172,7 @@ def read_deletion_vector(
     return rows
 
 
-def _read_from_file(
-    store: ObjectStore, key: str, descriptor: DeletionVectorDescriptor
-) -> np.ndarray:
+def _read_from_file(store: ObjectStore, key: str, descriptor: DeletionVectorDescriptor) -> np.ndarray:
     from engine.errors import ObjectNotFoundError
 
     offset = 1 if descriptor.offset is None else descriptor.offset
@@ -196,14 +188,11 @@ def _read_from_file(
     except ObjectNotFoundError as e:
         raise CorruptDeletionVectorError(f"deletion vector file {key} is missing", key) from e
     if len(chunk) < size + 8:
-        raise CorruptDeletionVectorError(
-            f"deletion vector file {key} is truncated at offset {offset}", key
-        )
+        raise CorruptDeletionVectorError(f"deletion vector file {key} is truncated at offset {offset}", key)
     (stored_size,) = struct.unpack_from(">I", chunk)
     if stored_size != size:
         raise CorruptDeletionVectorError(
-            f"deletion vector in {key} at offset {offset} has size {stored_size}, "
-            f"descriptor says {size}",
+            f"deletion vector in {key} at offset {offset} has size {stored_size}, descriptor says {size}",
             key,
         )
     bitmap_bytes = chunk[4 : 4 + size]

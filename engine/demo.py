@@ -48,8 +48,7 @@ def _rows(start: int, count: int, day: dt.date) -> pa.Table:
             "city": [CITIES[i % len(CITIES)] for i in ids],
             "fare": [round(5 + (i * 7.3) % 60, 2) for i in ids],
             "pickup_ts": [
-                dt.datetime(day.year, day.month, day.day, 6, tzinfo=dt.UTC)
-                + dt.timedelta(minutes=i % 900)
+                dt.datetime(day.year, day.month, day.day, 6, tzinfo=dt.UTC) + dt.timedelta(minutes=i % 900)
                 for i in ids
             ],
         },
@@ -164,8 +163,7 @@ def run_demo(path: str, *, as_json: bool = False) -> int:
     print(f"  version {t['version']}: {t['num_files']} files, {t['num_rows']} rows, ")
     print(f"  partitioned by {t['partition_columns']}")
     print(
-        "  history: "
-        + ", ".join(f"v{e['version']} {e['operation']}" for e in reversed(summary["history"]))
+        "  history: " + ", ".join(f"v{e['version']} {e['operation']}" for e in reversed(summary["history"]))
     )
     print(f"  time travel: version 0 had {summary['version_0_rows']} rows")
     print(

@@ -17,9 +17,7 @@ def describe_snapshot(snapshot: Snapshot) -> dict[str, Any]:
     rows_known = num_records is not None and num_records.null_count == 0
     deleted = 0
     if files.num_rows and files.column("deletion_vector").null_count < files.num_rows:
-        deleted = (
-            pc.sum(pc.struct_field(files.column("deletion_vector"), "cardinality")).as_py() or 0
-        )
+        deleted = pc.sum(pc.struct_field(files.column("deletion_vector"), "cardinality")).as_py() or 0
     protocol = snapshot.protocol
     return {
         "uri": snapshot.store.root,

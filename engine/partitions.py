@@ -42,9 +42,7 @@ def _convert(strings: pa.Array, dtype: DataType) -> pa.Array:
         return strings.cast(pa.binary())
     if name == "boolean":
         lowered = pc.utf8_lower(strings)
-        bad = pc.and_(
-            pc.is_valid(lowered), pc.invert(pc.is_in(lowered, pa.array(["true", "false"])))
-        )
+        bad = pc.and_(pc.is_valid(lowered), pc.invert(pc.is_in(lowered, pa.array(["true", "false"]))))
         if pc.any(bad).as_py():
             raise pa.ArrowInvalid("boolean partition values must be 'true' or 'false'")
         return pc.equal(lowered, "true")

@@ -120,13 +120,9 @@ class Scan:
         if self.predicate is not None:
             needed |= {c.path[0] for c in columns(self.predicate)}
         self._read_fields = [
-            f
-            for f in self.schema.fields
-            if f.name in needed and f.name not in self._partition_fields
+            f for f in self.schema.fields if f.name in needed and f.name not in self._partition_fields
         ]
-        self._filter_expr = (
-            to_arrow_expression(self.predicate) if self.predicate is not None else None
-        )
+        self._filter_expr = to_arrow_expression(self.predicate) if self.predicate is not None else None
         self.arrow_schema = pa.schema([to_arrow_field(f) for f in self.output_fields])
 
     # --- planning ----------------------------------------------------------------------------
@@ -301,9 +297,7 @@ class Scan:
                 location,
             ) from e
         except (pa.ArrowInvalid, OSError) as e:
-            raise DataFileError(
-                f"data file {location} is not readable Parquet: {e}", location
-            ) from e
+            raise DataFileError(f"data file {location} is not readable Parquet: {e}", location) from e
 
     def _deleted_rows(self, plan: _FilePlan) -> np.ndarray | None:
         if plan.deletion_vector is None:
@@ -360,9 +354,7 @@ class Scan:
             try:
                 full = full.filter(self._filter_expr)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise DeltaError(
-                    f"cannot apply filter {self.predicate} to {plan.location}: {e}"
-                ) from e
+                raise DeltaError(f"cannot apply filter {self.predicate} to {plan.location}: {e}") from e
         return pa.Table.from_arrays(
             [_as_type(full.column(f.name), to_arrow_type(f.type)) for f in self.output_fields],
             schema=self.arrow_schema,

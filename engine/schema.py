@@ -189,9 +189,7 @@ def _parse_type(obj: Any) -> DataType:
             if kind == "struct":
                 return StructType(tuple(_parse_field(f) for f in obj["fields"]))
             if kind == "array":
-                return ArrayType(
-                    _parse_type(obj["elementType"]), bool(obj.get("containsNull", True))
-                )
+                return ArrayType(_parse_type(obj["elementType"]), bool(obj.get("containsNull", True)))
             if kind == "map":
                 return MapType(
                     _parse_type(obj["keyType"]),
@@ -252,9 +250,7 @@ def to_arrow_type(dtype: DataType, *, physical: bool = False) -> pa.DataType:
         return pa.decimal128(dtype.precision, dtype.scale)
     if isinstance(dtype, ArrayType):
         return pa.list_(
-            pa.field(
-                "element", to_arrow_type(dtype.element_type, physical=physical), dtype.contains_null
-            )
+            pa.field("element", to_arrow_type(dtype.element_type, physical=physical), dtype.contains_null)
         )
     if isinstance(dtype, MapType):
         return pa.map_(
@@ -321,9 +317,7 @@ def from_arrow_type(t: pa.DataType) -> DataType:
     ):
         return ArrayType(from_arrow_type(t.value_type), t.value_field.nullable)
     if pa.types.is_map(t):
-        return MapType(
-            from_arrow_type(t.key_type), from_arrow_type(t.item_type), t.item_field.nullable
-        )
+        return MapType(from_arrow_type(t.key_type), from_arrow_type(t.item_type), t.item_field.nullable)
     if pa.types.is_struct(t):
         return StructType(tuple(from_arrow_field(t.field(i)) for i in range(t.num_fields)))
     raise SchemaError(f"Arrow type {t} has no Delta equivalent")
@@ -355,10 +349,19 @@ def _physical_type(t: DataType) -> DataType:
     if isinstance(t, ArrayType):
         return ArrayType(_physical_type(t.element_type), t.contains_null)
     if isinstance(t, MapType):
-        return MapType(
-            _physical_type(t.key_type), _physical_type(t.value_type), t.value_contains_null
-        )
+        return MapType(_physical_type(t.key_type), _physical_type(t.value_type), t.value_contains_null)
     return t
+
+
+def partition_physical_names(schema: StructType, partition_columns: list[str]) -> list[str]:
+    """Physical names of the partition columns: the keys of ``partitionValues`` in the log."""
+    out = []
+    for name in partition_columns:
+        f = schema.find(name)
+        if f is None:
+            raise SchemaError(f"partition column {name!r} is not in the table schema")
+        out.append(f.physical_name)
+    return out
 
 
 def iter_types(t: DataType):

@@ -32,7 +32,7 @@ from engine.log.checkpoints import read_checkpoint, read_checkpoint_config
 from engine.log.commits import LogActions, parse_log_json
 from engine.log.replay import normalize_partition_values, reconcile
 from engine.log.segment import LogSegment, build_log_segment
-from engine.schema import StructField, StructType, parse_schema
+from engine.schema import StructField, StructType, parse_schema, partition_physical_names
 from engine.storage.base import ObjectStore
 from engine.table_features import check_read_supported
 from engine.table_properties import TableProperties
@@ -141,9 +141,7 @@ def load_table_config(store: ObjectStore, version: int | None = None) -> tuple[P
         data = store.get(f.key)
         if b'"metaData"' not in data and b'"protocol"' not in data:
             continue
-        lines = [
-            line for line in data.split(b"\n") if b'"metaData"' in line or b'"protocol"' in line
-        ]
+        lines = [line for line in data.split(b"\n") if b'"metaData"' in line or b'"protocol"' in line]
         actions = parse_log_json(b"\n".join(lines), version=f.version, source=f.key)
         protocol = protocol or actions.protocol
         metadata = metadata or actions.metadata
@@ -185,11 +183,15 @@ def _load(store: ObjectStore, segment: LogSegment) -> Snapshot:
         raise CorruptLogError(f"{store.root}: no metaData action up to version {segment.version}")
     check_read_supported(protocol, store.root)
     schema = parse_schema(metadata.schema_string)
-    physical = [f.physical_name for f in partition_fields(schema, metadata, store.root)]
+    try:
+        physical = partition_physical_names(schema, metadata.partition_columns)
+    except SchemaError as e:
+        raise SchemaError(f"{store.root}: {e}") from None
 
     txns: dict[str, Txn] = {}
     domains: dict[str, DomainMetadata] = {}
-    sources = []
+    commit_tables: list[pa.Table] = []
+    checkpoint_table: pa.Table | None = None
     for actions in newest_first:
         for txn in actions.txns:
             txns.setdefault(txn.app_id, txn)
@@ -197,16 +199,20 @@ def _load(store: ObjectStore, segment: LogSegment) -> Snapshot:
             domains.setdefault(domain.domain, domain)
         if actions.file_actions is not None and actions.file_actions.num_rows:
             table = normalize_partition_values(actions.file_actions, physical)
+            actions.file_actions = None  # replay owns the data now; let it free sources early
             table = table.append_column(
                 "version", pa.repeat(pa.scalar(actions.version, pa.int64()), table.num_rows)
             )
-            sources.append(table)
+            if actions is checkpoint:
+                checkpoint_table = table
+            else:
+                commit_tables.append(table)
     domains = {k: d for k, d in domains.items() if not d.removed}
-    replayed = reconcile(sources, store.root)
+    del newest_first, checkpoint
+    replayed = reconcile(commit_tables, checkpoint_table, store.root)
+    del checkpoint_table
 
-    commit_info = (
-        parsed[-1].commit_info if parsed and parsed[-1].version == segment.version else None
-    )
+    commit_info = parsed[-1].commit_info if parsed and parsed[-1].version == segment.version else None
     return Snapshot(
         store=store,
         version=segment.version,
@@ -222,14 +228,8 @@ def _load(store: ObjectStore, segment: LogSegment) -> Snapshot:
     )
 
 
-def _commit_timestamp(
-    segment: LogSegment, commit_info: CommitInfo | None, props: TableProperties
-) -> int:
-    if (
-        props.enable_in_commit_timestamps
-        and commit_info
-        and commit_info.in_commit_timestamp is not None
-    ):
+def _commit_timestamp(segment: LogSegment, commit_info: CommitInfo | None, props: TableProperties) -> int:
+    if props.enable_in_commit_timestamps and commit_info and commit_info.in_commit_timestamp is not None:
         return int(commit_info.in_commit_timestamp)
     f = segment.listing.commits.get(segment.version)
     if f is not None:

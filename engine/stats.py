@@ -40,9 +40,7 @@ _SKIPPABLE = _JSON_INT | {
 
 def stats_supported(dtype: DataType) -> bool:
     """Whether min/max statistics of this type can be used for skipping."""
-    return isinstance(dtype, DecimalType) or (
-        isinstance(dtype, PrimitiveType) and dtype.name in _SKIPPABLE
-    )
+    return isinstance(dtype, DecimalType) or (isinstance(dtype, PrimitiveType) and dtype.name in _SKIPPABLE)
 
 
 @dataclass
@@ -194,9 +192,7 @@ def _extract(table: pa.Table, path: tuple[str, ...], typ: pa.DataType, n: int) -
     return arr
 
 
-def _fill_from_stats_parsed(
-    out: FileStats, parsed: pa.ChunkedArray, stats, columns, value_types
-) -> None:
+def _fill_from_stats_parsed(out: FileStats, parsed: pa.ChunkedArray, stats, columns, value_types) -> None:
     use = pc.and_(pc.is_null(stats), pc.is_valid(parsed))
     if not pc.any(use).as_py():
         return
@@ -255,9 +251,7 @@ def _convert(arr: pa.Array, dtype: DataType, is_max: bool) -> pa.Array:
     if name == "timestamp":
         out = parse_utc_timestamps(arr)
     elif name == "timestamp_ntz":
-        out = pc.cast(
-            pc.replace_substring_regex(arr, r"(Z|[+-]\d{2}:?\d{2})$", ""), pa.timestamp("us")
-        )
+        out = pc.cast(pc.replace_substring_regex(arr, r"(Z|[+-]\d{2}:?\d{2})$", ""), pa.timestamp("us"))
     elif name == "date":
         out = pc.cast(pc.utf8_slice_codeunits(arr, 0, 10), pa.date32())
     else:

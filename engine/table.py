@@ -94,9 +94,7 @@ class DeltaTable:
     def scan(self, columns: list[str] | None = None, filter: str | Expr | None = None) -> Scan:
         return ScanBuilder(self._snapshot).select(columns).where(filter).build()
 
-    def to_arrow(
-        self, columns: list[str] | None = None, filter: str | Expr | None = None
-    ) -> pa.Table:
+    def to_arrow(self, columns: list[str] | None = None, filter: str | Expr | None = None) -> pa.Table:
         """All rows (projected and filtered) as one Arrow table."""
         return self.scan(columns, filter).to_table()
 

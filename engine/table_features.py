@@ -86,17 +86,14 @@ def check_read_supported(protocol: Protocol, table: str = "") -> None:
         raise ProtocolError(f"invalid minReaderVersion {reader!r}{where}")
     if reader > MAX_READER_VERSION:
         raise ProtocolError(
-            f"table{where} requires reader version {reader}; deltaplane reads up to "
-            f"{MAX_READER_VERSION}"
+            f"table{where} requires reader version {reader}; deltaplane reads up to {MAX_READER_VERSION}"
         )
     if reader < 3:
         return
     for name in protocol.reader_features or []:
         if name not in READABLE_FEATURES:
             reason = _WHY_NOT.get(name, "unknown or unsupported reader feature")
-            raise ProtocolError(
-                f"table{where} requires reader feature {name!r}: {reason}", feature=name
-            )
+            raise ProtocolError(f"table{where} requires reader feature {name!r}: {reason}", feature=name)
 
 
 def reader_features(protocol: Protocol) -> set[str]:

@@ -126,9 +126,7 @@ class TableProperties:
     def column_mapping_mode(self) -> str:
         value = (self._get("delta.columnMapping.mode") or "none").strip().lower()
         if value not in ("none", "name", "id"):
-            raise InvalidPropertyError(
-                f"delta.columnMapping.mode must be none, name or id: {value!r}"
-            )
+            raise InvalidPropertyError(f"delta.columnMapping.mode must be none, name or id: {value!r}")
         return value
 
     @property

@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-CONFORMANCE = Path(
-    os.environ.get("DELTAPLANE_CONFORMANCE", PROJECT_ROOT.parent / "shared" / "conformance")
-)
+CONFORMANCE = Path(os.environ.get("DELTAPLANE_CONFORMANCE", PROJECT_ROOT.parent / "shared" / "conformance"))
 
 
 @pytest.fixture

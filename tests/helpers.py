@@ -33,9 +33,7 @@ def canonical_rows(table: pa.Table) -> list:
     return sorted(rows, key=repr)
 
 
-def assert_same_rows(
-    actual: pa.Table, expected: pa.Table, *, ignore_columns: tuple[str, ...] = ()
-) -> None:
+def assert_same_rows(actual: pa.Table, expected: pa.Table, *, ignore_columns: tuple[str, ...] = ()) -> None:
     assert actual.column_names == expected.column_names, (
         actual.column_names,
         expected.column_names,

@@ -69,19 +69,17 @@ def to_arrow_expression(expr: Expr) -> pc.Expression:
         child = to_arrow_expression(expr.child)
         return child.is_valid() if expr.negated else child.is_null()
     if isinstance(expr, In):
+        # SQL: NULL IN (...) is NULL, and x IN (..., NULL) is NULL when x is not listed;
+        # Arrow's is_in answers false in both cases, so the nulls are put back.
         child = to_arrow_expression(expr.child)
         values = [v for v in expr.values if v.value is not None]
-        has_null = len(values) != len(expr.values)
-        arr = pa.array(
-            [v.value for v in values],
-            type=to_arrow_type(values[0].dtype) if values and values[0].dtype else None,
-        )
-        member = child.isin(arr)
-        if not expr.negated:
-            return member
-        if has_null:  # x NOT IN (..., NULL) is never true
-            return pc.scalar(False)
-        return ~member & child.is_valid()
+        typ = to_arrow_type(values[0].dtype) if values and values[0].dtype else None
+        member = child.isin(pa.array([v.value for v in values], type=typ))
+        unknown = pc.scalar(pa.scalar(None, pa.bool_()))
+        if len(values) != len(expr.values):
+            member = pc.if_else(member, pc.scalar(True), unknown)
+        result = pc.if_else(child.is_valid(), member, unknown)
+        return ~result if expr.negated else result
     if isinstance(expr, Like):
         matched = pc.match_like(to_arrow_expression(expr.child), pattern=expr.pattern)
         return ~matched if expr.negated else matched

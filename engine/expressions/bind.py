@@ -47,9 +47,7 @@ def resolve_column(schema: StructType, path: tuple[str, ...]) -> Column:
     resolved = []
     for i, part in enumerate(path):
         if not isinstance(current, StructType):
-            raise InvalidPredicateError(
-                f"column {'.'.join(path)!r}: {'.'.join(resolved)!r} is not a struct"
-            )
+            raise InvalidPredicateError(f"column {'.'.join(path)!r}: {'.'.join(resolved)!r} is not a struct")
         f = current.find(part)
         if f is None:
             where = f" in {'.'.join(resolved)!r}" if i else ""
@@ -93,9 +91,7 @@ class _Binder:
             child = self.bind(expr.child)
             target = _type_of(child)
             values = tuple(
-                coerce_literal(v.value, target, str(child))
-                if target is not None and v.dtype is None
-                else v
+                coerce_literal(v.value, target, str(child)) if target is not None and v.dtype is None else v
                 for v in expr.values
             )
             return In(child, values, expr.negated)
@@ -107,9 +103,7 @@ class _Binder:
         if isinstance(expr, Cast):
             child = self.bind(expr.child)
             if isinstance(child, Literal):
-                return coerce_literal(
-                    child.value, expr.dtype, f"CAST(... AS {expr.dtype.to_json()})"
-                )
+                return coerce_literal(child.value, expr.dtype, f"CAST(... AS {expr.dtype.to_json()})")
             return Cast(child, expr.dtype)
         raise InvalidPredicateError(f"cannot bind expression node {type(expr).__name__}")
 
@@ -138,12 +132,12 @@ def coerce_literal(value, dtype: DataType, target: str) -> Literal:
             raise bad() from None
         if not number.is_finite():
             return Literal(float(number), DOUBLE)
-        exponent = number.as_tuple().exponent
-        scale = max(dtype.scale, -exponent if isinstance(exponent, int) else 0)
-        digits = len(number.as_tuple().digits)
-        precision = max(
-            dtype.precision, digits - (-exponent if isinstance(exponent, int) else 0) + scale
-        )
+        # A decimal type holding both the column's values and the literal exactly.
+        _, digits, exponent = number.as_tuple()
+        literal_scale = max(-exponent, 0) if isinstance(exponent, int) else 0
+        literal_integer_digits = max(len(digits) - literal_scale, 1)
+        scale = max(dtype.scale, literal_scale)
+        precision = max(dtype.precision - dtype.scale, literal_integer_digits) + scale
         if precision > 38:
             return Literal(float(number), DOUBLE)
         return Literal(number, DecimalType(precision, scale))
@@ -196,11 +190,7 @@ def coerce_literal(value, dtype: DataType, target: str) -> Literal:
         if name in ("timestamp", "timestamp_ntz"):
             stamp = _timestamp(value)
             if name == "timestamp":
-                stamp = (
-                    stamp.replace(tzinfo=dt.UTC)
-                    if stamp.tzinfo is None
-                    else stamp.astimezone(dt.UTC)
-                )
+                stamp = stamp.replace(tzinfo=dt.UTC) if stamp.tzinfo is None else stamp.astimezone(dt.UTC)
             elif stamp.tzinfo is not None:
                 stamp = stamp.astimezone(dt.UTC).replace(tzinfo=None)
             return Literal(stamp, dtype)

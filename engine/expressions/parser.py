@@ -79,19 +79,19 @@ class _Converter:
         self.text = text
 
     def fail(self, node: exp.Expression, why: str = "is not supported") -> InvalidPredicateError:
-        return InvalidPredicateError(
-            f"in predicate {self.text!r}: {node.sql(dialect='spark')!r} {why}"
-        )
+        return InvalidPredicateError(f"in predicate {self.text!r}: {node.sql(dialect='spark')!r} {why}")
 
     def convert(self, node: exp.Expression) -> Expr:
         if isinstance(node, exp.Paren):
             return self.convert(node.this)
         if isinstance(node, exp.And):
-            return And((self.convert(node.this), self.convert(node.expression)))
+            return And(self._flatten(And, node))
         if isinstance(node, exp.Or):
-            return Or((self.convert(node.this), self.convert(node.expression)))
+            return Or(self._flatten(Or, node))
         if isinstance(node, exp.Not):
             inner = node.this
+            while isinstance(inner, exp.Paren):
+                inner = inner.this
             if isinstance(inner, exp.Is):
                 return self._is(inner, negated=True)
             if isinstance(inner, exp.In):
@@ -122,6 +122,14 @@ class _Converter:
             # A bare boolean column (or TRUE/FALSE) used as a predicate.
             return self.value(node)
         raise self.fail(node)
+
+    def _flatten(self, kind: type, node: exp.Expression) -> tuple[Expr, ...]:
+        """``a AND (b AND c)`` as one n-ary node: simpler trees for every visitor."""
+        items: list[Expr] = []
+        for side in (node.this, node.expression):
+            converted = self.convert(side)
+            items.extend(converted.items if isinstance(converted, kind) else (converted,))
+        return tuple(items)
 
     def _is(self, node: exp.Is, negated: bool) -> Expr:
         if not isinstance(node.expression, exp.Null):
@@ -196,8 +204,7 @@ def _sql_type(node: exp.DataType) -> DataType | None:
     name = node.this.name if hasattr(node.this, "name") else str(node.this)
     if name == "DECIMAL":
         params = [
-            int(e.this.this) if isinstance(e, exp.DataTypeParam) else int(e.name)
-            for e in node.expressions
+            int(e.this.this) if isinstance(e, exp.DataTypeParam) else int(e.name) for e in node.expressions
         ]
         precision = params[0] if params else 10
         scale = params[1] if len(params) > 1 else 0

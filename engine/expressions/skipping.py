@@ -167,9 +167,7 @@ def _from_stats(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boolea
             if not values:
                 return _all(ctx, True)
             single = pc.equal(low, high)
-            listed = pc.is_in(
-                low, value_set=pa.array([literal_scalar(v).as_py() for v in values], low.type)
-            )
+            listed = pc.is_in(low, value_set=pa.array([literal_scalar(v).as_py() for v in values], low.type))
             return pc.invert(pc.and_kleene(single, listed))
         if not values:
             return _all(ctx, False)

@@ -27,11 +27,13 @@ from engine.errors import CorruptCheckpointError, CorruptLogError, ObjectNotFoun
 from engine.log.commits import (
     FILE_ACTION_FIELDS,
     LogActions,
-    _flatten,
     empty_file_actions,
+    flat_file_actions,
     parse_log_json,
 )
 from engine.log.files import SIDECAR_DIR, LogFile, LogFileKind
+from engine.log.replay import normalize_partition_values
+from engine.schema import parse_schema, partition_physical_names
 from engine.storage.base import ObjectStore
 
 _ADD_FIELDS = [
@@ -116,7 +118,12 @@ def read_checkpoint(
         raise CorruptLogError(f"checkpoint {checkpoint.name} has no protocol action", out.source)
     if out.metadata is None:
         raise CorruptLogError(f"checkpoint {checkpoint.name} has no metaData action", out.source)
-    out.file_actions = concat_file_actions(tables)
+    # Parts can disagree on the shape of partitionValues (a map in Parquet, an object in a JSON
+    # manifest): give them all the checkpoint's own partition columns before stacking them.
+    physical = partition_physical_names(
+        parse_schema(out.metadata.schema_string), out.metadata.partition_columns
+    )
+    out.file_actions = concat_file_actions([normalize_partition_values(t, physical) for t in tables])
     return out
 
 
@@ -154,9 +161,7 @@ def _merge_non_file(into: LogActions, part: LogActions) -> None:
         value = getattr(part, attr)
         if value is not None:
             if getattr(into, attr) is not None and attr != "checkpoint_metadata":
-                raise CorruptLogError(
-                    f"checkpoint {into.source} holds several {attr} actions", into.source
-                )
+                raise CorruptLogError(f"checkpoint {into.source} holds several {attr} actions", into.source)
             setattr(into, attr, value)
     into.txns.extend(part.txns)
     into.domains.extend(part.domains)
@@ -174,6 +179,43 @@ def _read_json_manifest(store: ObjectStore, f: LogFile, version: int) -> LogActi
         raise CorruptCheckpointError(str(e), f.key) from e
 
 
+# A leaf that is non-null exactly when its action is present: row-group statistics on it tell
+# which row groups hold that action at all.
+_KEY_LEAF = {
+    "add": "add.path",
+    "remove": "remove.path",
+    "protocol": "protocol.minReaderVersion",
+    "metaData": "metaData.id",
+    "txn": "txn.appId",
+    "domainMetadata": "domainMetadata.domain",
+    "sidecar": "sidecar.path",
+    "checkpointMetadata": "checkpointMetadata.version",
+}
+_BATCH_ROWS = 64 * 1024
+
+
+def _row_groups_holding(pf: pq.ParquetFile, action: str) -> list[int]:
+    """Row groups where ``action`` may be present (all of them when statistics are missing).
+
+    A checkpoint is one row per action, so a column like ``metaData`` is null in all but one of
+    a million rows; skipping all-null row groups, and decoding the rest in batches, keeps such
+    columns from costing memory in proportion to the file.
+    """
+    md = pf.metadata
+    leaf = _KEY_LEAF[action]
+    index = next((i for i in range(md.num_columns) if md.schema.column(i).path == leaf), None)
+    groups = []
+    for rg in range(md.num_row_groups):
+        rows = md.row_group(rg).num_rows
+        if rows == 0:
+            continue
+        stats = md.row_group(rg).column(index).statistics if index is not None else None
+        if stats is not None and stats.has_null_count and stats.null_count == rows:
+            continue
+        groups.append(rg)
+    return groups
+
+
 def _read_parquet(
     store: ObjectStore,
     key: str,
@@ -184,53 +226,75 @@ def _read_parquet(
     file_actions: bool = True,
 ) -> LogActions:
     out = LogActions(source=key, version=version)
+    parts = []
     try:
-        pf = pq.ParquetFile(store.open_input(key))
+        # pre_buffer would cache whole column chunks for the life of the reader: with a
+        # million-row row group that is hundreds of MB held for nothing.
+        pf = pq.ParquetFile(store.open_input(key), pre_buffer=False)
         schema = pf.schema_arrow
         names = set(schema.names)
-        columns = []
+        if non_file:
+            for name, cls in _NON_FILE.items():
+                if name not in names:
+                    continue
+                column_type = schema.field(name).type
+                for batch in _valid_batches(pf, name, [name]):
+                    for value in batch.column(0).to_pylist():
+                        out.add_non_file_action(cls.from_json(_to_python(value, column_type)))
         for kind, wanted in (("add", _ADD_FIELDS), ("remove", _REMOVE_FIELDS)):
             if kind not in names or not file_actions:
                 continue
-            present = {
-                schema.field(kind).type.field(i).name
-                for i in range(schema.field(kind).type.num_fields)
-            }
-            extra = ["stats_parsed"] if kind == "add" and with_stats_parsed else []
-            columns += [f"{kind}.{name}" for name in wanted + extra if name in present]
-        if non_file:
-            columns += [name for name in _NON_FILE if name in names]
-        table = pf.read(columns=columns) if columns else pa.table({})
+            kind_type = schema.field(kind).type
+            present = {kind_type.field(i).name for i in range(kind_type.num_fields)}
+            fields = [name for name in wanted if name in present]
+            # Typed stats are only needed where the JSON form was not written.
+            if kind == "add" and with_stats_parsed and "stats" not in present and "stats_parsed" in present:
+                fields.append("stats_parsed")
+            for rg in _row_groups_holding(pf, kind):
+                part = _read_fields(pf, rg, kind, fields, key)
+                if part is not None:
+                    parts.append(part)
     except ObjectNotFoundError as e:
         raise CorruptCheckpointError(f"checkpoint file {key} is missing", key) from e
     except (pa.ArrowInvalid, OSError) as e:
         raise CorruptCheckpointError(f"checkpoint file {key} is unreadable: {e}", key) from e
-
-    if non_file:
-        for name, cls in _NON_FILE.items():
-            if name not in table.column_names:
-                continue
-            column = table.column(name)
-            if column.null_count == len(column):
-                continue
-            for value in column.filter(pc.is_valid(column)).to_pylist():
-                out.add_non_file_action(cls.from_json(_to_python(value, column.type)))
-    parts = []
-    for kind in ("add", "remove"):
-        if kind not in table.column_names:
-            continue
-        column = table.column(kind)
-        if column.null_count == len(column):
-            continue
-        column = column.filter(pc.is_valid(column))
-        flat = _flatten(column, kind == "add", key)
-        if kind == "add" and "stats_parsed" in {
-            column.type.field(i).name for i in range(column.type.num_fields)
-        }:
-            flat = flat.append_column("stats_parsed", pc.struct_field(column, "stats_parsed"))
-        parts.append(flat)
     out.file_actions = concat_file_actions(parts) if parts else None
     return out
+
+
+def _read_fields(pf: pq.ParquetFile, rg: int, kind: str, fields: list[str], source: str) -> pa.Table | None:
+    """One row group's add (or remove) actions, decoded one field at a time.
+
+    Decoding the fields separately bounds the transient memory by the largest field (the
+    stats strings) instead of all of them at once.
+    """
+    children = {}
+    valid = None
+    for name in fields:
+        column = pf.read_row_group(rg, columns=[f"{kind}.{name}"]).column(0)
+        if valid is None:
+            if column.null_count == len(column):
+                return None
+            valid = column.is_valid() if column.null_count else None
+        child = pc.struct_field(column, name)
+        children[name] = child.filter(valid) if valid is not None else child
+    n = len(children[fields[0]])
+    table = flat_file_actions(children, n, kind == "add", source)
+    if "stats_parsed" in children:
+        table = table.append_column("stats_parsed", children["stats_parsed"])
+    return table
+
+
+def _valid_batches(pf: pq.ParquetFile, action: str, columns: list[str]):
+    """Batches of the rows where ``action`` is present, decoded a bounded batch at a time."""
+    groups = _row_groups_holding(pf, action)
+    if not groups:
+        return
+    for batch in pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=groups, columns=columns):
+        column = batch.column(0)
+        if column.null_count == len(column):
+            continue
+        yield batch.filter(column.is_valid()) if column.null_count else batch
 
 
 def _to_python(value, typ: pa.DataType):

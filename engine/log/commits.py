@@ -17,6 +17,7 @@ import io
 import json
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -136,7 +137,69 @@ class LogActions:
 
 
 def parse_log_json(data: bytes, *, version: int, source: str) -> LogActions:
-    """Parse newline-delimited JSON actions (a commit, compaction or V2 JSON checkpoint)."""
+    """Parse newline-delimited JSON actions (a commit, compaction or V2 JSON checkpoint).
+
+    Fast path: one ``pyarrow.json`` call over the whole file. The rows that are not add/remove
+    (commitInfo, protocol, metaData, txn, ...) are located by row number and their lines decoded
+    with ``json``, so non-file actions keep every field exactly. If the file is unusual (a
+    commitInfo Arrow cannot type, whitespace-only lines), it is parsed line by line instead,
+    which is slower but exact and names a bad line.
+    """
+    try:
+        table = pj.read_json(io.BytesIO(data), parse_options=_PARSE_OPTIONS)
+    except pa.ArrowInvalid:
+        return _parse_line_by_line(data, version=version, source=source)
+    is_file = np.zeros(table.num_rows, dtype=bool)
+    for kind in ("add", "remove"):
+        if kind in table.column_names:
+            is_file |= table.column(kind).is_valid().to_numpy(zero_copy_only=False)
+    other_rows = np.flatnonzero(~is_file)
+    other_lines = _lines_at(data, other_rows, table.num_rows)
+    if other_lines is None:
+        return _parse_line_by_line(data, version=version, source=source)
+    out = LogActions(source=source, version=version)
+    for row, line in zip(other_rows.tolist(), other_lines, strict=True):
+        try:
+            action = parse_action(json.loads(line))
+        except (ValueError, TypeError) as e:
+            raise CorruptLogError(f"{source} line {row + 1}: invalid action: {e}", source) from e
+        if action is not None:
+            out.add_non_file_action(action, row + 1)
+    if len(other_rows) < table.num_rows:
+        out.file_actions = file_actions_from_structs(table, source)
+    return out
+
+
+def _lines_at(data: bytes, rows: np.ndarray, num_rows: int) -> list[bytes] | None:
+    """The text of the given (0-based, blank lines not counted) rows; None if unsure."""
+    if len(rows) == 0:
+        return []
+    if rows[-1] < 64:  # the usual case: commitInfo/protocol/metaData lead the file
+        lines, start, index = [], 0, 0
+        wanted = set(rows.tolist())
+        while start <= len(data) and len(lines) < len(wanted):
+            end = data.find(b"\n", start)
+            end = len(data) if end < 0 else end
+            line = data[start:end]
+            if line.strip():
+                if index in wanted:
+                    lines.append(line)
+                index += 1
+            elif line:
+                return None  # whitespace-only line: let the careful parser decide
+            start = end + 1
+        return lines if len(lines) == len(rows) else None
+    newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    starts = np.concatenate(([0], newlines + 1))
+    ends = np.concatenate((newlines, [len(data)]))
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) != num_rows:
+        return None
+    return [data[a:b] for a, b in zip(starts[rows].tolist(), ends[rows].tolist(), strict=True)]
+
+
+def _parse_line_by_line(data: bytes, *, version: int, source: str) -> LogActions:
     out = LogActions(source=source, version=version)
     file_lines: list[bytes] = []
     for line_no, line in enumerate(data.split(b"\n"), start=1):
@@ -190,9 +253,7 @@ def _parse_file_lines_slowly(lines: list[bytes], source: str) -> pa.Table:
                 raise ValueError("stats must be a JSON string")
             rows.append((kind, body))
         except (ValueError, TypeError, KeyError) as e:
-            raise CorruptLogError(
-                f"{source}: invalid file action ({e}): {line[:200]!r}", source
-            ) from e
+            raise CorruptLogError(f"{source}: invalid file action ({e}): {line[:200]!r}", source) from e
     pv_keys: dict[str, None] = {}
     for _, body in rows:
         for k in body.get("partitionValues") or {}:
@@ -214,9 +275,7 @@ def _parse_file_lines_slowly(lines: list[bytes], source: str) -> pa.Table:
     try:
         return pa.table({c: pa.array(v, type=types[c]) for c, v in columns.items()})
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
-        raise CorruptLogError(
-            f"{source}: file action with a field of the wrong type: {e}", source
-        ) from e
+        raise CorruptLogError(f"{source}: file action with a field of the wrong type: {e}", source) from e
 
 
 def _pv_string(value):
@@ -250,27 +309,32 @@ def file_actions_from_structs(table: pa.Table, source: str) -> pa.Table:
 
 def _flatten(column: pa.ChunkedArray, is_add: bool, source: str) -> pa.Table:
     struct_type = column.type
-    n = len(column)
-    names = {struct_type.field(i).name for i in range(struct_type.num_fields)}
+    children = {
+        struct_type.field(i).name: pc.struct_field(column, struct_type.field(i).name)
+        for i in range(struct_type.num_fields)
+    }
+    return flat_file_actions(children, len(column), is_add, source)
+
+
+def flat_file_actions(children: dict, n: int, is_add: bool, source: str) -> pa.Table:
+    """The flat file-action table from an action's fields (JSON/checkpoint names)."""
     arrays: dict[str, pa.ChunkedArray | pa.Array] = {"is_add": pa.repeat(is_add, n)}
     for col, key, typ in FILE_ACTION_FIELDS:
-        if key in names:
-            child = pc.struct_field(column, key)
-            if child.type != typ:
-                try:
-                    child = child.cast(typ)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise CorruptLogError(
-                        f"{source}: field {key} has type {child.type}: {e}", source
-                    ) from e
-            arrays[col] = child
-        else:
+        child = children.get(key)
+        if child is None:
             arrays[col] = pa.nulls(n, typ)
-    if "partitionValues" in names:
-        arrays["partition_values"] = pc.struct_field(column, "partitionValues")
-    else:
-        arrays["partition_values"] = pa.nulls(n, pa.struct([]))
-    if pc.any(pc.is_null(arrays["path"])).as_py():
+            continue
+        if child.type != typ:
+            try:
+                child = child.cast(typ)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise CorruptLogError(f"{source}: field {key} has type {child.type}: {e}", source) from e
+        arrays[col] = child
+    pv = children.get("partitionValues")
+    arrays["partition_values"] = (
+        pv if pv is not None else pa.nulls(n)
+    )  # null type: unifies with map or struct
+    if arrays["path"].null_count:
         raise CorruptLogError(f"{source}: file action without a path", source)
     return pa.table(arrays)
 

@@ -78,25 +78,15 @@ def parse_log_file_name(key: str, size: int = 0, last_modified: int = 0) -> LogF
             part, parts = int(m.group(2)), int(m.group(3))
             if not (1 <= part <= parts) or parts < 2:
                 return None
-            return LogFile(
-                key, kind, version, size, last_modified, part=part, num_parts=parts, fmt="parquet"
-            )
+            return LogFile(key, kind, version, size, last_modified, part=part, num_parts=parts, fmt="parquet")
         if kind is LogFileKind.V2_CHECKPOINT:
-            return LogFile(
-                key, kind, version, size, last_modified, uuid=m.group(2).lower(), fmt=m.group(3)
-            )
+            return LogFile(key, kind, version, size, last_modified, uuid=m.group(2).lower(), fmt=m.group(3))
         if kind is LogFileKind.COMPACTION:
             end = int(m.group(2))
             if end <= version:
                 return None
             return LogFile(key, kind, version, size, last_modified, end_version=end, fmt="json")
-        fmt = (
-            "parquet"
-            if kind is LogFileKind.CHECKPOINT
-            else "json"
-            if kind is LogFileKind.COMMIT
-            else None
-        )
+        fmt = "parquet" if kind is LogFileKind.CHECKPOINT else "json" if kind is LogFileKind.COMMIT else None
         return LogFile(key, kind, version, size, last_modified, fmt=fmt)
     return None
 

@@ -42,13 +42,21 @@ def canonical_path(path: str, table_root: str) -> str:
     return path
 
 
-def canonical_paths(paths: pa.Array | pa.ChunkedArray, table_root: str) -> pa.Array:
+def canonical_paths(paths: pa.Array | pa.ChunkedArray, table_root: str) -> pa.ChunkedArray:
     """``canonical_path`` over a column, touching in Python only the rows that need it."""
-    if isinstance(paths, pa.ChunkedArray):
-        paths = paths.combine_chunks() if paths.num_chunks != 1 else paths.chunk(0)
+    if isinstance(paths, pa.Array):
+        paths = pa.chunked_array([paths])
+    return pa.chunked_array([_canonical_chunk(chunk, table_root) for chunk in paths.chunks], type=pa.string())
+
+
+def _canonical_chunk(paths: pa.Array, table_root: str) -> pa.Array:
     if len(paths) == 0:
         return paths
-    needs = pc.match_substring_regex(paths, _NEEDS_CANONICAL)
+    # Cheap substring tests first; a ":" anywhere is a superset of "has a scheme".
+    needs = pc.or_(
+        pc.or_(pc.match_substring(paths, "%"), pc.match_substring(paths, ":")),
+        pc.starts_with(paths, "/"),
+    )
     if not pc.any(needs).as_py():
         return paths
     special = paths.filter(needs).to_pylist()
@@ -106,38 +114,70 @@ _TOMBSTONE_ONLY = ("is_add",)
 _LIVE_DROP = ("is_add", "deletion_timestamp", "extended_file_metadata")
 
 
-def reconcile(sources_newest_first: list[pa.Table], table_root: str) -> ReplayResult:
-    """Newest action per (canonical path, DV id) wins; split into live adds and tombstones."""
-    tables = [t for t in sources_newest_first if t.num_rows]
-    if not tables:
+def reconcile(
+    commits_newest_first: list[pa.Table], checkpoint: pa.Table | None, table_root: str
+) -> ReplayResult:
+    """Newest action per (canonical path, DV id) wins; split into live adds and tombstones.
+
+    A checkpoint is already reconciled (each key once), so only the commits after it need
+    deduplicating among themselves; a checkpoint row survives unless a commit mentions its key.
+    That membership test hashes the (small) commit keys, never the checkpoint's million paths.
+    The input list is emptied as it is consumed, so the caller does not keep sources alive.
+    """
+    tables = [t for t in commits_newest_first if t.num_rows]
+    commits_newest_first.clear()
+    if checkpoint is not None and checkpoint.num_rows == 0:
+        checkpoint = None
+    if not tables and checkpoint is None:
         empty = empty_file_actions()
-        return ReplayResult(
-            empty.drop_columns(list(_LIVE_DROP)), empty.drop_columns(list(_TOMBSTONE_ONLY))
-        )
-    table = (
-        tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
-    )
+        return ReplayResult(empty.drop_columns(list(_LIVE_DROP)), empty.drop_columns(list(_TOMBSTONE_ONLY)))
+    masks = []
+    commit_keys = None
+    if tables:
+        commits = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+        commit_keys = file_keys(commits, table_root)
+        masks.append(_first_occurrences(commit_keys))
+        tables = [commits]
+    if checkpoint is not None:
+        keep = np.ones(checkpoint.num_rows, dtype=bool)
+        if commit_keys is not None:
+            checkpoint_keys = file_keys(checkpoint, table_root)
+            keep = ~pc.is_in(checkpoint_keys, value_set=pc.unique(commit_keys)).to_numpy(zero_copy_only=False)
+            del checkpoint_keys
+        masks.append(keep)
+        tables.append(checkpoint)
+    del commit_keys
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+    del tables
+    first = masks[0] if len(masks) == 1 else np.concatenate(masks)
+    is_add = table.column("is_add").to_numpy()
+    if first.all() and is_add.all():
+        # Nothing was ever removed or replaced (an append-only log): no copy needed.
+        live = table.drop_columns(list(_LIVE_DROP))
+        tombstones = table.slice(0, 0).drop_columns(list(_TOMBSTONE_ONLY))
+        return ReplayResult(live, tombstones)
+    live = table.filter(pa.array(first & is_add)).drop_columns(list(_LIVE_DROP))
+    tombstones = table.filter(pa.array(first & ~is_add)).drop_columns(list(_TOMBSTONE_ONLY))
+    return ReplayResult(live, tombstones)
+
+
+def file_keys(table: pa.Table, table_root: str) -> pa.ChunkedArray:
+    """The logical-file key of each row: canonical path, plus the DV id when there is one."""
     keys = canonical_paths(table.column("path"), table_root)
     dv_ids = dv_unique_ids(table.column("deletion_vector"))
     if dv_ids.null_count != len(dv_ids):
         keys = pc.binary_join_element_wise(keys, pc.fill_null(dv_ids, ""), "\x00")
-    first = _first_occurrences(keys)
-    is_add = table.column("is_add").to_numpy()
-    live = table.filter(pa.array(first & is_add)).drop_columns(list(_LIVE_DROP))
-    tombstones = table.filter(pa.array(first & ~is_add)).drop_columns(list(_TOMBSTONE_ONLY))
-    return ReplayResult(live.combine_chunks(), tombstones.combine_chunks())
+    return keys
 
 
 def _first_occurrences(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     encoded = pc.dictionary_encode(keys)
     if isinstance(encoded, pa.ChunkedArray):
-        codes = (
-            np.concatenate([c.indices.to_numpy() for c in encoded.chunks])
-            if encoded.num_chunks
-            else np.empty(0, np.int32)
-        )
+        chunks = [c.indices.to_numpy() for c in encoded.chunks]
+        codes = np.concatenate(chunks) if chunks else np.empty(0, np.int32)
     else:
         codes = encoded.indices.to_numpy()
+    del encoded
     first = np.empty(len(codes), dtype=bool)
     if len(codes):
         running = np.maximum.accumulate(codes)

@@ -86,9 +86,7 @@ def list_log(store: ObjectStore, start_version: int = 0) -> LogListing:
         checkpoints[version].extend(Checkpoint(version, (f,)) for f in files)
     for (version, num_parts), found in parts.items():
         if len(found) == num_parts:  # an incomplete set is not a checkpoint
-            checkpoints[version].append(
-                Checkpoint(version, tuple(found[i] for i in range(1, num_parts + 1)))
-            )
+            checkpoints[version].append(Checkpoint(version, tuple(found[i] for i in range(1, num_parts + 1))))
     for version in checkpoints:
         checkpoints[version].sort(key=lambda c: _CHECKPOINT_PREFERENCE[c.kind])
     return LogListing(commits, dict(checkpoints), complete_from_zero=start_version == 0)

@@ -40,9 +40,7 @@ def to_millis(value: str | int | float | dt.datetime | dt.date) -> int:
             value = value.replace(tzinfo=dt.UTC)
         return int(value.timestamp() * 1000)
     if isinstance(value, dt.date):
-        return int(
-            dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp() * 1000
-        )
+        return int(dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp() * 1000)
     raise TypeError(f"unsupported timestamp {value!r}")
 
 
@@ -109,9 +107,7 @@ def version_at_timestamp(store: ObjectStore, when, properties: TableProperties) 
     return versions[index]
 
 
-def _search_ict(
-    store: ObjectStore, listing: LogListing, versions: list[int], target: int
-) -> int | None:
+def _search_ict(store: ObjectStore, listing: LogListing, versions: list[int], target: int) -> int | None:
     """Binary search over ICT versions (ICTs are strictly increasing by the protocol)."""
     if not versions:
         return None

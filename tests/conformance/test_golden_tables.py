@@ -29,9 +29,7 @@ pytestmark = pytest.mark.conformance
 def _entries() -> list:
     if not MANIFEST.exists():
         return [
-            pytest.param(
-                None, marks=pytest.mark.skip(reason=f"conformance corpus not found at {GOLDEN}")
-            )
+            pytest.param(None, marks=pytest.mark.skip(reason=f"conformance corpus not found at {GOLDEN}"))
         ]
     with open(MANIFEST) as f:
         return [pytest.param(row, id=row["name"]) for row in csv.DictReader(f, delimiter="\t")]

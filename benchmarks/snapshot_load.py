@@ -1,0 +1,271 @@
+"""Snapshot load time and peak memory: deltaplane vs delta-rs (``deltalake``) on the same log.
+
+A synthetic log of 1,000,000 add actions over 100 commits (no data files: only the log is read)
+is loaded twice per engine: from JSON commits only, and, after delta-rs writes a checkpoint, from
+the checkpoint plus a tail of commits. Each measurement runs in a fresh subprocess so that peak
+RSS (``ru_maxrss``) belongs to that load alone; the best of ``--repeat`` runs is reported.
+
+    python benchmarks/snapshot_load.py [--files 1000000] [--commits 100] [--repeat 3]
+
+Prints a table and writes ``benchmarks/results/snapshot_load.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "user", "type": "string", "nullable": True, "metadata": {}},
+        {"name": "amount", "type": "double", "nullable": True, "metadata": {}},
+        {"name": "region", "type": "string", "nullable": True, "metadata": {}},
+    ],
+}
+REGIONS = ["emea", "amer", "apac", "latam"]
+
+
+def _commit_info(version: int) -> str:
+    return json.dumps(
+        {
+            "commitInfo": {
+                "timestamp": 1_700_000_000_000 + version,
+                "operation": "WRITE",
+                "operationParameters": {"mode": "Append"},
+                "engineInfo": "bench",
+            }
+        }
+    )
+
+
+def synthesize(path: Path, files: int, commits: int, first_version: int = 0) -> None:
+    """Write commits ``first_version..`` holding ``files`` adds in total (no data files)."""
+    log = path / "_delta_log"
+    log.mkdir(parents=True, exist_ok=True)
+    per_commit = files // commits
+    rng = random.Random(42 + first_version)
+    for c in range(commits):
+        version = first_version + c
+        lines = [_commit_info(version)]
+        if version == 0:
+            lines.append(json.dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}))
+            lines.append(
+                json.dumps(
+                    {
+                        "metaData": {
+                            "id": str(uuid.UUID(int=7)),
+                            "format": {"provider": "parquet", "options": {}},
+                            "schemaString": json.dumps(SCHEMA),
+                            "partitionColumns": ["region"],
+                            "configuration": {},
+                            "createdTime": 1_700_000_000_000,
+                        }
+                    }
+                )
+            )
+        for i in range(per_commit):
+            n = version * per_commit + i
+            region = REGIONS[n % 4]
+            lo = rng.randrange(1_000_000_000)
+            stats = json.dumps(
+                {
+                    "numRecords": 1000,
+                    "minValues": {"id": lo, "user": f"user{lo % 9973:05d}", "amount": 0.5},
+                    "maxValues": {
+                        "id": lo + 999,
+                        "user": f"user{(lo + 77) % 9973:05d}",
+                        "amount": 999.5,
+                    },
+                    "nullCount": {"id": 0, "user": 0, "amount": 3},
+                },
+                separators=(",", ":"),
+            )
+            lines.append(
+                json.dumps(
+                    {
+                        "add": {
+                            "path": f"region={region}/part-{n:07d}-{uuid.UUID(int=n)}.c000.snappy.parquet",
+                            "partitionValues": {"region": region},
+                            "size": 1_048_576 + n % 1000,
+                            "modificationTime": 1_700_000_000_000 + n,
+                            "dataChange": True,
+                            "stats": stats,
+                        }
+                    },
+                    separators=(",", ":"),
+                )
+            )
+        (log / f"{version:020d}.json").write_text("\n".join(lines) + "\n")
+
+
+# --- measurements (each in its own process) -------------------------------------------------
+
+
+def measure(engine: str, path: str) -> dict:
+    # Imports happen before the clock starts: the load is what is measured.
+    if engine == "deltaplane":
+        from engine import DeltaTable
+    else:
+        from deltalake import DeltaTable as RsTable
+    start = time.perf_counter()
+    if engine == "deltaplane":
+        table = DeltaTable(path)
+        version, files = table.version, table.snapshot.num_files
+    else:
+        table = RsTable(path)
+        version, files = table.version(), len(table.file_uris())
+    elapsed = time.perf_counter() - start
+    return {
+        "engine": engine,
+        "seconds": elapsed,
+        "peak_bytes": peak_rss(),
+        "version": version,
+        "files": files,
+    }
+
+
+def peak_rss() -> int:
+    """This process's peak RSS. VmHWM belongs to the current address space, so unlike
+    ``ru_maxrss`` it does not inherit the parent's peak through fork+exec."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run_child(engine: str, path: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure", engine, "--path", str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=HERE.parent,
+        env={**os.environ, "PYTHONPATH": str(HERE.parent)},
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def best_of(engine: str, path: Path, repeat: int) -> dict:
+    runs = [run_child(engine, path) for _ in range(repeat)]
+    best = min(runs, key=lambda r: r["seconds"])
+    best["peak_bytes"] = max(r["peak_bytes"] for r in runs)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--files", type=int, default=1_000_000)
+    parser.add_argument("--commits", type=int, default=100)
+    parser.add_argument("--tail", type=int, default=10, help="commits after the checkpoint")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--measure", choices=["deltaplane", "deltalake"], help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.path)))
+        return
+
+    workdir = Path(tempfile.mkdtemp(prefix="deltaplane-bench-"))
+    try:
+        table = workdir / "table"
+        t0 = time.perf_counter()
+        synthesize(table, args.files, args.commits)
+        print(
+            f"synthesized {args.files:,} adds in {args.commits} commits in {time.perf_counter() - t0:.1f}s",
+            file=sys.stderr,
+        )
+        results = {"files": args.files, "commits": args.commits}
+        results["json_only"] = {e: best_of(e, table, args.repeat) for e in ("deltaplane", "deltalake")}
+
+        t0 = time.perf_counter()
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from deltalake import DeltaTable; DeltaTable(sys.argv[1]).create_checkpoint()",
+                str(table),
+            ],
+            check=True,
+        )
+        print(f"delta-rs checkpoint written in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        tail_files = args.files // args.commits * args.tail // 10
+        synthesize_tail(table, args.commits, args.tail, tail_files)
+        results["checkpoint_plus_tail"] = {
+            e: best_of(e, table, args.repeat) for e in ("deltaplane", "deltalake")
+        }
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    print(f"\n{'scenario':<24}{'engine':<12}{'seconds':>9}{'peak MB':>10}{'files':>10}")
+    for scenario in ("json_only", "checkpoint_plus_tail"):
+        for engine, r in results[scenario].items():
+            mb = r["peak_bytes"] / 2**20
+            print(f"{scenario:<24}{engine:<12}{r['seconds']:>9.2f}{mb:>10.0f}{r['files']:>10,}")
+        ours, theirs = results[scenario]["deltaplane"], results[scenario]["deltalake"]
+        results[scenario]["time_ratio"] = ours["seconds"] / theirs["seconds"]
+        results[scenario]["memory_ratio"] = ours["peak_bytes"] / theirs["peak_bytes"]
+        print(
+            f"{'':<24}{'ratio':<12}{results[scenario]['time_ratio']:>9.2f}"
+            f"{results[scenario]['memory_ratio']:>10.2f}  (deltaplane / delta-rs)"
+        )
+    out = HERE / "results" / "snapshot_load.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+
+
+def synthesize_tail(table: Path, first_version: int, commits: int, files: int) -> None:
+    """Commits after the checkpoint (appends, to be replayed on top of it)."""
+    per_commit = max(files // max(commits, 1), 1)
+    rng = random.Random(7)
+    for c in range(commits):
+        version = first_version + c
+        lines = [_commit_info(version)]
+        for i in range(per_commit):
+            n = 10_000_000 + version * per_commit + i
+            region = REGIONS[n % 4]
+            lo = rng.randrange(1_000_000_000)
+            stats = json.dumps(
+                {
+                    "numRecords": 1000,
+                    "minValues": {"id": lo},
+                    "maxValues": {"id": lo + 999},
+                    "nullCount": {"id": 0},
+                },
+                separators=(",", ":"),
+            )
+            lines.append(
+                json.dumps(
+                    {
+                        "add": {
+                            "path": f"region={region}/part-{n:08d}-{uuid.UUID(int=n)}.c000.snappy.parquet",
+                            "partitionValues": {"region": region},
+                            "size": 1_048_576,
+                            "modificationTime": 1_700_000_000_000 + n,
+                            "dataChange": True,
+                            "stats": stats,
+                        }
+                    },
+                    separators=(",", ":"),
+                )
+            )
+        (table / "_delta_log" / f"{version:020d}.json").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

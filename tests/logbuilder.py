@@ -1,0 +1,106 @@
+"""Hand-built Delta logs for tests: exact control over every action and file name.
+
+Only what a test needs to state explicitly; the engine under test is never used to build them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engine.storage.base import ObjectStore
+
+SIMPLE_SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "part", "type": "string", "nullable": True, "metadata": {}},
+    ],
+}
+
+
+def protocol(reader: int = 1, writer: int = 2, reader_features=None, writer_features=None) -> dict:
+    body: dict[str, Any] = {"minReaderVersion": reader, "minWriterVersion": writer}
+    if reader_features is not None:
+        body["readerFeatures"] = reader_features
+    if writer_features is not None:
+        body["writerFeatures"] = writer_features
+    return {"protocol": body}
+
+
+def metadata(schema: dict | None = None, partition_columns=(), configuration=None, **extra) -> dict:
+    return {
+        "metaData": {
+            "id": "test-table",
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": json.dumps(schema or SIMPLE_SCHEMA),
+            "partitionColumns": list(partition_columns),
+            "configuration": configuration or {},
+            "createdTime": 1_700_000_000_000,
+            **extra,
+        }
+    }
+
+
+def add(
+    path: str, partition_values=None, size: int = 100, stats: dict | None = None, dv=None, **extra
+) -> dict:
+    body: dict[str, Any] = {
+        "path": path,
+        "partitionValues": partition_values or {},
+        "size": size,
+        "modificationTime": 1_700_000_000_000,
+        "dataChange": True,
+    }
+    if stats is not None:
+        body["stats"] = json.dumps(stats)
+    if dv is not None:
+        body["deletionVector"] = dv
+    body.update(extra)
+    return {"add": body}
+
+
+def remove(path: str, dv=None, deletion_timestamp: int = 1_700_000_000_001, **extra) -> dict:
+    body: dict[str, Any] = {"path": path, "deletionTimestamp": deletion_timestamp, "dataChange": True}
+    if dv is not None:
+        body["deletionVector"] = dv
+    body.update(extra)
+    return {"remove": body}
+
+
+def commit_info(**values) -> dict:
+    return {"commitInfo": {"timestamp": 1_700_000_000_000, "operation": "WRITE", **values}}
+
+
+def write_commit(store: ObjectStore, version: int, actions: list[dict], *, raw: str | None = None) -> str:
+    key = f"_delta_log/{version:020d}.json"
+    body = raw if raw is not None else "\n".join(json.dumps(a) for a in actions) + "\n"
+    store.put(key, body.encode(), mode="create")
+    return key
+
+
+def write_parquet(store: ObjectStore, key: str, table: pa.Table) -> int:
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    store.put(key, buf.getvalue(), mode="create")
+    return len(buf.getvalue())
+
+
+def simple_table(store: ObjectStore, versions: int = 1, rows_per_file: int = 3) -> None:
+    """Versions 0..n-1, each adding one data file with ids [v*rows, (v+1)*rows)."""
+    for v in range(versions):
+        ids = list(range(v * rows_per_file, (v + 1) * rows_per_file))
+        key = f"part-{v:05d}.parquet"
+        size = write_parquet(store, key, pa.table({"id": pa.array(ids, pa.int64())}))
+        stats = {
+            "numRecords": len(ids),
+            "minValues": {"id": ids[0]},
+            "maxValues": {"id": ids[-1]},
+            "nullCount": {"id": 0},
+        }
+        head = [protocol(), metadata()] if v == 0 else []
+        write_commit(store, v, [commit_info(), *head, add(key, size=size, stats=stats)])

@@ -1,0 +1,66 @@
+"""A plain-Python reference for SQL predicate semantics (three-valued logic), used as the oracle
+for property tests of parsing, binding, row filtering and file skipping."""
+
+from __future__ import annotations
+
+import re
+
+from engine.expressions.tree import And, Cast, Column, Comparison, Expr, In, IsNull, Like, Literal, Not, Or
+
+
+def evaluate(expr: Expr, row: dict):
+    """True, False or None (SQL NULL) for one row given as {column: python value}."""
+    if isinstance(expr, Column):
+        value = row
+        for part in expr.path:
+            value = None if value is None else value.get(part)
+        return value
+    if isinstance(expr, Literal):
+        return expr.value
+    if isinstance(expr, Comparison):
+        a, b = evaluate(expr.left, row), evaluate(expr.right, row)
+        if expr.op == "<=>":
+            return a == b if a is not None and b is not None else (a is None and b is None)
+        if a is None or b is None:
+            return None
+        return {"=": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[expr.op]
+    if isinstance(expr, And):
+        values = [evaluate(i, row) for i in expr.items]
+        if any(v is False for v in values):
+            return False
+        return None if any(v is None for v in values) else True
+    if isinstance(expr, Or):
+        values = [evaluate(i, row) for i in expr.items]
+        if any(v is True for v in values):
+            return True
+        return None if any(v is None for v in values) else False
+    if isinstance(expr, Not):
+        v = evaluate(expr.child, row)
+        return None if v is None else not v
+    if isinstance(expr, IsNull):
+        v = evaluate(expr.child, row)
+        return (v is not None) if expr.negated else (v is None)
+    if isinstance(expr, In):
+        v = evaluate(expr.child, row)
+        values = [x.value for x in expr.values]
+        if v is None:
+            result = None
+        elif v in [x for x in values if x is not None]:
+            result = True
+        elif None in values:
+            result = None
+        else:
+            result = False
+        if expr.negated:
+            return None if result is None else not result
+        return result
+    if isinstance(expr, Like):
+        v = evaluate(expr.child, row)
+        if v is None:
+            return None
+        regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in expr.pattern)
+        hit = re.fullmatch(regex, v, flags=re.S) is not None
+        return not hit if expr.negated else hit
+    if isinstance(expr, Cast):
+        return evaluate(expr.child, row)
+    raise TypeError(type(expr))
