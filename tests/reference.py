@@ -58,9 +58,22 @@ def evaluate(expr: Expr, row: dict):
         v = evaluate(expr.child, row)
         if v is None:
             return None
-        regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in expr.pattern)
-        hit = re.fullmatch(regex, v, flags=re.S) is not None
+        hit = re.fullmatch(_like_regex(expr.pattern), v, flags=re.S) is not None
         return not hit if expr.negated else hit
     if isinstance(expr, Cast):
         return evaluate(expr.child, row)
     raise TypeError(type(expr))
+
+
+def _like_regex(pattern: str) -> str:
+    """SQL LIKE: % any run, _ one character, backslash escapes the next character."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        out.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
+        i += 1
+    return "".join(out)

@@ -159,7 +159,7 @@ def test_missing_table_and_empty_log(tmp_path):
 def test_gap_in_versions_names_the_missing_commit(store):
     write_commit(store, 0, [protocol(), metadata(), add("a")])
     write_commit(store, 2, [add("b")])
-    with pytest.raises(MissingLogVersionError, match="00000000000000000001.json") as info:
+    with pytest.raises(MissingLogVersionError, match=r"00000000000000000001\.json") as info:
         load_snapshot(store)
     assert info.value.path == "_delta_log/00000000000000000001.json"
     assert paths(load_snapshot(store, 0)) == ["a"]  # versions before the gap still load
@@ -170,7 +170,7 @@ def test_corrupt_commit_line_names_the_file(store):
     store.put(
         "_delta_log/00000000000000000001.json", b'{"add":{"path":"b","size":1}}\n{"remove": {"path": \n'
     )
-    with pytest.raises(CorruptLogError, match="00000000000000000001.json") as info:
+    with pytest.raises(CorruptLogError, match=r"00000000000000000001\.json") as info:
         load_snapshot(store)
     assert info.value.path == "_delta_log/00000000000000000001.json"
 
@@ -188,7 +188,7 @@ def test_corrupt_commit_line_names_the_file(store):
 def test_malformed_actions_are_corrupt_log_errors(store, body):
     write_commit(store, 0, [protocol(), metadata(), add("a")])
     store.put("_delta_log/00000000000000000001.json", body)
-    with pytest.raises(CorruptLogError, match="00000000000000000001.json"):
+    with pytest.raises(CorruptLogError, match=r"00000000000000000001\.json"):
         load_snapshot(store)
 
 
@@ -304,7 +304,7 @@ def test_checkpoint_lets_old_commits_go(store):
     store.delete("_delta_log/00000000000000000000.json")
     assert paths(load_snapshot(store)) == ["c", "d"]
     assert paths(load_snapshot(store, 1)) == ["b", "c"]
-    with pytest.raises(VersionNotFoundError, match="earliest available version is 1"):
+    with pytest.raises(VersionNotFoundError, match=r"earliest available version is 1"):
         load_snapshot(store, 0)
 
 
