@@ -160,8 +160,8 @@ def run_demo(path: str, *, as_json: bool = False) -> int:
         return 0
     t = summary["table"]
     print(f"demo table at {os.path.abspath(path)}")
-    print(f"  version {t['version']}: {t['num_files']} files, {t['num_rows']} rows, ")
-    print(f"  partitioned by {t['partition_columns']}")
+    parts = ", ".join(t["partition_columns"])
+    print(f"  version {t['version']}: {t['num_files']} files, {t['num_rows']} rows, partitioned by {parts}")
     print(
         "  history: " + ", ".join(f"v{e['version']} {e['operation']}" for e in reversed(summary["history"]))
     )
