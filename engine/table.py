@@ -80,7 +80,7 @@ class DeltaTable:
     def partition_columns(self) -> list[str]:
         return self._snapshot.partition_columns
 
-    def update(self) -> DeltaTable:
+    def refresh(self) -> DeltaTable:
         """Move to the latest version."""
         self._snapshot = load_snapshot(self._store)
         return self
