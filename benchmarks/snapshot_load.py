@@ -51,63 +51,53 @@ def _commit_info(version: int) -> str:
     )
 
 
-def synthesize(path: Path, files: int, commits: int, first_version: int = 0) -> None:
+def _header() -> list[str]:
+    metadata = {
+        "id": str(uuid.UUID(int=7)),
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": json.dumps(SCHEMA),
+        "partitionColumns": ["region"],
+        "configuration": {},
+        "createdTime": 1_700_000_000_000,
+    }
+    return [
+        json.dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
+        json.dumps({"metaData": metadata}),
+    ]
+
+
+def _add_line(n: int, rng: random.Random) -> str:
+    """One add action shaped like a real writer's: a partition value and stats for 3 columns."""
+    region = REGIONS[n % 4]
+    lo = rng.randrange(1_000_000_000)
+    stats = {
+        "numRecords": 1000,
+        "minValues": {"id": lo, "user": f"user{lo % 9973:05d}", "amount": 0.5},
+        "maxValues": {"id": lo + 999, "user": f"user{(lo + 77) % 9973:05d}", "amount": 999.5},
+        "nullCount": {"id": 0, "user": 0, "amount": 3},
+    }
+    add = {
+        "path": f"region={region}/part-{n:08d}-{uuid.UUID(int=n)}.c000.snappy.parquet",
+        "partitionValues": {"region": region},
+        "size": 1_048_576 + n % 1000,
+        "modificationTime": 1_700_000_000_000 + n,
+        "dataChange": True,
+        "stats": json.dumps(stats, separators=(",", ":")),
+    }
+    return json.dumps({"add": add}, separators=(",", ":"))
+
+
+def synthesize(path: Path, files: int, commits: int, first_version: int = 0, first_file: int = 0) -> None:
     """Write commits ``first_version..`` holding ``files`` adds in total (no data files)."""
     log = path / "_delta_log"
     log.mkdir(parents=True, exist_ok=True)
-    per_commit = files // commits
+    per_commit = max(files // commits, 1)
     rng = random.Random(42 + first_version)
     for c in range(commits):
         version = first_version + c
-        lines = [_commit_info(version)]
-        if version == 0:
-            lines.append(json.dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}))
-            lines.append(
-                json.dumps(
-                    {
-                        "metaData": {
-                            "id": str(uuid.UUID(int=7)),
-                            "format": {"provider": "parquet", "options": {}},
-                            "schemaString": json.dumps(SCHEMA),
-                            "partitionColumns": ["region"],
-                            "configuration": {},
-                            "createdTime": 1_700_000_000_000,
-                        }
-                    }
-                )
-            )
-        for i in range(per_commit):
-            n = version * per_commit + i
-            region = REGIONS[n % 4]
-            lo = rng.randrange(1_000_000_000)
-            stats = json.dumps(
-                {
-                    "numRecords": 1000,
-                    "minValues": {"id": lo, "user": f"user{lo % 9973:05d}", "amount": 0.5},
-                    "maxValues": {
-                        "id": lo + 999,
-                        "user": f"user{(lo + 77) % 9973:05d}",
-                        "amount": 999.5,
-                    },
-                    "nullCount": {"id": 0, "user": 0, "amount": 3},
-                },
-                separators=(",", ":"),
-            )
-            lines.append(
-                json.dumps(
-                    {
-                        "add": {
-                            "path": f"region={region}/part-{n:07d}-{uuid.UUID(int=n)}.c000.snappy.parquet",
-                            "partitionValues": {"region": region},
-                            "size": 1_048_576 + n % 1000,
-                            "modificationTime": 1_700_000_000_000 + n,
-                            "dataChange": True,
-                            "stats": stats,
-                        }
-                    },
-                    separators=(",", ":"),
-                )
-            )
+        lines = [_commit_info(version), *(_header() if version == 0 else [])]
+        start = first_file + c * per_commit
+        lines += [_add_line(n, rng) for n in range(start, start + per_commit)]
         (log / f"{version:020d}.json").write_text("\n".join(lines) + "\n")
 
 
@@ -166,7 +156,7 @@ def best_of(engine: str, path: Path, repeat: int) -> dict:
     return best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -174,9 +164,12 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=100)
     parser.add_argument("--tail", type=int, default=10, help="commits after the checkpoint")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--out", default=str(HERE / "results" / "snapshot_load.json"), help="where to write JSON"
+    )
     parser.add_argument("--measure", choices=["deltaplane", "deltalake"], help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.measure:
         print(json.dumps(measure(args.measure, args.path)))
         return
@@ -204,8 +197,9 @@ def main() -> None:
             check=True,
         )
         print(f"delta-rs checkpoint written in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        # The tail: appends after the checkpoint, a tenth of a commit's worth of files each.
         tail_files = args.files // args.commits * args.tail // 10
-        synthesize_tail(table, args.commits, args.tail, tail_files)
+        synthesize(table, tail_files, args.tail, first_version=args.commits, first_file=args.files)
         results["checkpoint_plus_tail"] = {
             e: best_of(e, table, args.repeat) for e in ("deltaplane", "deltalake")
         }
@@ -224,47 +218,9 @@ def main() -> None:
             f"{'':<24}{'ratio':<12}{results[scenario]['time_ratio']:>9.2f}"
             f"{results[scenario]['memory_ratio']:>10.2f}  (deltaplane / delta-rs)"
         )
-    out = HERE / "results" / "snapshot_load.json"
-    out.parent.mkdir(exist_ok=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
-
-
-def synthesize_tail(table: Path, first_version: int, commits: int, files: int) -> None:
-    """Commits after the checkpoint (appends, to be replayed on top of it)."""
-    per_commit = max(files // max(commits, 1), 1)
-    rng = random.Random(7)
-    for c in range(commits):
-        version = first_version + c
-        lines = [_commit_info(version)]
-        for i in range(per_commit):
-            n = 10_000_000 + version * per_commit + i
-            region = REGIONS[n % 4]
-            lo = rng.randrange(1_000_000_000)
-            stats = json.dumps(
-                {
-                    "numRecords": 1000,
-                    "minValues": {"id": lo},
-                    "maxValues": {"id": lo + 999},
-                    "nullCount": {"id": 0},
-                },
-                separators=(",", ":"),
-            )
-            lines.append(
-                json.dumps(
-                    {
-                        "add": {
-                            "path": f"region={region}/part-{n:08d}-{uuid.UUID(int=n)}.c000.snappy.parquet",
-                            "partitionValues": {"region": region},
-                            "size": 1_048_576,
-                            "modificationTime": 1_700_000_000_000 + n,
-                            "dataChange": True,
-                            "stats": stats,
-                        }
-                    },
-                    separators=(",", ":"),
-                )
-            )
-        (table / "_delta_log" / f"{version:020d}.json").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

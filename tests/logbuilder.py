@@ -104,3 +104,59 @@ def simple_table(store: ObjectStore, versions: int = 1, rows_per_file: int = 3) 
         }
         head = [protocol(), metadata()] if v == 0 else []
         write_commit(store, v, [commit_info(), *head, add(key, size=size, stats=stats)])
+
+
+_MAP = pa.map_(pa.string(), pa.string())
+CHECKPOINT_TYPES = {
+    "protocol": pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())]),
+    "metaData": pa.struct(
+        [
+            ("id", pa.string()),
+            ("schemaString", pa.string()),
+            ("partitionColumns", pa.list_(pa.string())),
+            ("configuration", _MAP),
+            ("format", pa.struct([("provider", pa.string()), ("options", _MAP)])),
+        ]
+    ),
+    "add": pa.struct(
+        [
+            ("path", pa.string()),
+            ("partitionValues", _MAP),
+            ("size", pa.int64()),
+            ("modificationTime", pa.int64()),
+            ("dataChange", pa.bool_()),
+            ("stats", pa.string()),
+        ]
+    ),
+    "remove": pa.struct(
+        [("path", pa.string()), ("deletionTimestamp", pa.int64()), ("dataChange", pa.bool_())]
+    ),
+}
+
+
+def _as_checkpoint_value(value, typ: pa.DataType):
+    """JSON-shaped action values in the shape pyarrow wants (maps as key/value pairs)."""
+    if value is None:
+        return None
+    if pa.types.is_map(typ):
+        return list(value.items())
+    if pa.types.is_struct(typ):
+        return {
+            typ.field(i).name: _as_checkpoint_value(value.get(typ.field(i).name), typ.field(i).type)
+            for i in range(typ.num_fields)
+        }
+    return value
+
+
+def write_checkpoint(store: ObjectStore, version: int, actions: list[dict], types: dict | None = None) -> str:
+    """A classic single-file checkpoint holding ``actions``, one row each (as Delta Spark lays it out)."""
+    types = {**CHECKPOINT_TYPES, **(types or {})}
+    columns = {
+        name: pa.array([_as_checkpoint_value(a.get(name), typ) for a in actions], typ)
+        for name, typ in types.items()
+    }
+    buf = io.BytesIO()
+    pq.write_table(pa.table(columns), buf)
+    key = f"_delta_log/{version:020d}.checkpoint.parquet"
+    store.put(key, buf.getvalue())
+    return key

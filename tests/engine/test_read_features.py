@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import uuid
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from engine import DeltaTable
@@ -18,7 +16,15 @@ from engine.scan import ScanBuilder
 from engine.snapshot import load_snapshot
 from engine.storage import LocalStore, MemoryStore
 from tests.conftest import CONFORMANCE
-from tests.logbuilder import add, metadata, protocol, write_commit, write_parquet
+from tests.logbuilder import (
+    CHECKPOINT_TYPES,
+    add,
+    metadata,
+    protocol,
+    write_checkpoint,
+    write_commit,
+    write_parquet,
+)
 
 DV_FEATURES = ["deletionVectors"]
 
@@ -89,86 +95,19 @@ def test_stats_parsed_is_used_when_stats_json_is_absent():
     store = MemoryStore()
     write_parquet(store, "low.parquet", pa.table({"id": pa.array([1, 2], pa.int64())}))
     write_parquet(store, "high.parquet", pa.table({"id": pa.array([100, 200], pa.int64())}))
+    ids = pa.struct([("id", pa.int64())])
     stats_type = pa.struct(
-        [
-            ("numRecords", pa.int64()),
-            ("minValues", pa.struct([("id", pa.int64())])),
-            ("maxValues", pa.struct([("id", pa.int64())])),
-            ("nullCount", pa.struct([("id", pa.int64())])),
-        ]
+        [("numRecords", pa.int64()), ("minValues", ids), ("maxValues", ids), ("nullCount", ids)]
     )
-    add_type = pa.struct(
-        [
-            ("path", pa.string()),
-            ("partitionValues", pa.map_(pa.string(), pa.string())),
-            ("size", pa.int64()),
-            ("modificationTime", pa.int64()),
-            ("dataChange", pa.bool_()),
-            ("stats_parsed", stats_type),
-        ]
-    )
-    md = metadata()["metaData"]
-    rows = {
-        "protocol": [{"minReaderVersion": 1, "minWriterVersion": 2}, None, None],
-        "metaData": [
-            None,
-            {
-                "id": md["id"],
-                "schemaString": md["schemaString"],
-                "partitionColumns": [],
-                "configuration": [],
-                "format": {"provider": "parquet", "options": []},
-            },
-            None,
-        ],
-        "add": [None, None, None],
-    }
-    files = [("low.parquet", 1, 2), ("high.parquet", 100, 200)]
-    for path, lo, hi in files:
-        rows["protocol"].append(None)
-        rows["metaData"].append(None)
-        rows["add"].append(
-            {
-                "path": path,
-                "partitionValues": [],
-                "size": 1,
-                "modificationTime": 1,
-                "dataChange": True,
-                "stats_parsed": {
-                    "numRecords": 2,
-                    "minValues": {"id": lo},
-                    "maxValues": {"id": hi},
-                    "nullCount": {"id": 0},
-                },
-            }
-        )
-    rows = {k: v[:2] + v[3:] for k, v in rows.items()}
-    schema = pa.schema(
-        [
-            ("protocol", pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])),
-            (
-                "metaData",
-                pa.struct(
-                    [
-                        ("id", pa.string()),
-                        ("schemaString", pa.string()),
-                        ("partitionColumns", pa.list_(pa.string())),
-                        ("configuration", pa.map_(pa.string(), pa.string())),
-                        (
-                            "format",
-                            pa.struct(
-                                [("provider", pa.string()), ("options", pa.map_(pa.string(), pa.string()))]
-                            ),
-                        ),
-                    ]
-                ),
-            ),
-            ("add", add_type),
-        ]
-    )
-    buf = io.BytesIO()
-    pq.write_table(pa.table({n: pa.array(rows[n], schema.field(n).type) for n in schema.names}), buf)
-    store.put("_delta_log/00000000000000000000.checkpoint.parquet", buf.getvalue())
+    add_type = pa.struct([*CHECKPOINT_TYPES["add"], ("stats_parsed", stats_type)])
+    add_type = pa.struct([f for f in add_type if f.name != "stats"])
+
+    def typed(path: str, lo: int, hi: int) -> dict:
+        stats = {"numRecords": 2, "minValues": {"id": lo}, "maxValues": {"id": hi}, "nullCount": {"id": 0}}
+        return {"add": dict(add(path)["add"], stats_parsed=stats)}
+
+    actions = [protocol(), metadata(), typed("low.parquet", 1, 2), typed("high.parquet", 100, 200)]
+    write_checkpoint(store, 0, actions, types={"add": add_type})
     store.put("_delta_log/00000000000000000000.json", b"")
     scan = ScanBuilder(load_snapshot(store)).where("id > 50").build()
     assert scan.files.column("path").to_pylist() == ["high.parquet"]

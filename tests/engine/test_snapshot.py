@@ -29,6 +29,7 @@ from tests.logbuilder import (
     protocol,
     remove,
     simple_table,
+    write_checkpoint,
     write_commit,
 )
 
@@ -215,77 +216,11 @@ def test_time_travel_by_version_bounds(store):
 # --- checkpoints and the _last_checkpoint hint ----------------------------------------------------
 
 
-def _checkpoint(store, version: int, rows: list[dict]) -> str:
-    """A classic checkpoint with the given action rows (JSON-shaped dicts)."""
-    schema = pa.schema(
-        [
-            ("protocol", pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])),
-            (
-                "metaData",
-                pa.struct(
-                    [
-                        ("id", pa.string()),
-                        ("schemaString", pa.string()),
-                        ("partitionColumns", pa.list_(pa.string())),
-                        ("configuration", pa.map_(pa.string(), pa.string())),
-                        (
-                            "format",
-                            pa.struct(
-                                [("provider", pa.string()), ("options", pa.map_(pa.string(), pa.string()))]
-                            ),
-                        ),
-                    ]
-                ),
-            ),
-            (
-                "add",
-                pa.struct(
-                    [
-                        ("path", pa.string()),
-                        ("partitionValues", pa.map_(pa.string(), pa.string())),
-                        ("size", pa.int64()),
-                        ("modificationTime", pa.int64()),
-                        ("dataChange", pa.bool_()),
-                        ("stats", pa.string()),
-                    ]
-                ),
-            ),
-            (
-                "remove",
-                pa.struct(
-                    [("path", pa.string()), ("deletionTimestamp", pa.int64()), ("dataChange", pa.bool_())]
-                ),
-            ),
-        ]
-    )
-    columns = {name: [] for name in schema.names}
-    for row in rows:
-        for name in schema.names:
-            value = row.get(name)
-            if value is not None and name in ("metaData",):
-                value = dict(
-                    value,
-                    configuration=list(value.get("configuration", {}).items()),
-                    format={"provider": "parquet", "options": []},
-                )
-            if value is not None and name == "add":
-                value = dict(value, partitionValues=list(value.get("partitionValues", {}).items()))
-            columns[name].append(value)
-    table = pa.table({n: pa.array(columns[n], schema.field(n).type) for n in schema.names})
-    key = f"_delta_log/{version:020d}.checkpoint.parquet"
-    import io
-
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    store.put(key, buf.getvalue())
-    return key
-
-
 def _checkpointed_table(store):
     write_commit(store, 0, [protocol(), metadata(), add("a"), add("b")])
     write_commit(store, 1, [remove("a"), add("c")])
     md = metadata()["metaData"]
-    _checkpoint(store, 1, [protocol(), {"metaData": md}, add("b"), add("c"), remove("a")])
+    write_checkpoint(store, 1, [protocol(), {"metaData": md}, add("b"), add("c"), remove("a")])
     write_commit(store, 2, [add("d"), remove("b")])
     store.put("_delta_log/_last_checkpoint", render_last_checkpoint({"version": 1, "size": 5}))
 
@@ -349,7 +284,7 @@ def test_truncated_checkpoint_without_fallback_names_the_file(store):
 
 def test_checkpoint_without_metadata_is_an_error_not_a_fallback(store):
     _checkpointed_table(store)
-    _checkpoint(store, 1, [protocol(), add("b"), add("c")])
+    write_checkpoint(store, 1, [protocol(), add("b"), add("c")])
     with pytest.raises(CorruptLogError, match="no metaData"):
         load_snapshot(store)
 

@@ -1,0 +1,20 @@
+"""The benchmarks run end to end at a tiny scale (their numbers are not asserted here)."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.snapshot_load import main as snapshot_load
+
+
+def test_snapshot_load_benchmark_runs(tmp_path, capsys):
+    out = tmp_path / "result.json"
+    snapshot_load(["--files", "2000", "--commits", "4", "--tail", "2", "--repeat", "1", "--out", str(out)])
+    result = json.loads(out.read_text())
+    for scenario in ("json_only", "checkpoint_plus_tail"):
+        ours, theirs = result[scenario]["deltaplane"], result[scenario]["deltalake"]
+        assert ours["files"] == theirs["files"] and ours["version"] == theirs["version"]
+        assert result[scenario]["time_ratio"] > 0
+    # tail: 2 commits of a tenth of a commit (500 files) each = 100 more files
+    assert result["checkpoint_plus_tail"]["deltaplane"]["files"] == 2000 + 100
+    assert "ratio" in capsys.readouterr().out
