@@ -17,6 +17,7 @@ bounded memory.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -88,12 +89,9 @@ class ScanBuilder:
 
 @dataclass
 class _FilePlan:
-    path: str  # as in the log
     location: str  # canonical: relative key, or absolute path/URI
-    size: int
     deletion_vector: dict | None
     partition_values: dict[str, pa.Scalar]
-    num_records: int | None
 
 
 class Scan:
@@ -104,10 +102,10 @@ class Scan:
         self.schema = snapshot.schema
         self.mode = snapshot.column_mapping_mode
         self.metrics = ScanMetrics(files_in_snapshot=snapshot.num_files)
+        self._metrics_lock = threading.Lock()
         self.output_fields = self._resolve_projection(columns_)
         self.predicate = bind(predicate, self.schema) if predicate is not None else None
         self._partition_fields = {f.name: f for f in snapshot.partition_fields}
-        self._partition_cache: dict[str, pa.Array] = {}
 
         files = snapshot.files
         if self.predicate is not None and files.num_rows:
@@ -122,6 +120,7 @@ class Scan:
         self._read_fields = [
             f for f in self.schema.fields if f.name in needed and f.name not in self._partition_fields
         ]
+        self._partitions_needed = [name for name in self._partition_fields if name in needed]
         self._filter_expr = to_arrow_expression(self.predicate) if self.predicate is not None else None
         self.arrow_schema = pa.schema([to_arrow_field(f) for f in self.output_fields])
 
@@ -179,30 +178,18 @@ class Scan:
 
     def _plans(self) -> list[_FilePlan]:
         files = self.files
-        typed = {name: self._typed_partition_column(name, files) for name in self._partition_fields}
+        typed = {name: self._typed_partition_column(name, files) for name in self._partitions_needed}
         root = self.snapshot.store.root
-        num_records = self._num_records(files)
-        plans = []
         paths = files.column("path").to_pylist()
-        sizes = files.column("size").to_pylist()
         dvs = files.column("deletion_vector").to_pylist()
-        for i, path in enumerate(paths):
-            plans.append(
-                _FilePlan(
-                    path=path,
-                    location=canonical_path(path, root),
-                    size=sizes[i],
-                    deletion_vector=dvs[i],
-                    partition_values={name: arr[i] for name, arr in typed.items()},
-                    num_records=num_records[i] if num_records is not None else None,
-                )
+        return [
+            _FilePlan(
+                location=canonical_path(path, root),
+                deletion_vector=dvs[i],
+                partition_values={name: arr[i] for name, arr in typed.items()},
             )
-        return plans
-
-    def _num_records(self, files: pa.Table) -> list | None:
-        if files.num_rows == 0:
-            return None
-        return parse_file_stats(files, {}).num_records.to_pylist()
+            for i, path in enumerate(paths)
+        ]
 
     def file_uris(self) -> list[str]:
         """Absolute locations of the files this scan reads."""
@@ -225,7 +212,8 @@ class Scan:
             with ThreadPoolExecutor(min(_READ_WORKERS, len(plans))) as pool:
                 tables = list(pool.map(self._read_whole, plans))
         tables = [t for t in tables if t.num_rows] or [self.arrow_schema.empty_table()]
-        return pa.concat_tables(tables).combine_chunks() if len(tables) > 1 else tables[0]
+        # One chunk per file: no second copy of the result just to make it contiguous.
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
     def to_batches(self, batch_size: int = _BATCH_ROWS) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.arrow_schema, self._iter_batches(batch_size))
@@ -236,10 +224,10 @@ class Scan:
             deleted = self._deleted_rows(plan)
             offset = 0
             names = self._file_columns(pf)
-            self.metrics.files_read += 1
+            self._count(files=1)
             for batch in self._file_batches(pf, names, batch_size, plan):
                 n = batch.num_rows
-                self.metrics.rows_read += n
+                self._count(rows=n)
                 mask = None
                 if deleted is not None:
                     local = deleted[(deleted >= offset) & (deleted < offset + n)] - offset
@@ -274,11 +262,16 @@ class Scan:
                 table = pa.table({"__rows": pa.nulls(pf.metadata.num_rows)})
         except (pa.ArrowInvalid, OSError) as e:
             raise DataFileError(f"cannot read data file {plan.location}: {e}", plan.location) from e
-        self.metrics.files_read += 1
-        self.metrics.rows_read += table.num_rows
+        self._count(files=1, rows=table.num_rows)
         deleted = self._deleted_rows(plan)
         mask = keep_mask(table.num_rows, deleted) if deleted is not None else None
         return self._finish(table, plan, mask)
+
+    def _count(self, *, files: int = 0, rows: int = 0, deleted: int = 0) -> None:
+        with self._metrics_lock:  # files are read from several threads
+            self.metrics.files_read += files
+            self.metrics.rows_read += rows
+            self.metrics.rows_deleted_by_dv += deleted
 
     def _open(self, plan: _FilePlan) -> pq.ParquetFile:
         location = plan.location
@@ -311,7 +304,7 @@ class Scan:
             offset=dv.get("offset"),
         )
         rows = read_deletion_vector(self.snapshot.store, descriptor, data_file=plan.location)
-        self.metrics.rows_deleted_by_dv += len(rows)
+        self._count(deleted=len(rows))
         return rows
 
     def _file_columns(self, pf: pq.ParquetFile) -> list[str]:
@@ -344,11 +337,8 @@ class Scan:
                         f"which cannot be read as {f.type.to_json()}: {e}",
                         plan.location,
                     ) from e
-        for name in self._partition_fields:
-            if name in {o.name for o in self.output_fields} or (
-                self.predicate is not None and name in {c.path[0] for c in columns(self.predicate)}
-            ):
-                columns_out[name] = pa.repeat(plan.partition_values[name], n)
+        for name in self._partitions_needed:
+            columns_out[name] = pa.repeat(plan.partition_values[name], n)
         full = pa.table(columns_out) if columns_out else pa.table({"__rows": pa.nulls(n)})
         if self._filter_expr is not None:
             try:
