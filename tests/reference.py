@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from hypothesis import strategies as st
+
 from engine.expressions.tree import And, Cast, Column, Comparison, Expr, In, IsNull, Like, Literal, Not, Or
 
 
@@ -77,3 +79,16 @@ def _like_regex(pattern: str) -> str:
         out.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
         i += 1
     return "".join(out)
+
+
+def sql_predicates(atom, max_leaves: int):
+    """SQL predicate strings: ``atom`` leaves combined with AND, OR and NOT."""
+    return st.recursive(
+        atom,
+        lambda inner: st.one_of(
+            st.builds(lambda a, b: f"({a}) AND ({b})", inner, inner),
+            st.builds(lambda a, b: f"({a}) OR ({b})", inner, inner),
+            st.builds(lambda a: f"NOT ({a})", inner),
+        ),
+        max_leaves=max_leaves,
+    )

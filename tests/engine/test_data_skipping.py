@@ -23,7 +23,7 @@ from engine.schema import from_arrow_schema
 from engine.snapshot import load_snapshot
 from engine.storage import LocalStore, MemoryStore
 from tests.logbuilder import add, metadata, protocol, write_commit, write_parquet
-from tests.reference import evaluate
+from tests.reference import evaluate, sql_predicates
 
 
 class CountingStore(LocalStore):
@@ -141,15 +141,7 @@ ATOM = st.one_of(
     st.builds(lambda op, v: f"p {op} '{v}'", st.sampled_from(["=", "!="]), st.sampled_from(["x", "y"])),
     st.sampled_from(["s LIKE 'a%'", "s LIKE '%b'"]),
 )
-PREDICATE = st.recursive(
-    ATOM,
-    lambda inner: st.one_of(
-        st.builds(lambda a, b: f"({a}) AND ({b})", inner, inner),
-        st.builds(lambda a, b: f"({a}) OR ({b})", inner, inner),
-        st.builds(lambda a: f"NOT ({a})", inner),
-    ),
-    max_leaves=5,
-)
+PREDICATE = sql_predicates(ATOM, max_leaves=5)
 
 
 def _stats(rows: list[dict]) -> dict:

@@ -31,7 +31,7 @@ from engine.expressions.tree import (
     negation_normal_form,
 )
 from engine.schema import DecimalType, PrimitiveType, from_arrow_schema, parse_schema
-from tests.reference import evaluate
+from tests.reference import evaluate, sql_predicates
 
 SCHEMA = pa.schema(
     [
@@ -159,15 +159,7 @@ ATOM = st.one_of(
     ),
     st.sampled_from(["flag", "NOT flag", "i <=> NULL", "i = NULL", "TRUE", "FALSE"]),
 )
-PREDICATE = st.recursive(
-    ATOM,
-    lambda inner: st.one_of(
-        st.builds(lambda a, b: f"({a}) AND ({b})", inner, inner),
-        st.builds(lambda a, b: f"({a}) OR ({b})", inner, inner),
-        st.builds(lambda a: f"NOT ({a})", inner),
-    ),
-    max_leaves=6,
-)
+PREDICATE = sql_predicates(ATOM, max_leaves=6)
 PROP_SCHEMA = pa.schema([("i", pa.int64()), ("s", pa.string()), ("d", pa.float64()), ("flag", pa.bool_())])
 
 
