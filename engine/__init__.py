@@ -6,7 +6,7 @@ sit on top of it.
 
 from engine.errors import DeltaError
 from engine.table import DeltaTable
+from engine.transaction import ENGINE_VERSION as __version__
+from engine.transaction import CommitResult
 
-__version__ = "0.1.0"
-
-__all__ = ["DeltaError", "DeltaTable", "__version__"]
+__all__ = ["CommitResult", "DeltaError", "DeltaTable", "__version__"]

@@ -46,6 +46,10 @@ class TableExistsError(DeltaError):
     """Creating a table where one already exists."""
 
 
+class TableReadOnlyError(DeltaError):
+    """A write the table's properties forbid (for example a delete on ``delta.appendOnly``)."""
+
+
 class ProtocolError(DeltaError):
     """The table needs a protocol version or a table feature this engine does not support."""
 
@@ -105,6 +109,10 @@ class SchemaMismatchError(SchemaError):
     """Data does not match the table schema (names the column, expected and actual types)."""
 
 
+class ConstraintViolationError(DeltaError):
+    """Rows violate a NOT NULL, CHECK constraint or invariant; nothing was committed."""
+
+
 class InvalidPredicateError(DeltaError):
     """A filter or predicate string that cannot be parsed or bound to the table schema."""
 
@@ -138,6 +146,10 @@ class ProtocolChangedError(CommitConflictError):
 
 class ConcurrentTransactionError(CommitConflictError):
     """An application transaction id this transaction depends on was updated concurrently."""
+
+
+class DomainMetadataConflictError(CommitConflictError):
+    """Both transactions changed the same metadata domain."""
 
 
 class CommitOutcomeUnknownError(DeltaError):

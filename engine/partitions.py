@@ -68,3 +68,58 @@ def parse_utc_timestamps(strings: pa.Array) -> pa.Array:
         return from_naive
     with_zone = pc.if_else(zoned, strings, pa.scalar(None, pa.string()))
     return pc.coalesce(pc.cast(with_zone, target), from_naive)
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+# Characters Hive (and Spark's escapePathName) percent-escape in partition directory names.
+_HIVE_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 32))
+
+
+def serialize_partition_value(value, dtype: DataType) -> str | None:
+    """A typed value as the log's partition string (``None`` for null, as writers emit it)."""
+    import datetime as dt
+    from decimal import Decimal
+
+    import numpy as np
+
+    if value is None:
+        return None
+    name = dtype.name if isinstance(dtype, PrimitiveType) else None
+    if isinstance(dtype, DecimalType) or isinstance(value, Decimal):
+        return format(Decimal(value), "f")
+    if name == "string":
+        return value if value != "" else None  # an empty partition string is a null partition
+    if name == "boolean":
+        return "true" if value else "false"
+    if name == "float":
+        return str(np.float32(value))
+    if name == "binary":
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise SchemaError("binary partition values must be valid UTF-8") from None
+    if name == "timestamp":
+        stamp = value.astimezone(dt.UTC) if value.tzinfo else value
+        return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if name == "timestamp_ntz":
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if name == "date":
+        return value.isoformat()
+    return str(value)
+
+
+def escape_partition_path_component(text: str | None) -> str:
+    """Hive-style directory name part: escape reserved characters; null is the Hive sentinel."""
+    if text is None or text == "":
+        return HIVE_NULL
+    return "".join(f"%{ord(c):02X}" if c in _HIVE_ESCAPED else c for c in text)
+
+
+def partition_directory(columns: list[str], values: list[str | None]) -> str:
+    """``col=value/col2=value2`` with both names and values escaped."""
+    return "/".join(
+        f"{escape_partition_path_component(c)}={escape_partition_path_component(v)}"
+        for c, v in zip(columns, values, strict=True)
+    )

@@ -97,7 +97,15 @@ class _FilePlan:
 class Scan:
     """A planned read: which files, which columns, which residual filter."""
 
-    def __init__(self, snapshot: Snapshot, columns_: list[str] | None, predicate: Expr | None):
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        columns_: list[str] | None,
+        predicate: Expr | None,
+        *,
+        files: pa.Table | None = None,
+    ):
+        """Plan a read; ``files`` (rows of the live-file table) restricts it to those files."""
         self.snapshot = snapshot
         self.schema = snapshot.schema
         self.mode = snapshot.column_mapping_mode
@@ -107,9 +115,9 @@ class Scan:
         self.predicate = bind(predicate, self.schema) if predicate is not None else None
         self._partition_fields = {f.name: f for f in snapshot.partition_fields}
 
-        files = snapshot.files
+        files = snapshot.files if files is None else files
         if self.predicate is not None and files.num_rows:
-            mask = files_to_keep(self.predicate, self._skipping_context(files))
+            mask = file_keep_mask(files, self.predicate, self.schema, snapshot.metadata, snapshot.store.root)
             files = files.filter(mask)
         self.files = files
         self.metrics.files_selected = files.num_rows
@@ -141,40 +149,7 @@ class Scan:
         return out
 
     def _typed_partition_column(self, name: str, files: pa.Table) -> pa.Array:
-        f = self._partition_fields[name]
-        raw = pc.struct_field(files.column("partition_values"), f.physical_name)
-        try:
-            return parse_partition_values(raw, f.type)
-        except SchemaError as e:
-            raise SchemaError(f"{self.snapshot.store.root}: partition column {name!r}: {e}") from e
-
-    def _skipping_context(self, files: pa.Table) -> SkippingContext:
-        def partition_table(names: list[str]) -> pa.Table:
-            return (
-                pa.table({n: self._typed_partition_column(n, files) for n in names})
-                if names
-                else pa.table({"_": pa.nulls(files.num_rows)})
-            )
-
-        def stats(cols: list[Column]) -> FileStats:
-            wanted = {self._physical_path(c.path): c.dtype for c in cols}
-            return parse_file_stats(files, wanted)
-
-        return SkippingContext(
-            files.num_rows, partition_table, set(self._partition_fields), stats, self._physical_path
-        )
-
-    def _physical_path(self, path: tuple[str, ...]) -> tuple[str, ...]:
-        if self.mode == "none":
-            return path
-        out = []
-        current: DataType = self.schema
-        for part in path:
-            assert isinstance(current, StructType)
-            f = current[part]
-            out.append(f.physical_name)
-            current = f.type
-        return tuple(out)
+        return typed_partition_column(self._partition_fields[name], files, self.snapshot.store.root)
 
     def _plans(self) -> list[_FilePlan]:
         files = self.files
@@ -349,6 +324,50 @@ class Scan:
             [_as_type(full.column(f.name), to_arrow_type(f.type)) for f in self.output_fields],
             schema=self.arrow_schema,
         )
+
+
+def typed_partition_column(f: StructField, files: pa.Table, table_root: str) -> pa.Array:
+    """One partition column of a live-file table, parsed to its type."""
+    raw = pc.struct_field(files.column("partition_values"), f.physical_name)
+    try:
+        return parse_partition_values(raw, f.type)
+    except SchemaError as e:
+        raise SchemaError(f"{table_root}: partition column {f.name!r}: {e}") from e
+
+
+def file_keep_mask(
+    files: pa.Table, predicate: Expr, schema: StructType, metadata, table_root: str
+) -> pa.Array:
+    """Which of ``files`` may hold rows satisfying the bound ``predicate`` (pruning + skipping).
+
+    ``files`` is shaped like a snapshot's live-file table (partition values keyed by physical
+    name); scans use it to plan and commits use it to test a concurrent writer's new files.
+    """
+    from engine.table_properties import TableProperties
+
+    mode = TableProperties(metadata.configuration).column_mapping_mode
+    partitions = {f.name: f for f in (schema[c] for c in metadata.partition_columns)}
+
+    def physical_path(path: tuple[str, ...]) -> tuple[str, ...]:
+        if mode == "none":
+            return path
+        out, current = [], schema
+        for part in path:
+            f = current[part]
+            out.append(f.physical_name)
+            current = f.type
+        return tuple(out)
+
+    def partition_table(names: list[str]) -> pa.Table:
+        if not names:
+            return pa.table({"_": pa.nulls(files.num_rows)})
+        return pa.table({n: typed_partition_column(partitions[n], files, table_root) for n in names})
+
+    def stats(cols: list[Column]) -> FileStats:
+        return parse_file_stats(files, {physical_path(c.path): c.dtype for c in cols})
+
+    context = SkippingContext(files.num_rows, partition_table, set(partitions), stats, physical_path)
+    return files_to_keep(predicate, context)
 
 
 def _as_type(column, typ: pa.DataType):

@@ -364,6 +364,19 @@ def partition_physical_names(schema: StructType, partition_columns: list[str]) -
     return out
 
 
+def iter_fields(t: DataType):
+    """Every struct field nested in ``t`` (depth first)."""
+    if isinstance(t, StructType):
+        for f in t.fields:
+            yield f
+            yield from iter_fields(f.type)
+    elif isinstance(t, ArrayType):
+        yield from iter_fields(t.element_type)
+    elif isinstance(t, MapType):
+        yield from iter_fields(t.key_type)
+        yield from iter_fields(t.value_type)
+
+
 def iter_types(t: DataType):
     """Every type nested in ``t``, ``t`` included (used by feature detection)."""
     yield t
@@ -375,3 +388,82 @@ def iter_types(t: DataType):
     elif isinstance(t, MapType):
         yield from iter_types(t.key_type)
         yield from iter_types(t.value_type)
+
+
+# --- evolution ----------------------------------------------------------------------------------
+
+# Type changes the typeWidening feature allows (the protocol's list), as (from, to) type names.
+_WIDENINGS = {
+    ("byte", "short"),
+    ("byte", "integer"),
+    ("byte", "long"),
+    ("short", "integer"),
+    ("short", "long"),
+    ("integer", "long"),
+    ("float", "double"),
+    ("byte", "double"),
+    ("short", "double"),
+    ("integer", "double"),
+    ("date", "timestamp_ntz"),
+}
+
+
+def is_widening(old: DataType, new: DataType) -> bool:
+    """Whether ``old -> new`` is a change the typeWidening feature permits."""
+    if isinstance(old, PrimitiveType) and isinstance(new, PrimitiveType):
+        return (old.name, new.name) in _WIDENINGS
+    if isinstance(old, DecimalType) and isinstance(new, DecimalType):
+        k2 = new.scale - old.scale
+        k1 = (new.precision - new.scale) - (old.precision - old.scale)
+        return k1 >= 0 and k2 >= 0 and (k1, k2) != (0, 0)
+    if isinstance(old, PrimitiveType) and isinstance(new, DecimalType):
+        floor = {"byte": 10, "short": 10, "integer": 10, "long": 20}.get(old.name)
+        return floor is not None and new.precision - new.scale >= floor
+    return False
+
+
+def merge_schemas(table: StructType, incoming: StructType, *, allow_widening: bool) -> StructType:
+    """``table`` with ``incoming``'s new fields appended (recursively in structs).
+
+    Existing fields keep their name, metadata and position; a type may only change by an
+    allowed widening, and only when ``allow_widening``. Raises ``SchemaMismatchError``.
+    """
+
+    out = list(table.fields)
+    for new in incoming.fields:
+        current = table.find(new.name)
+        if current is None:
+            out.append(StructField(new.name, new.type, True, dict(new.metadata)))
+            continue
+        merged = _merge_types(current.type, new.type, allow_widening, new.name)
+        if merged != current.type:
+            index = out.index(current)
+            out[index] = StructField(current.name, merged, current.nullable, current.metadata)
+    return StructType(tuple(out))
+
+
+def _merge_types(old: DataType, new: DataType, allow_widening: bool, where: str) -> DataType:
+    from engine.errors import SchemaMismatchError
+
+    if old == new:
+        return old
+    if isinstance(old, StructType) and isinstance(new, StructType):
+        return merge_schemas(old, new, allow_widening=allow_widening)
+    if isinstance(old, ArrayType) and isinstance(new, ArrayType):
+        return ArrayType(
+            _merge_types(old.element_type, new.element_type, allow_widening, where), old.contains_null
+        )
+    if isinstance(old, MapType) and isinstance(new, MapType):
+        return MapType(
+            _merge_types(old.key_type, new.key_type, allow_widening, where),
+            _merge_types(old.value_type, new.value_type, allow_widening, where),
+            old.value_contains_null,
+        )
+    if allow_widening and is_widening(old, new):
+        return new
+    if is_widening(new, old):
+        return old  # narrower incoming data is cast up on write
+    hint = "" if allow_widening else " (enable delta.enableTypeWidening to widen types)"
+    raise SchemaMismatchError(
+        f"column {where!r}: table type {old.to_json()} cannot take {new.to_json()}{hint}"
+    )

@@ -157,21 +157,24 @@ def load_table_config(store: ObjectStore, version: int | None = None) -> tuple[P
     return protocol, metadata
 
 
-def read_commit(store: ObjectStore, key: str, version: int) -> LogActions:
+def read_commit(
+    store: ObjectStore, key: str, version: int, partition_keys: set[str] | None = None
+) -> LogActions:
     try:
         data = store.get(key)
     except ObjectNotFoundError as e:
         raise MissingLogVersionError(f"commit {key} of {store.root} disappeared", key) from e
-    return parse_log_json(data, version=version, source=key)
+    return parse_log_json(data, version=version, source=key, partition_keys=partition_keys)
 
 
 def _load(store: ObjectStore, segment: LogSegment) -> Snapshot:
     commits = segment.commits
+    keys: set[str] = set()  # partitionValues keys, learnt once and shared by every commit
     if len(commits) > 1:
         with ThreadPoolExecutor(min(_READ_WORKERS, len(commits))) as pool:
-            parsed = list(pool.map(lambda f: read_commit(store, f.key, f.version), commits))
+            parsed = list(pool.map(lambda f: read_commit(store, f.key, f.version, keys), commits))
     else:
-        parsed = [read_commit(store, f.key, f.version) for f in commits]
+        parsed = [read_commit(store, f.key, f.version, keys) for f in commits]
     checkpoint = read_checkpoint(store, segment.checkpoint) if segment.checkpoint else None
 
     newest_first = [*reversed(parsed), *([checkpoint] if checkpoint else [])]
@@ -218,8 +221,9 @@ def _load(store: ObjectStore, segment: LogSegment) -> Snapshot:
         version=segment.version,
         protocol=protocol,
         metadata=metadata,
-        files=replayed.live,
-        tombstones=replayed.tombstones,
+        # (an empty replay has no source to take the partition columns' shape from)
+        files=normalize_partition_values(replayed.live, physical),
+        tombstones=normalize_partition_values(replayed.tombstones, physical),
         txns=txns,
         domains=domains,
         commit_info=commit_info,

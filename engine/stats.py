@@ -48,6 +48,7 @@ class FileStats:
     """Typed statistics, one row per file; ``None`` for a column with no usable stats."""
 
     num_records: pa.Array
+    tight_bounds: pa.Array | None = None
     min_values: dict[Path, pa.Array] = field(default_factory=dict)
     max_values: dict[Path, pa.Array] = field(default_factory=dict)
     null_count: dict[Path, pa.Array] = field(default_factory=dict)
@@ -81,12 +82,18 @@ def _to_struct(node: dict) -> pa.DataType:
     return pa.struct([(k, _to_struct(v) if isinstance(v, dict) else v) for k, v in node.items()])
 
 
-def parse_file_stats(files: pa.Table, columns: dict[Path, DataType]) -> FileStats:
-    """Statistics of ``columns`` (physical paths) for every row of the live-file table."""
+def parse_file_stats(
+    files: pa.Table, columns: dict[Path, DataType], *, for_skipping: bool = True
+) -> FileStats:
+    """Statistics of ``columns`` (physical paths) for every row of the live-file table.
+
+    ``for_skipping`` widens timestamp maxima by the millisecond truncation writers apply; a
+    checkpoint writer copying stats verbatim turns it off.
+    """
     columns = {p: t for p, t in columns.items() if stats_supported(t)}
     n = files.num_rows
     value_types = {p: _json_type(t) for p, t in columns.items()}
-    fields = [("numRecords", pa.int64())]
+    fields = [("numRecords", pa.int64()), ("tightBounds", pa.bool_())]
     if columns:
         fields += [
             ("minValues", _nest(value_types)),
@@ -97,7 +104,10 @@ def parse_file_stats(files: pa.Table, columns: dict[Path, DataType]) -> FileStat
     stats = files.column("stats") if "stats" in files.column_names else pa.nulls(n, pa.string())
     parsed = _parse_json_column(stats, schema)
 
-    out = FileStats(num_records=_extract(parsed, ("numRecords",), pa.int64(), n))
+    out = FileStats(
+        num_records=_extract(parsed, ("numRecords",), pa.int64(), n),
+        tight_bounds=_extract(parsed, ("tightBounds",), pa.bool_(), n),
+    )
     for path in columns:
         out.min_values[path] = _extract(parsed, ("minValues", *path), value_types[path], n)
         out.max_values[path] = _extract(parsed, ("maxValues", *path), value_types[path], n)
@@ -107,8 +117,8 @@ def parse_file_stats(files: pa.Table, columns: dict[Path, DataType]) -> FileStat
         _fill_from_stats_parsed(out, files.column("stats_parsed"), stats, columns, value_types)
 
     for path, dtype in columns.items():
-        out.min_values[path] = _to_typed(out.min_values[path], dtype, is_max=False)
-        out.max_values[path] = _to_typed(out.max_values[path], dtype, is_max=True)
+        out.min_values[path] = _to_typed(out.min_values[path], dtype, widen=False)
+        out.max_values[path] = _to_typed(out.max_values[path], dtype, widen=for_skipping)
     return out
 
 
@@ -228,22 +238,22 @@ def _typed_to_text(arr: pa.Array, dtype: DataType) -> pa.Array:
     return arr.cast(pa.string())
 
 
-def _to_typed(arr: pa.Array, dtype: DataType, *, is_max: bool) -> pa.Array:
+def _to_typed(arr: pa.Array, dtype: DataType, *, widen: bool) -> pa.Array:
     """From JSON-parsed form to the column's Arrow type (unparseable values become null)."""
     try:
-        return _convert(arr, dtype, is_max)
+        return _convert(arr, dtype, widen)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     values = []
     for v in arr.to_pylist():  # rare: a writer put something odd in one file's stats
         try:
-            values.append(_convert(pa.array([v], arr.type), dtype, is_max)[0].as_py())
+            values.append(_convert(pa.array([v], arr.type), dtype, widen)[0].as_py())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             values.append(None)
     return pa.array(values, to_arrow_type(dtype))
 
 
-def _convert(arr: pa.Array, dtype: DataType, is_max: bool) -> pa.Array:
+def _convert(arr: pa.Array, dtype: DataType, widen: bool) -> pa.Array:
     target = to_arrow_type(dtype)
     if arr.type == target:
         return arr
@@ -256,7 +266,185 @@ def _convert(arr: pa.Array, dtype: DataType, is_max: bool) -> pa.Array:
         out = pc.cast(pc.utf8_slice_codeunits(arr, 0, 10), pa.date32())
     else:
         out = pc.cast(arr, target)
-    if is_max and name in ("timestamp", "timestamp_ntz"):
+    if widen and name in ("timestamp", "timestamp_ntz"):
         # Writers truncate timestamps to milliseconds: the true maximum can be up to 999us later.
         out = pc.add(out, pa.scalar(999, pa.duration("us")))
     return out
+
+
+# --- collecting statistics while writing ------------------------------------------------------
+
+STRING_PREFIX_LENGTH = 32
+_MINMAX_TYPES = _JSON_INT | {"float", "double", "string", "date", "timestamp", "timestamp_ntz"}
+
+
+@dataclass(frozen=True)
+class StatsLeaf:
+    """One column statistics are kept for: its physical path, type, and whether min/max apply."""
+
+    path: Path
+    dtype: DataType
+    min_max: bool
+
+
+def stats_leaves(
+    data_fields: list, *, num_indexed: int = 32, stats_columns: list[str] | None = None
+) -> list[StatsLeaf]:
+    """The columns a writer records statistics for, as Delta Spark chooses them.
+
+    ``data_fields`` are the table's non-partition fields. ``stats_columns``
+    (``delta.dataSkippingStatsColumns``) names columns explicitly; otherwise the first
+    ``num_indexed`` leaves (``delta.dataSkippingNumIndexedCols``, -1 for all) in schema order,
+    nested struct fields counted one by one.
+    """
+    from engine.schema import ArrayType, MapType, StructType
+
+    leaves: list[tuple[tuple[str, ...], StatsLeaf]] = []
+
+    def walk(fields, logical: tuple[str, ...], physical: Path) -> None:
+        for f in fields:
+            lp, pp = (*logical, f.name), (*physical, f.physical_name)
+            if isinstance(f.type, StructType):
+                walk(f.type.fields, lp, pp)
+            else:
+                minmax = isinstance(f.type, DecimalType) or (
+                    isinstance(f.type, PrimitiveType) and f.type.name in _MINMAX_TYPES
+                )
+                if isinstance(f.type, ArrayType | MapType):
+                    minmax = False
+                leaves.append((lp, StatsLeaf(pp, f.type, minmax)))
+
+    walk(data_fields, (), ())
+    if stats_columns is not None:
+        wanted = [tuple(c.split(".")) for c in stats_columns]
+        return [
+            leaf
+            for lp, leaf in leaves
+            if any(
+                lp[: len(w)] == w or tuple(p.lower() for p in lp[: len(w)]) == tuple(x.lower() for x in w)
+                for w in wanted
+            )
+        ]
+    if num_indexed < 0:
+        return [leaf for _, leaf in leaves]
+    return [leaf for _, leaf in leaves[:num_indexed]]
+
+
+class StatsCollector:
+    """Accumulates one data file's statistics over the batches written to it."""
+
+    def __init__(
+        self,
+        leaves: list[StatsLeaf],
+        *,
+        tight_bounds: bool | None = None,
+        prefix_length: int = STRING_PREFIX_LENGTH,
+    ):
+        self.leaves = leaves
+        self.tight_bounds = tight_bounds
+        self.prefix_length = prefix_length
+        self.num_records = 0
+        self._nulls = [0] * len(leaves)
+        self._min: list = [None] * len(leaves)
+        self._max: list = [None] * len(leaves)
+        self._no_bounds = [False] * len(leaves)  # NaN seen: bounds would be wrong
+
+    def update(self, table: pa.Table | pa.RecordBatch) -> None:
+        self.num_records += table.num_rows
+        for i, leaf in enumerate(self.leaves):
+            column = _leaf_column(table, leaf.path)
+            if column is None:
+                self._nulls[i] += table.num_rows
+                continue
+            self._nulls[i] += column.null_count
+            if not leaf.min_max or self._no_bounds[i] or column.null_count == len(column):
+                continue
+            if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+                self._no_bounds[i] = True
+                continue
+            bounds = pc.min_max(column).as_py()
+            lo, hi = bounds["min"], bounds["max"]
+            if lo is not None and (self._min[i] is None or lo < self._min[i]):
+                self._min[i] = lo
+            if hi is not None and (self._max[i] is None or hi > self._max[i]):
+                self._max[i] = hi
+
+    def to_dict(self) -> dict:
+        out: dict = {"numRecords": self.num_records, "minValues": {}, "maxValues": {}, "nullCount": {}}
+        for i, leaf in enumerate(self.leaves):
+            _put(out["nullCount"], leaf.path, self._nulls[i])
+            if self._no_bounds[i] or self._min[i] is None:
+                continue
+            lo = _stat_value(self._min[i], leaf.dtype, is_max=False, prefix=self.prefix_length)
+            hi = _stat_value(self._max[i], leaf.dtype, is_max=True, prefix=self.prefix_length)
+            if lo is not None:
+                _put(out["minValues"], leaf.path, lo)
+            if hi is not None:
+                _put(out["maxValues"], leaf.path, hi)
+        if self.tight_bounds is not None:
+            out["tightBounds"] = self.tight_bounds
+        return out
+
+    def to_json(self) -> str:
+        return stats_json(self.to_dict())
+
+
+def _leaf_column(table, path: Path):
+    names = table.schema.names
+    if path[0] not in names:
+        return None
+    column = table.column(path[0])
+    for part in path[1:]:
+        if not pa.types.is_struct(column.type) or column.type.get_field_index(part) < 0:
+            return None
+        column = pc.struct_field(column, part)
+    return column
+
+
+def _put(target: dict, path: Path, value) -> None:
+    for part in path[:-1]:
+        target = target.setdefault(part, {})
+    target[path[-1]] = value
+
+
+def truncate_min_string(value: str, prefix: int) -> str:
+    return value[:prefix]
+
+
+def truncate_max_string(value: str, prefix: int) -> str | None:
+    """A prefix that is still an upper bound: the prefix plus a tie-breaker character."""
+    if len(value) <= prefix:
+        return value
+    head = value[:prefix]
+    return head + ("\x7f" if ord(value[prefix]) < 0x7F else "\U0010ffff")
+
+
+def _stat_value(value, dtype: DataType, *, is_max: bool, prefix: int):
+    import datetime as dt
+
+    name = dtype.name if isinstance(dtype, PrimitiveType) else None
+    if name == "string":
+        return truncate_max_string(value, prefix) if is_max else truncate_min_string(value, prefix)
+    if name == "timestamp":
+        stamp = value.astimezone(dt.UTC) if value.tzinfo else value
+        stamp = stamp.replace(microsecond=stamp.microsecond // 1000 * 1000)  # milliseconds
+        return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    if name == "timestamp_ntz":
+        return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
+    if name == "date":
+        return value.isoformat()
+    return value
+
+
+def stats_json(stats: dict) -> str:
+    """Compact JSON with decimals written as exact numbers (``json`` cannot emit them)."""
+    from decimal import Decimal
+
+    def encode(value) -> str:
+        if isinstance(value, dict):
+            return "{" + ",".join(f"{json.dumps(k)}:{encode(v)}" for k, v in value.items()) + "}"
+        if isinstance(value, Decimal):
+            return format(value, "f")
+        return json.dumps(value, ensure_ascii=False)
+
+    return encode(stats)

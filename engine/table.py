@@ -9,14 +9,18 @@ from typing import Any
 import pyarrow as pa
 
 from engine.actions import Metadata, Protocol
+from engine.checkpoint_writer import CheckpointInfo, write_checkpoint
 from engine.commands.history import load_history
-from engine.errors import TableNotFoundError
+from engine.commands.write import execute_append, execute_create, execute_overwrite
+from engine.errors import DeltaError
 from engine.expressions.tree import Expr
 from engine.log.timestamps import version_at_timestamp
 from engine.scan import Scan, ScanBuilder
+from engine.schema import StructType
 from engine.snapshot import Snapshot, load_snapshot, load_table_config
 from engine.storage import ObjectStore, open_store
 from engine.table_properties import TableProperties
+from engine.transaction import CommitResult
 
 
 class DeltaTable:
@@ -38,10 +42,7 @@ class DeltaTable:
             _, metadata = load_table_config(self._store)
             properties = TableProperties(metadata.configuration)
             version = version_at_timestamp(self._store, timestamp, properties)
-        try:
-            self._snapshot = load_snapshot(self._store, version)
-        except TableNotFoundError:
-            raise
+        self._snapshot = load_snapshot(self._store, version)
         self._version_pinned = version is not None
 
     # --- state ---------------------------------------------------------------------------------
@@ -107,6 +108,99 @@ class DeltaTable:
     def file_uris(self, filter: str | Expr | None = None) -> list[str]:
         """Live data files after partition pruning and statistics skipping."""
         return self.scan(None, filter).file_uris()
+
+    # --- writing -------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        uri: str,
+        schema: pa.Schema | StructType,
+        *,
+        partition_by: list[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        name: str | None = None,
+        description: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> DeltaTable:
+        """Create an empty table (version 0) with the smallest protocol its properties need.
+
+        ``TableExistsError`` if a table is already there (checked, and enforced atomically by
+        the put-if-absent of version 0).
+        """
+        store = open_store(uri, storage_options)
+        execute_create(
+            store,
+            schema,
+            partition_by=partition_by,
+            properties=properties,
+            name=name,
+            description=description,
+        )
+        return cls(uri, storage_options=storage_options)
+
+    def _latest_for_write(self) -> Snapshot:
+        if self._version_pinned:
+            raise DeltaError(
+                f"{self.uri} was opened at a fixed version or timestamp; open it at the latest "
+                "version to write"
+            )
+        self._snapshot = load_snapshot(self._store)
+        return self._snapshot
+
+    def append(
+        self,
+        data: Any,
+        *,
+        app_id: str | None = None,
+        app_version: int | None = None,
+        schema_mode: str | None = None,
+        target_file_size: int | None = None,
+    ) -> CommitResult:
+        """Add rows. With ``app_id``/``app_version``, a version already recorded for that
+        application commits nothing (``result.skipped``): retries of the same job are safe."""
+        result = execute_append(
+            self._store,
+            self._latest_for_write(),
+            data,
+            app_id=app_id,
+            app_version=app_version,
+            schema_mode=schema_mode,
+            target_file_size=target_file_size,
+        )
+        self.refresh()
+        return result
+
+    def overwrite(
+        self,
+        data: Any,
+        predicate: str | Expr | None = None,
+        *,
+        dynamic_partitions: bool = False,
+        app_id: str | None = None,
+        app_version: int | None = None,
+        schema_mode: str | None = None,
+        target_file_size: int | None = None,
+    ) -> CommitResult:
+        """Replace all rows, the rows matching ``predicate`` (replaceWhere), or, with
+        ``dynamic_partitions``, the partitions the new data touches."""
+        result = execute_overwrite(
+            self._store,
+            self._latest_for_write(),
+            data,
+            predicate=predicate,
+            dynamic_partitions=dynamic_partitions,
+            app_id=app_id,
+            app_version=app_version,
+            schema_mode=schema_mode,
+            target_file_size=target_file_size,
+        )
+        self.refresh()
+        return result
+
+    def checkpoint(self) -> CheckpointInfo:
+        """Write a checkpoint of the current version (and update ``_last_checkpoint``)."""
+        return write_checkpoint(self._store, self._snapshot.version, self._snapshot)
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Commit information, newest first."""

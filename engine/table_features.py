@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.actions import Protocol
+from engine.actions import Metadata, Protocol
 from engine.errors import ProtocolError
+from engine.schema import PrimitiveType, StructType, iter_fields, iter_types
+from engine.table_properties import TableProperties
 
 
 @dataclass(frozen=True)
@@ -112,3 +114,129 @@ def writer_features(protocol: Protocol) -> set[str]:
         for f in FEATURES.values()
         if f.legacy_versions is not None and f.legacy_versions[1] <= protocol.min_writer_version
     }
+
+
+# --- writing --------------------------------------------------------------------------------
+
+# Features whose writer-side rules this engine implements (or that impose none on appends and
+# overwrites). Anything else active on a table makes it read-only for deltaplane.
+WRITABLE_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "changeDataFeed",
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "domainMetadata",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "inCommitTimestamp",
+        "typeWidening",
+        "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+        "checkpointProtection",
+        "materializePartitionColumns",
+    }
+)
+MAX_WRITER_VERSION = 7
+_READER_WRITER_V3 = (
+    "deletionVectors",
+    "timestampNtz",
+    "typeWidening",
+    "variantType",
+    "v2Checkpoint",
+    "vacuumProtocolCheck",
+)
+
+
+def active_features(protocol: Protocol, metadata: Metadata, schema: StructType) -> set[str]:
+    """Writer features the table actually uses (supported by the protocol and switched on)."""
+    props = TableProperties(metadata.configuration)
+    features = writer_features(protocol)
+    fields = list(iter_fields(schema))
+    checks = {
+        "appendOnly": props.append_only,
+        "invariants": any("delta.invariants" in f.metadata for f in fields),
+        "checkConstraints": any(k.startswith("delta.constraints.") for k in metadata.configuration),
+        "changeDataFeed": props.enable_change_data_feed,
+        "generatedColumns": any("delta.generationExpression" in f.metadata for f in fields),
+        "identityColumns": any(any(k.startswith("delta.identity.") for k in f.metadata) for f in fields),
+        "columnMapping": props.column_mapping_mode != "none",
+    }
+    return {name for name in features if checks.get(name, True)}
+
+
+def check_write_supported(
+    protocol: Protocol, metadata: Metadata, schema: StructType, table: str = ""
+) -> None:
+    """Raise ``ProtocolError`` unless deltaplane can write this table correctly."""
+    check_read_supported(protocol, table)
+    where = f" {table}" if table else ""
+    if protocol.min_writer_version > MAX_WRITER_VERSION:
+        raise ProtocolError(
+            f"table{where} requires writer version {protocol.min_writer_version}; deltaplane writes up to 7"
+        )
+    for name in sorted(active_features(protocol, metadata, schema)):
+        if name not in WRITABLE_FEATURES:
+            raise ProtocolError(
+                f"table{where} uses writer feature {name!r}, which deltaplane cannot write yet; "
+                "it can still be read",
+                feature=name,
+            )
+
+
+def minimal_protocol(schema: StructType, configuration: dict[str, str]) -> Protocol:
+    """The lowest protocol that supports what the schema and properties ask for.
+
+    Legacy versions when they suffice (so older readers can read the table); reader 3 / writer 7
+    with explicit feature lists when a feature exists only as a table feature.
+    """
+    props = TableProperties(configuration)
+    fields = list(iter_fields(schema))
+    types = [t for f in schema.fields for t in iter_types(f.type)]
+    wanted: set[str] = set()
+    if props.append_only:
+        wanted.add("appendOnly")
+    if any("delta.invariants" in f.metadata for f in fields):
+        wanted.add("invariants")
+    if any(k.startswith("delta.constraints.") for k in configuration):
+        wanted.add("checkConstraints")
+    if props.enable_change_data_feed:
+        wanted.add("changeDataFeed")
+    if props.column_mapping_mode != "none":
+        wanted.add("columnMapping")
+    if props.enable_deletion_vectors:
+        wanted.add("deletionVectors")
+    if PrimitiveType("timestamp_ntz") in types:
+        wanted.add("timestampNtz")
+    if PrimitiveType("variant") in types:
+        wanted.add("variantType")
+    if props.enable_in_commit_timestamps:
+        wanted.add("inCommitTimestamp")
+    if configuration.get("delta.enableTypeWidening", "").lower() == "true":
+        wanted.add("typeWidening")
+    if props.checkpoint_policy == "v2":
+        wanted.add("v2Checkpoint")
+    unsupported = {
+        "delta.enableRowTracking": "rowTracking",
+        "delta.enableIcebergCompatV2": "icebergCompatV2",
+    }
+    for key, feature in unsupported.items():
+        if configuration.get(key, "").lower() == "true":
+            message = f"deltaplane cannot create tables with {feature} yet ({key})"
+            raise ProtocolError(message, feature=feature)
+
+    legacy_only = all(FEATURES[f].legacy_versions is not None for f in wanted)
+    if legacy_only:
+        reader = max([1, *(FEATURES[f].legacy_versions[0] for f in wanted)])
+        writer = max([2, *(FEATURES[f].legacy_versions[1] for f in wanted)])
+        return Protocol(reader, writer)
+    needs_reader_3 = any(f in _READER_WRITER_V3 for f in wanted)
+    reader_side = sorted(f for f in wanted if FEATURES[f].reader_writer)
+    if needs_reader_3:
+        return Protocol(3, 7, reader_side, sorted(wanted))
+    reader = 2 if "columnMapping" in wanted else 1
+    return Protocol(reader, 7, None, sorted(wanted))

@@ -146,7 +146,7 @@ class TableProperties:
 
     @property
     def isolation_level(self) -> str:
-        return self._get("delta.isolationLevel") or "Serializable"
+        return self._get("delta.isolationLevel") or "WriteSerializable"
 
     @property
     def target_file_size(self) -> int | None:

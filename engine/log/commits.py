@@ -44,37 +44,71 @@ DV_TYPE = pa.struct(
         ("cardinality", pa.int64()),
     ]
 )
-_EMPTY = pa.struct([])  # "infer my fields": partitionValues and tags objects
 
-_ADD_JSON = pa.struct(
-    [
-        ("path", pa.string()),
-        ("partitionValues", _EMPTY),
-        ("size", pa.int64()),
-        ("modificationTime", pa.int64()),
-        ("dataChange", pa.bool_()),
-        ("stats", pa.string()),
-        ("deletionVector", DV_TYPE),
-        ("baseRowId", pa.int64()),
-        ("defaultRowCommitVersion", pa.int64()),
-        ("clusteringProvider", pa.string()),
-    ]
-)
-_REMOVE_JSON = pa.struct(
-    [
-        ("path", pa.string()),
-        ("deletionTimestamp", pa.int64()),
-        ("dataChange", pa.bool_()),
-        ("extendedFileMetadata", pa.bool_()),
-        ("partitionValues", _EMPTY),
-        ("size", pa.int64()),
-        ("deletionVector", DV_TYPE),
-        ("baseRowId", pa.int64()),
-        ("defaultRowCommitVersion", pa.int64()),
-    ]
-)
-_JSON_SCHEMA = pa.schema([("add", _ADD_JSON), ("remove", _REMOVE_JSON)])
-_PARSE_OPTIONS = pj.ParseOptions(explicit_schema=_JSON_SCHEMA, unexpected_field_behavior="infer")
+
+def _file_action_schema(partition_keys: frozenset[str]) -> pa.Schema:
+    """The explicit JSON schema for add/remove lines.
+
+    ``partitionValues`` keys are declared as strings when known: left to inference, pyarrow
+    would turn a value like ``"2021-01-01"`` into a timestamp and back into a different string.
+    Unknown keys (and ``tags``) are inferred; :func:`parse_log_json` re-parses a file whose
+    inferred partition values are not strings, with those keys declared.
+    """
+    pv = pa.struct([(k, pa.string()) for k in sorted(partition_keys)])
+    add = pa.struct(
+        [
+            ("path", pa.string()),
+            ("partitionValues", pv),
+            ("size", pa.int64()),
+            ("modificationTime", pa.int64()),
+            ("dataChange", pa.bool_()),
+            ("stats", pa.string()),
+            ("deletionVector", DV_TYPE),
+            ("baseRowId", pa.int64()),
+            ("defaultRowCommitVersion", pa.int64()),
+            ("clusteringProvider", pa.string()),
+        ]
+    )
+    remove = pa.struct(
+        [
+            ("path", pa.string()),
+            ("deletionTimestamp", pa.int64()),
+            ("dataChange", pa.bool_()),
+            ("extendedFileMetadata", pa.bool_()),
+            ("partitionValues", pv),
+            ("size", pa.int64()),
+            ("deletionVector", DV_TYPE),
+            ("baseRowId", pa.int64()),
+            ("defaultRowCommitVersion", pa.int64()),
+        ]
+    )
+    return pa.schema([("add", add), ("remove", remove)])
+
+
+def _parse_options(partition_keys: frozenset[str]) -> pj.ParseOptions:
+    return pj.ParseOptions(
+        explicit_schema=_file_action_schema(partition_keys), unexpected_field_behavior="infer"
+    )
+
+
+def _non_string_partition_keys(table: pa.Table) -> set[str]:
+    """Keys of ``partitionValues`` that inference typed as something other than a string."""
+    out = set()
+    for kind in ("add", "remove"):
+        if kind not in table.column_names:
+            continue
+        t = table.schema.field(kind).type
+        index = t.get_field_index("partitionValues")
+        if index < 0:
+            continue
+        pv = t.field(index).type
+        if pa.types.is_struct(pv):
+            for i in range(pv.num_fields):
+                child = pv.field(i)
+                if not (pa.types.is_string(child.type) or pa.types.is_null(child.type)):
+                    out.add(child.name)
+    return out
+
 
 # The columns of a file-action table, whatever its source (commit, checkpoint, sidecar).
 # partition_values stays in its source shape (struct or map) until replay reshapes it.
@@ -136,7 +170,9 @@ class LogActions:
             self.checkpoint_metadata = action
 
 
-def parse_log_json(data: bytes, *, version: int, source: str) -> LogActions:
+def parse_log_json(
+    data: bytes, *, version: int, source: str, partition_keys: set[str] | None = None
+) -> LogActions:
     """Parse newline-delimited JSON actions (a commit, compaction or V2 JSON checkpoint).
 
     Fast path: one ``pyarrow.json`` call over the whole file. The rows that are not add/remove
@@ -144,11 +180,19 @@ def parse_log_json(data: bytes, *, version: int, source: str) -> LogActions:
     with ``json``, so non-file actions keep every field exactly. If the file is unusual (a
     commitInfo Arrow cannot type, whitespace-only lines), it is parsed line by line instead,
     which is slower but exact and names a bad line.
+
+    ``partition_keys`` is the set of partitionValues keys known to be strings; it is shared by
+    the commits of one load and grows when a file reveals new ones.
     """
+    keys = partition_keys if partition_keys is not None else set()
     try:
-        table = pj.read_json(io.BytesIO(data), parse_options=_PARSE_OPTIONS)
+        table = pj.read_json(io.BytesIO(data), parse_options=_parse_options(frozenset(keys)))
+        typed = _non_string_partition_keys(table)
+        if typed:
+            keys |= typed
+            table = pj.read_json(io.BytesIO(data), parse_options=_parse_options(frozenset(keys)))
     except pa.ArrowInvalid:
-        return _parse_line_by_line(data, version=version, source=source)
+        return _parse_line_by_line(data, version=version, source=source, partition_keys=keys)
     is_file = np.zeros(table.num_rows, dtype=bool)
     for kind in ("add", "remove"):
         if kind in table.column_names:
@@ -156,7 +200,7 @@ def parse_log_json(data: bytes, *, version: int, source: str) -> LogActions:
     other_rows = np.flatnonzero(~is_file)
     other_lines = _lines_at(data, other_rows, table.num_rows)
     if other_lines is None:
-        return _parse_line_by_line(data, version=version, source=source)
+        return _parse_line_by_line(data, version=version, source=source, partition_keys=keys)
     out = LogActions(source=source, version=version)
     for row, line in zip(other_rows.tolist(), other_lines, strict=True):
         try:
@@ -199,7 +243,7 @@ def _lines_at(data: bytes, rows: np.ndarray, num_rows: int) -> list[bytes] | Non
     return [data[a:b] for a, b in zip(starts[rows].tolist(), ends[rows].tolist(), strict=True)]
 
 
-def _parse_line_by_line(data: bytes, *, version: int, source: str) -> LogActions:
+def _parse_line_by_line(data: bytes, *, version: int, source: str, partition_keys: set[str]) -> LogActions:
     out = LogActions(source=source, version=version)
     file_lines: list[bytes] = []
     for line_no, line in enumerate(data.split(b"\n"), start=1):
@@ -222,13 +266,18 @@ def _parse_line_by_line(data: bytes, *, version: int, source: str) -> LogActions
             continue
         out.add_non_file_action(action, line_no)
     if file_lines:
-        out.file_actions = _parse_file_lines(file_lines, source)
+        out.file_actions = _parse_file_lines(file_lines, source, partition_keys)
     return out
 
 
-def _parse_file_lines(lines: list[bytes], source: str) -> pa.Table:
+def _parse_file_lines(lines: list[bytes], source: str, partition_keys: set[str]) -> pa.Table:
     try:
-        table = pj.read_json(io.BytesIO(b"\n".join(lines)), parse_options=_PARSE_OPTIONS)
+        body = b"\n".join(lines)
+        table = pj.read_json(io.BytesIO(body), parse_options=_parse_options(frozenset(partition_keys)))
+        typed = _non_string_partition_keys(table)
+        if typed:
+            partition_keys |= typed
+            table = pj.read_json(io.BytesIO(body), parse_options=_parse_options(frozenset(partition_keys)))
     except pa.ArrowInvalid:
         return _parse_file_lines_slowly(lines, source)
     if table.num_rows != len(lines):

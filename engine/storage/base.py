@@ -26,6 +26,39 @@ class ObjectMeta:
     last_modified: int  # milliseconds since the epoch
 
 
+class PendingObject(Protocol):
+    """An object being written: write through ``sink``, then ``commit()`` or ``abort()``."""
+
+    @property
+    def sink(self) -> pa.NativeFile: ...
+
+    def commit(self) -> int:
+        """Publish the object atomically; returns its size."""
+        ...
+
+    def abort(self) -> None: ...
+
+
+class BufferedPendingObject:
+    """A pending object held in memory and published with one create-mode put."""
+
+    def __init__(self, store: ObjectStore, key: str):
+        self._store, self._key = store, key
+        self._buffer = pa.BufferOutputStream()
+
+    @property
+    def sink(self) -> pa.NativeFile:
+        return self._buffer
+
+    def commit(self) -> int:
+        data = self._buffer.getvalue()
+        self._store.put(self._key, data.to_pybytes(), mode="create")
+        return data.size
+
+    def abort(self) -> None:
+        self._buffer = pa.BufferOutputStream()
+
+
 @runtime_checkable
 class ObjectStore(Protocol):
     """Storage for one table root. All methods raise ``engine.errors`` storage errors."""
@@ -71,6 +104,13 @@ class ObjectStore(Protocol):
 
     def open_input(self, key: str) -> pa.NativeFile:
         """A random-access file for readers such as Parquet that seek."""
+        ...
+
+    def open_output(self, key: str) -> PendingObject:
+        """A new object written as a stream; it appears at ``key`` only on ``commit()``.
+
+        ``commit`` has create semantics (the key must not exist yet); ``abort`` discards.
+        """
         ...
 
     def uri(self, key: str) -> str:

@@ -126,6 +126,9 @@ class LocalStore:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path(key))
 
+    def open_output(self, key: str) -> LocalPendingFile:
+        return LocalPendingFile(self._path(key))
+
     def open_input(self, key: str) -> pa.NativeFile:
         try:
             return pa.OSFile(self._path(key), "rb")
@@ -145,3 +148,43 @@ def _fsync_dir(directory: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+class LocalPendingFile:
+    """A file streamed to a temporary name beside its target, then fsynced and linked into place."""
+
+    def __init__(self, path: str):
+        self._path = path
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        self._tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        self._sink = pa.OSFile(self._tmp, "wb")
+
+    @property
+    def sink(self) -> pa.NativeFile:
+        return self._sink
+
+    def commit(self) -> int:
+        if not self._sink.closed:
+            self._sink.close()
+        try:
+            fd = os.open(self._tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            try:
+                os.link(self._tmp, self._path)
+            except FileExistsError:
+                raise ObjectExistsError(f"object already exists: {self._path}") from None
+            _fsync_dir(os.path.dirname(self._path))
+            return size
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        if not self._sink.closed:
+            self._sink.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._tmp)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from engine.errors import ObjectExistsError, ObjectNotFoundError
-from engine.storage.base import ObjectMeta, PutMode, split_prefix
+from engine.storage.base import BufferedPendingObject, ObjectMeta, PutMode, split_prefix
 
 
 class MemoryStore:
@@ -85,6 +85,9 @@ class MemoryStore:
 
     def open_input(self, key: str) -> pa.NativeFile:
         return pa.BufferReader(self.get(key))
+
+    def open_output(self, key: str) -> BufferedPendingObject:
+        return BufferedPendingObject(self, key)
 
 
 _named: dict[str, MemoryStore] = {}

@@ -1,0 +1,550 @@
+"""CREATE, append and overwrite: the write commands behind ``DeltaTable``.
+
+Each command builds one transaction. Data is streamed: batches are conformed to the table schema,
+checked against constraints, and handed to the data-file writer as they arrive, so an input of
+any size runs in bounded memory. Nothing is committed until every file is written; on any error
+the transaction is abandoned and finished files stay unreferenced until VACUUM removes them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.actions import Metadata, Protocol, Remove
+from engine.enforcement import check_constraints, conform_table, table_constraints
+from engine.errors import (
+    ConstraintViolationError,
+    SchemaError,
+    SchemaMismatchError,
+    TableExistsError,
+    TableNotFoundError,
+    TableReadOnlyError,
+)
+from engine.expressions.bind import bind
+from engine.expressions.parser import parse_predicate
+from engine.expressions.tree import And, Column, Comparison, Expr, IsNull, Literal, Or, columns
+from engine.log.segment import list_log
+from engine.partitions import parse_partition_values
+from engine.scan import Scan, file_keep_mask
+from engine.schema import (
+    ArrayType,
+    DataType,
+    MapType,
+    PrimitiveType,
+    StructField,
+    StructType,
+    from_arrow_schema,
+    merge_schemas,
+)
+from engine.snapshot import Snapshot
+from engine.stats import stats_leaves
+from engine.storage.base import ObjectStore
+from engine.table_features import check_write_supported, minimal_protocol, reader_features, writer_features
+from engine.table_properties import TableProperties
+from engine.transaction import CommitResult, Transaction
+from engine.writer import DEFAULT_TARGET_FILE_SIZE, DataFileWriter, WriterConfig
+
+DataLike = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
+
+
+def as_reader(data: Any) -> pa.RecordBatchReader:
+    """Accept a Table, a RecordBatch, a RecordBatchReader, or anything with an Arrow C stream."""
+    if isinstance(data, pa.RecordBatchReader):
+        return data
+    if isinstance(data, pa.Table):
+        return data.to_reader()
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatchReader.from_batches(data.schema, [data])
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(data)
+    raise TypeError(
+        f"cannot write {type(data).__name__}: pass a pyarrow Table, RecordBatch or RecordBatchReader"
+    )
+
+
+# --- CREATE -----------------------------------------------------------------------------------
+
+
+def execute_create(
+    store: ObjectStore,
+    schema: pa.Schema | StructType,
+    *,
+    partition_by: list[str] | None = None,
+    properties: Mapping[str, str] | None = None,
+    name: str | None = None,
+    description: str | None = None,
+) -> CommitResult:
+    """Commit version 0 of a new table; ``TableExistsError`` if there is one already."""
+    try:
+        if list_log(store, 0).max_version is not None:
+            raise TableExistsError(f"a Delta table already exists at {store.root}")
+    except TableNotFoundError:
+        pass
+    configuration = {str(k): str(v) for k, v in (properties or {}).items()}
+    delta_schema = schema if isinstance(schema, StructType) else from_arrow_schema(schema)
+    if not delta_schema.fields:
+        raise SchemaError("a table needs at least one column")
+    _check_unique_names(delta_schema)
+    partition_by = list(partition_by or [])
+    _check_partition_columns(delta_schema, partition_by)
+    props = TableProperties(configuration)
+    _validate_properties(props)
+    if props.column_mapping_mode != "none":
+        delta_schema, max_id = assign_column_mapping(delta_schema, 0)
+        configuration["delta.columnMapping.maxColumnId"] = str(max_id)
+    protocol = minimal_protocol(delta_schema, configuration)
+    metadata = Metadata(
+        id=str(uuid.uuid4()),
+        schema_string=delta_schema.to_json_string(),
+        partition_columns=[delta_schema[c].name for c in partition_by],
+        configuration=configuration,
+        name=name,
+        description=description,
+        created_time=int(time.time() * 1000),
+    )
+    table_constraints(delta_schema, configuration)  # refuse constraints we cannot evaluate, now
+    txn = Transaction(
+        store,
+        None,
+        operation="CREATE TABLE",
+        operation_parameters={"partitionBy": metadata.partition_columns, "properties": configuration},
+    )
+    txn.update_protocol(protocol)
+    txn.update_metadata(metadata)
+    return txn.commit()
+
+
+def _check_unique_names(schema: StructType) -> None:
+    seen: dict[str, str] = {}
+    for f in schema.fields:
+        if f.name.lower() in seen:
+            raise SchemaError(
+                f"column names must be unique ignoring case: {seen[f.name.lower()]!r} and {f.name!r}"
+            )
+        seen[f.name.lower()] = f.name
+
+
+def _check_partition_columns(schema: StructType, partition_by: list[str]) -> None:
+    for name in partition_by:
+        f = schema.find(name)
+        if f is None:
+            raise SchemaError(f"partition column {name!r} is not in the schema ({', '.join(schema.names)})")
+        if not isinstance(f.type, PrimitiveType) and not hasattr(f.type, "precision"):
+            raise SchemaError(f"partition column {name!r} must have a primitive type, not {f.type.to_json()}")
+    if partition_by and len(partition_by) == len(schema.fields):
+        raise SchemaError("a table cannot be partitioned by all of its columns")
+
+
+def _validate_properties(props: TableProperties) -> None:
+    """Touch every typed property so a malformed value fails at create time."""
+    for attr in (
+        "checkpoint_interval",
+        "log_retention_ms",
+        "deleted_file_retention_ms",
+        "append_only",
+        "enable_deletion_vectors",
+        "enable_change_data_feed",
+        "enable_in_commit_timestamps",
+        "column_mapping_mode",
+        "data_skipping_num_indexed_cols",
+        "target_file_size",
+    ):
+        getattr(props, attr)
+    if props.isolation_level not in ("Serializable", "WriteSerializable"):
+        raise SchemaError(
+            f"delta.isolationLevel must be Serializable or WriteSerializable: {props.isolation_level!r}"
+        )
+
+
+def assign_column_mapping(schema: StructType, max_id: int) -> tuple[StructType, int]:
+    """Give every field without one a physical name and a field id (column mapping)."""
+    counter = [max_id]
+
+    def field(f: StructField) -> StructField:
+        metadata = dict(f.metadata)
+        if "delta.columnMapping.id" not in metadata:
+            counter[0] += 1
+            metadata["delta.columnMapping.id"] = counter[0]
+            metadata["delta.columnMapping.physicalName"] = f"col-{uuid.uuid4()}"
+        return StructField(f.name, typ(f.type), f.nullable, metadata)
+
+    def typ(t: DataType) -> DataType:
+        if isinstance(t, StructType):
+            return StructType(tuple(field(f) for f in t.fields))
+        if isinstance(t, ArrayType):
+            return ArrayType(typ(t.element_type), t.contains_null)
+        if isinstance(t, MapType):
+            return MapType(typ(t.key_type), typ(t.value_type), t.value_contains_null)
+        return t
+
+    out = typ(schema)
+    assert isinstance(out, StructType)
+    return out, counter[0]
+
+
+# --- append and overwrite ---------------------------------------------------------------------
+
+
+class _Write:
+    """Shared mechanics of one append or overwrite."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        snapshot: Snapshot,
+        operation_parameters: dict[str, Any],
+        *,
+        target_file_size: int | None,
+        schema_mode: str | None,
+    ):
+        if schema_mode not in (None, "merge", "overwrite"):
+            raise ValueError(f"schema_mode must be None, 'merge' or 'overwrite', got {schema_mode!r}")
+        self.store = store
+        self.snapshot = snapshot
+        self.schema_mode = schema_mode
+        self.target_file_size = target_file_size
+        check_write_supported(snapshot.protocol, snapshot.metadata, snapshot.schema, store.root)
+        self.txn = Transaction(store, snapshot, operation="WRITE", operation_parameters=operation_parameters)
+        self.schema = snapshot.schema
+        self.metadata = snapshot.metadata
+        self.protocol = snapshot.protocol
+
+    def idempotent_skip(self, app_id: str | None, app_version: int | None) -> CommitResult | None:
+        if app_id is None and app_version is None:
+            return None
+        if app_id is None or app_version is None:
+            raise ValueError("app_id and app_version go together")
+        done = self.txn.read_app_transaction(app_id)
+        if done is not None and done >= app_version:
+            return CommitResult(self.snapshot.version, "WRITE", {}, skipped=True)
+        self.txn.set_app_transaction(app_id, app_version)
+        return None
+
+    def evolve(self, incoming: pa.Schema) -> None:
+        """Apply ``schema_mode`` to the incoming data's schema (new metadata if it changes)."""
+        if self.schema_mode is None:
+            return
+        data_schema = from_arrow_schema(incoming)
+        props = TableProperties(self.metadata.configuration)
+        if self.schema_mode == "overwrite":
+            new_schema = data_schema
+            for name in self.metadata.partition_columns:
+                if new_schema.find(name) is None:
+                    raise SchemaMismatchError(f"the new schema drops partition column {name!r}")
+        else:
+            widening = "typeWidening" in writer_features(
+                self.protocol
+            ) or "typeWidening-preview" in writer_features(self.protocol)
+            new_schema = merge_schemas(self.schema, data_schema, allow_widening=widening)
+        if new_schema == self.schema:
+            return
+        configuration = dict(self.metadata.configuration)
+        if props.column_mapping_mode != "none":
+            max_id = int(configuration.get("delta.columnMapping.maxColumnId", "0"))
+            new_schema, max_id = assign_column_mapping(new_schema, max_id)
+            configuration["delta.columnMapping.maxColumnId"] = str(max_id)
+        self.schema = new_schema
+        self.metadata = Metadata(
+            id=self.metadata.id,
+            schema_string=new_schema.to_json_string(),
+            partition_columns=self.metadata.partition_columns,
+            configuration=configuration,
+            format=self.metadata.format,
+            name=self.metadata.name,
+            description=self.metadata.description,
+            created_time=self.metadata.created_time,
+            extra=self.metadata.extra,
+        )
+        self.txn.update_metadata(self.metadata)
+        needed = minimal_protocol(new_schema, configuration)
+        upgraded = _union_protocol(self.protocol, needed)
+        if upgraded != self.protocol:
+            self.protocol = upgraded
+            self.txn.update_protocol(upgraded)
+
+    def writer(self) -> DataFileWriter:
+        props = TableProperties(self.metadata.configuration)
+        partition_names = set(self.metadata.partition_columns)
+        data_fields = [f for f in self.schema.fields if f.name not in partition_names]
+        materialize = "materializePartitionColumns" in writer_features(self.protocol)
+        config = WriterConfig(
+            schema=self.schema,
+            partition_columns=list(self.metadata.partition_columns),
+            column_mapping=props.column_mapping_mode,
+            stats_leaves=stats_leaves(
+                data_fields if not materialize else list(self.schema.fields),
+                num_indexed=props.data_skipping_num_indexed_cols,
+                stats_columns=props.data_skipping_stats_columns,
+            ),
+            tight_bounds=True if "deletionVectors" in reader_features(self.protocol) else None,
+            target_file_size=self.target_file_size or props.target_file_size or DEFAULT_TARGET_FILE_SIZE,
+            random_prefix_length=int(self.metadata.configuration.get("delta.randomPrefixLength", "2"))
+            if self.metadata.configuration.get("delta.randomizeFilePrefixes", "").lower() == "true"
+            else None,
+            materialize_partitions=materialize,
+        )
+        return DataFileWriter(self.store, config)
+
+    def write_data(self, reader: pa.RecordBatchReader, extra_check=None) -> DataFileWriter:
+        constraints = table_constraints(self.schema, self.metadata.configuration)
+        writer = self.writer()
+        try:
+            for batch in reader:
+                table = conform_table(batch, self.schema)
+                check_constraints(table, self.schema, constraints)
+                if extra_check is not None:
+                    extra_check(table)
+                writer.write(table)
+            self.txn.add_files(writer.close())
+        except BaseException:
+            writer.abort()
+            raise
+        return writer
+
+    def remove_files(self, files: pa.Table) -> int:
+        """Stage removes for these live files (dataChange=true); returns their total size."""
+        if files.num_rows == 0:
+            return 0
+        if TableProperties(self.metadata.configuration).append_only:
+            raise TableReadOnlyError(
+                f"{self.store.root} is append-only (delta.appendOnly=true): existing data cannot be removed"
+            )
+        now = int(time.time() * 1000)
+        removes = [
+            Remove(
+                path=row["path"],
+                data_change=True,
+                deletion_timestamp=now,
+                extended_file_metadata=True,
+                partition_values=row["partition_values"],
+                size=row["size"],
+                stats=row["stats"],
+                deletion_vector=_dv(row["deletion_vector"]),
+                base_row_id=row["base_row_id"],
+                default_row_commit_version=row["default_row_commit_version"],
+            )
+            for row in files.select(
+                [
+                    "path",
+                    "partition_values",
+                    "size",
+                    "stats",
+                    "deletion_vector",
+                    "base_row_id",
+                    "default_row_commit_version",
+                ]
+            ).to_pylist()
+        ]
+        self.txn.remove_files(removes)
+        return int(pc.sum(files.column("size")).as_py() or 0)
+
+
+def _dv(value):
+    from engine.actions import DeletionVectorDescriptor
+
+    return (
+        DeletionVectorDescriptor.from_json({k: v for k, v in value.items() if v is not None})
+        if value
+        else None
+    )
+
+
+def _union_protocol(current: Protocol, needed: Protocol) -> Protocol:
+    """The smallest protocol that has everything ``current`` has and ``needed`` asks for."""
+    readers = set(reader_features(current)) | set(reader_features(needed))
+    writers = set(writer_features(current)) | set(writer_features(needed))
+    if writers <= set(writer_features(current)) and readers <= set(reader_features(current)):
+        return current
+    if max(current.min_writer_version, needed.min_writer_version) < 7:
+        return Protocol(
+            max(current.min_reader_version, needed.min_reader_version),
+            max(current.min_writer_version, needed.min_writer_version),
+        )
+    if max(current.min_reader_version, needed.min_reader_version) >= 3:
+        return Protocol(3, 7, sorted(readers), sorted(writers))
+    return Protocol(max(current.min_reader_version, needed.min_reader_version), 7, None, sorted(writers))
+
+
+def _metrics(writer: DataFileWriter, **extra: int) -> dict[str, int]:
+    return {
+        "numFiles": len(writer.adds),
+        "numOutputRows": writer.rows_written,
+        "numOutputBytes": writer.bytes_written,
+        **extra,
+    }
+
+
+def execute_append(
+    store: ObjectStore,
+    snapshot: Snapshot,
+    data: Any,
+    *,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    schema_mode: str | None = None,
+    target_file_size: int | None = None,
+) -> CommitResult:
+    reader = as_reader(data)
+    params = {"mode": "Append", "partitionBy": snapshot.partition_columns}
+    if schema_mode == "overwrite":
+        raise ValueError("schema_mode='overwrite' needs overwrite(), not append()")
+    write = _Write(store, snapshot, params, target_file_size=target_file_size, schema_mode=schema_mode)
+    skipped = write.idempotent_skip(app_id, app_version)
+    if skipped is not None:
+        return skipped
+    write.evolve(reader.schema)
+    writer = write.write_data(reader)
+    return write.txn.commit(_metrics(writer))
+
+
+def execute_overwrite(
+    store: ObjectStore,
+    snapshot: Snapshot,
+    data: Any,
+    *,
+    predicate: str | Expr | None = None,
+    dynamic_partitions: bool = False,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    schema_mode: str | None = None,
+    target_file_size: int | None = None,
+) -> CommitResult:
+    """Replace the table's rows (all of them, those matching ``predicate``, or whole partitions)."""
+    if predicate is not None and dynamic_partitions:
+        raise ValueError("give a predicate or dynamic_partitions=True, not both")
+    if schema_mode == "overwrite" and (predicate is not None or dynamic_partitions):
+        raise ValueError(
+            "schema_mode='overwrite' replaces the whole table: no predicate or dynamic partitions"
+        )
+    reader = as_reader(data)
+    params: dict[str, Any] = {"mode": "Overwrite", "partitionBy": snapshot.partition_columns}
+    if predicate is not None:
+        params["predicate"] = predicate if isinstance(predicate, str) else str(predicate)
+    if dynamic_partitions:
+        params["partitionOverwriteMode"] = "DYNAMIC"
+    write = _Write(store, snapshot, params, target_file_size=target_file_size, schema_mode=schema_mode)
+    skipped = write.idempotent_skip(app_id, app_version)
+    if skipped is not None:
+        return skipped
+    write.evolve(reader.schema)
+
+    if predicate is None and not dynamic_partitions:
+        write.txn.read_whole_table()
+        removed_bytes = write.remove_files(snapshot.files)
+        writer = write.write_data(reader)
+        return write.txn.commit(
+            _metrics(writer, numRemovedFiles=snapshot.files.num_rows, numRemovedBytes=removed_bytes)
+        )
+
+    if dynamic_partitions:
+        if not snapshot.partition_columns:
+            raise ValueError("dynamic partition overwrite needs a partitioned table")
+        writer = write.write_data(reader)
+        touched = _touched_partitions(writer, write.schema, snapshot)
+        files, read_predicate = _files_in_partitions(snapshot, touched)
+        write.txn.read_files(files, read_predicate)
+        removed_bytes = write.remove_files(files)
+        return write.txn.commit(
+            _metrics(writer, numRemovedFiles=files.num_rows, numRemovedBytes=removed_bytes)
+        )
+
+    bound = bind(parse_predicate(predicate) if isinstance(predicate, str) else predicate, write.schema)
+    partition_only = all(
+        c.path[0] in set(snapshot.partition_columns) and len(c.path) == 1 for c in columns(bound)
+    )
+
+    def must_match(table: pa.Table) -> None:
+        ok = _evaluate(table, bound)
+        bad = pc.sum(pc.invert(pc.fill_null(ok, False))).as_py() or 0
+        if bad:
+            where = params["predicate"]
+            raise ConstraintViolationError(f"{bad} row(s) written by overwrite({where!r}) do not match it")
+
+    writer = write.write_data(reader, extra_check=must_match)
+    candidates = snapshot.files
+    if candidates.num_rows:
+        candidates = candidates.filter(
+            file_keep_mask(candidates, bound, snapshot.schema, snapshot.metadata, store.root)
+        )
+    write.txn.read_files(candidates, bound)
+    copied = 0
+    if partition_only or candidates.num_rows == 0:
+        to_remove = candidates
+    else:
+        to_remove, copied = _rewrite_partial_files(write, snapshot, candidates, bound)
+    removed_bytes = write.remove_files(to_remove)
+    return write.txn.commit(
+        _metrics(
+            writer, numRemovedFiles=to_remove.num_rows, numRemovedBytes=removed_bytes, numCopiedRows=copied
+        )
+    )
+
+
+def _evaluate(table: pa.Table, expr: Expr):
+    import pyarrow.dataset as ds
+
+    from engine.expressions.arrow import to_arrow_expression
+
+    return ds.dataset(table).to_table(columns={"ok": to_arrow_expression(expr)}).column("ok")
+
+
+def _rewrite_partial_files(write: _Write, snapshot: Snapshot, candidates: pa.Table, predicate: Expr):
+    """Files where some rows match: remove them and rewrite the rows that do not match."""
+    remove_rows = []
+    copied = 0
+    keep_writer = write.writer()
+    try:
+        for i in range(candidates.num_rows):
+            one = candidates.slice(i, 1)
+            rows = Scan(snapshot, None, None, files=one).to_table()
+            matches = pc.fill_null(_evaluate(rows, predicate), False)
+            hits = pc.sum(matches).as_py() or 0
+            if hits == 0:
+                continue
+            remove_rows.append(i)
+            if hits < rows.num_rows:
+                kept = rows.filter(pc.invert(matches))
+                keep_writer.write(conform_table(kept, write.schema))
+                copied += kept.num_rows
+        adds = keep_writer.close()
+    except BaseException:
+        keep_writer.abort()
+        raise
+    write.txn.add_files(adds)
+    return candidates.take(pa.array(remove_rows, pa.int64())), copied
+
+
+def _touched_partitions(writer: DataFileWriter, schema: StructType, snapshot: Snapshot) -> set[tuple]:
+    fields = snapshot.partition_fields
+    out = set()
+    for add in writer.adds:
+        values = []
+        for f in fields:
+            raw = add.partition_values.get(f.physical_name)
+            values.append(parse_partition_values(pa.array([raw], pa.string()), f.type)[0].as_py())
+        out.add(tuple(values))
+    return out
+
+
+def _files_in_partitions(snapshot: Snapshot, touched: set[tuple]) -> tuple[pa.Table, Expr]:
+    fields = snapshot.partition_fields
+    clauses: list[Expr] = []
+    for values in sorted(touched, key=repr):
+        parts: list[Expr] = []
+        for f, v in zip(fields, values, strict=True):
+            col = Column((f.name,), f.type)
+            parts.append(IsNull(col) if v is None else Comparison("=", col, Literal(v, f.type)))
+        clauses.append(parts[0] if len(parts) == 1 else And(tuple(parts)))
+    predicate: Expr = clauses[0] if len(clauses) == 1 else Or(tuple(clauses)) if clauses else Literal(False)
+    files = snapshot.files
+    if files.num_rows:
+        files = files.filter(
+            file_keep_mask(files, predicate, snapshot.schema, snapshot.metadata, snapshot.store.root)
+        )
+    return files, predicate

@@ -1,0 +1,142 @@
+"""Conflict detection between a transaction and the commits that won the race before it.
+
+The checks and their order are Delta Spark's (``ConflictChecker``), with its error names:
+
+1. the winner changed the protocol to something we cannot use, or both changed it
+   -> ``ProtocolChangedError``;
+2. the winner changed the metadata -> ``MetadataChangedError``;
+3. both touched the same metadata domain -> ``DomainMetadataConflictError``;
+4. the winner wrote a ``txn`` for an application id we read -> ``ConcurrentTransactionError``;
+5. the winner added files our reads should have seen -> ``ConcurrentAppendError`` (Serializable:
+   any data-changing add matching a read predicate; WriteSerializable: blind appends are
+   ignored unless we change the metadata; a transaction without data changes, like OPTIMIZE,
+   runs at SnapshotIsolation and skips this check);
+6. the winner removed a file we read (or anything, if we read the whole table)
+   -> ``ConcurrentDeleteReadError``;
+7. the winner removed a file we remove -> ``ConcurrentDeleteDeleteError``.
+
+Added files are matched against read predicates with the same partition pruning and statistics
+skipping a scan uses, so "could this new file hold rows we read" errs on the side of conflict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.actions import Metadata, Protocol
+from engine.errors import (
+    ConcurrentAppendError,
+    ConcurrentDeleteDeleteError,
+    ConcurrentDeleteReadError,
+    ConcurrentTransactionError,
+    DeltaError,
+    DomainMetadataConflictError,
+    MetadataChangedError,
+    ProtocolChangedError,
+)
+from engine.expressions.tree import Expr
+from engine.log.commits import LogActions
+from engine.log.replay import canonical_paths, normalize_partition_values
+from engine.scan import file_keep_mask
+from engine.schema import StructType, parse_schema, partition_physical_names
+from engine.table_features import check_write_supported
+
+SERIALIZABLE = "Serializable"
+WRITE_SERIALIZABLE = "WriteSerializable"
+SNAPSHOT_ISOLATION = "SnapshotIsolation"
+ISOLATION_LEVELS = (SERIALIZABLE, WRITE_SERIALIZABLE)
+
+
+@dataclass
+class TransactionSummary:
+    """What a transaction read and what it writes, as conflict checks need it."""
+
+    isolation_level: str = WRITE_SERIALIZABLE
+    read_whole_table: bool = False
+    read_predicates: list[Expr] = field(default_factory=list)  # bound to the table schema
+    read_file_keys: set[str] = field(default_factory=set)  # canonical paths
+    read_app_ids: set[str] = field(default_factory=set)
+    removed_file_keys: set[str] = field(default_factory=set)
+    changes_metadata: bool = False
+    changes_protocol: bool = False
+    domains: set[str] = field(default_factory=set)
+
+
+def check_conflicts(
+    ours: TransactionSummary,
+    winner: LogActions,
+    *,
+    metadata: Metadata,
+    protocol: Protocol,
+    table_root: str,
+) -> None:
+    """Raise the first conflict between ``ours`` and one winning commit; return if none."""
+    version = winner.version
+    where = f"{table_root} version {version}"
+    if winner.protocol is not None:
+        try:
+            check_write_supported(winner.protocol, metadata, parse_schema(metadata.schema_string), table_root)
+        except DeltaError as e:
+            raise ProtocolChangedError(
+                f"{where} changed the protocol to one deltaplane cannot write: {e}"
+            ) from e
+        if ours.changes_protocol:
+            raise ProtocolChangedError(f"{where} changed the protocol concurrently with this transaction")
+    if winner.metadata is not None:
+        raise MetadataChangedError(f"{where} changed the table metadata (schema, properties or partitioning)")
+    touched = {d.domain for d in winner.domains} & ours.domains
+    if touched:
+        raise DomainMetadataConflictError(f"{where} changed metadata domains {sorted(touched)} too")
+    apps = {t.app_id for t in winner.txns} & ours.read_app_ids
+    if apps:
+        raise ConcurrentTransactionError(f"{where} committed application transaction(s) {sorted(apps)}")
+
+    files = winner.file_actions
+    if files is None or files.num_rows == 0:
+        return
+    schema = parse_schema(metadata.schema_string)
+    is_add = files.column("is_add")
+    data_change = pc.fill_null(files.column("data_change"), True)
+
+    if ours.isolation_level != SNAPSHOT_ISOLATION and (ours.read_whole_table or ours.read_predicates):
+        blind = bool(winner.commit_info and winner.commit_info.values.get("isBlindAppend"))
+        ignore_blind = ours.isolation_level == WRITE_SERIALIZABLE and not ours.changes_metadata
+        if not (blind and ignore_blind):
+            added = files.filter(pc.and_(is_add, data_change))
+            if added.num_rows and _matches_reads(added, ours, schema, metadata, table_root):
+                raise ConcurrentAppendError(
+                    f"{where} added data this transaction should have read (isolation {ours.isolation_level})"
+                )
+
+    removed = files.filter(pc.invert(is_add))
+    if removed.num_rows == 0:
+        return
+    removed_keys = set(canonical_paths(removed.column("path"), table_root).to_pylist())
+    removed_data = removed.filter(pc.fill_null(removed.column("data_change"), True))
+    if removed_data.num_rows:
+        data_keys = set(canonical_paths(removed_data.column("path"), table_root).to_pylist())
+        if ours.read_whole_table or data_keys & ours.read_file_keys:
+            hit = ", ".join(sorted(data_keys & ours.read_file_keys)[:3]) or "(it read the whole table)"
+            raise ConcurrentDeleteReadError(f"{where} removed files this transaction read: {hit}")
+    both = removed_keys & ours.removed_file_keys
+    if both:
+        raise ConcurrentDeleteDeleteError(
+            f"{where} removed files this transaction also removes: {', '.join(sorted(both)[:3])}"
+        )
+
+
+def _matches_reads(
+    added: pa.Table, ours: TransactionSummary, schema: StructType, metadata: Metadata, table_root: str
+) -> bool:
+    if ours.read_whole_table:
+        return True
+    physical = partition_physical_names(schema, metadata.partition_columns)
+    added = normalize_partition_values(added, physical)
+    for predicate in ours.read_predicates:
+        mask = file_keep_mask(added, predicate, schema, metadata, table_root)
+        if pc.any(mask).as_py():
+            return True
+    return False

@@ -1,0 +1,308 @@
+"""Optimistic transactions: record what was read, stage actions, commit with put-if-absent.
+
+A commit is one object, ``_delta_log/<version>.json``, created only if absent. Losing the race
+is normal: the transaction reads each commit that won, checks it against what this transaction
+read and writes (``conflicts.py``), and retries at the next version if they do not conflict,
+with bounded, jittered backoff. Blind appends therefore never fail because of other appends.
+
+A create that finds the key taken is checked for being our own earlier attempt (an object store
+that lost the response to a successful put): the winning commit's ``txnId`` is compared with
+ours, and a match is a success, never a duplicate.
+
+After a successful commit, a checkpoint is written every ``delta.checkpointInterval`` versions;
+a failure there is logged and does not undo the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from engine.actions import (
+    Add,
+    CommitInfo,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    Remove,
+    Txn,
+    action_to_json_line,
+)
+from engine.checkpoint_writer import write_checkpoint
+from engine.conflicts import (
+    ISOLATION_LEVELS,
+    SNAPSHOT_ISOLATION,
+    WRITE_SERIALIZABLE,
+    TransactionSummary,
+    check_conflicts,
+)
+from engine.errors import (
+    CommitConflictError,
+    DeltaError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    TableExistsError,
+)
+from engine.expressions.tree import Expr
+from engine.log.commits import LogActions, parse_log_json
+from engine.log.files import LOG_DIR, LogFileKind, commit_key, parse_log_file_name
+from engine.log.replay import canonical_paths
+from engine.snapshot import Snapshot
+from engine.storage.base import ObjectStore
+from engine.table_properties import TableProperties
+
+log = logging.getLogger(__name__)
+
+ENGINE_VERSION = "0.1.0"
+ENGINE_INFO = f"deltaplane/{ENGINE_VERSION}"
+MAX_ATTEMPTS = 30
+
+
+@dataclass
+class CommitResult:
+    """What a commit did: the version it created (or found) and Delta Spark-style metrics."""
+
+    version: int
+    operation: str
+    operation_metrics: dict[str, Any] = field(default_factory=dict)
+    skipped: bool = False  # an idempotent (appId, version) write that was already committed
+    attempts: int = 1
+    checkpoint_written: bool = False
+    txn_id: str | None = None
+
+
+class Transaction:
+    """One atomic change to a table, read at ``snapshot`` (``None`` to create the table)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        snapshot: Snapshot | None,
+        *,
+        operation: str,
+        operation_parameters: dict[str, Any] | None = None,
+        isolation_level: str | None = None,
+        checkpoint: bool = True,
+    ):
+        self.store = store
+        self.snapshot = snapshot
+        self.operation = operation
+        self.operation_parameters = dict(operation_parameters or {})
+        self.txn_id = str(uuid.uuid4())
+        self.checkpoint = checkpoint
+        self._protocol: Protocol | None = None
+        self._metadata: Metadata | None = None
+        self._adds: list[Add] = []
+        self._removes: list[Remove] = []
+        self._txns: list[Txn] = []
+        self._domains: list[DomainMetadata] = []
+        self.summary = TransactionSummary()
+        level = isolation_level
+        if level is None and snapshot is not None:
+            level = snapshot.properties.isolation_level
+        self.summary.isolation_level = level or WRITE_SERIALIZABLE
+        if self.summary.isolation_level not in ISOLATION_LEVELS:
+            raise DeltaError(
+                f"unknown isolation level {self.summary.isolation_level!r} (use one of {ISOLATION_LEVELS})"
+            )
+
+    # --- what the transaction read ------------------------------------------------------------
+
+    @property
+    def read_version(self) -> int:
+        return self.snapshot.version if self.snapshot is not None else -1
+
+    def read_whole_table(self) -> None:
+        self.summary.read_whole_table = True
+
+    def read_files(self, files: pa.Table, predicate: Expr | None) -> None:
+        """Record files read because of ``predicate`` (bound); ``None`` means the whole table."""
+        if predicate is None:
+            self.summary.read_whole_table = True
+        else:
+            self.summary.read_predicates.append(predicate)
+        if files.num_rows:
+            root = self.store.root
+            self.summary.read_file_keys |= set(canonical_paths(files.column("path"), root).to_pylist())
+
+    def read_app_transaction(self, app_id: str) -> int | None:
+        self.summary.read_app_ids.add(app_id)
+        return self.snapshot.app_transaction_version(app_id) if self.snapshot else None
+
+    # --- what it writes -----------------------------------------------------------------------
+
+    def update_protocol(self, protocol: Protocol) -> None:
+        self._protocol = protocol
+        self.summary.changes_protocol = True
+
+    def update_metadata(self, metadata: Metadata) -> None:
+        self._metadata = metadata
+        self.summary.changes_metadata = True
+
+    def add_files(self, adds: list[Add]) -> None:
+        self._adds.extend(adds)
+
+    def remove_files(self, removes: list[Remove]) -> None:
+        self._removes.extend(removes)
+        if removes:
+            paths = pa.array([r.path for r in removes], pa.string())
+            self.summary.removed_file_keys |= set(canonical_paths(paths, self.store.root).to_pylist())
+
+    def set_app_transaction(self, app_id: str, version: int) -> None:
+        self._txns.append(Txn(app_id, version, int(time.time() * 1000)))
+        self.summary.read_app_ids.add(app_id)
+
+    def set_domain_metadata(self, domain: DomainMetadata) -> None:
+        self._domains.append(domain)
+        self.summary.domains.add(domain.domain)
+
+    @property
+    def metadata(self) -> Metadata:
+        if self._metadata is not None:
+            return self._metadata
+        assert self.snapshot is not None
+        return self.snapshot.metadata
+
+    @property
+    def protocol(self) -> Protocol:
+        if self._protocol is not None:
+            return self._protocol
+        assert self.snapshot is not None
+        return self.snapshot.protocol
+
+    @property
+    def is_blind_append(self) -> bool:
+        s = self.summary
+        return not (s.read_whole_table or s.read_predicates or self._removes or s.changes_metadata) and all(
+            a.data_change for a in self._adds
+        )
+
+    def _effective_isolation(self) -> str:
+        data_change = any(a.data_change for a in self._adds) or any(r.data_change for r in self._removes)
+        non_file = self._protocol or self._metadata or self._txns or self._domains
+        if not data_change and not non_file:
+            return SNAPSHOT_ISOLATION  # e.g. OPTIMIZE: never conflicts with appends
+        return self.summary.isolation_level
+
+    # --- committing ---------------------------------------------------------------------------
+
+    def commit(self, operation_metrics: dict[str, Any] | None = None) -> CommitResult:
+        metrics = {k: str(v) for k, v in (operation_metrics or {}).items()}
+        self.summary.isolation_level = self._effective_isolation()
+        version = self.read_version + 1
+        backoff = 0.01
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            body = self._render(version, metrics)
+            try:
+                self.store.put(commit_key(version), body, mode="create")
+            except ObjectExistsError:
+                if self._is_our_commit(version):
+                    return self._committed(version, metrics, attempt)
+                if self.snapshot is None:
+                    raise TableExistsError(f"a Delta table already exists at {self.store.root}") from None
+                version = self._rebase(version)
+                time.sleep(backoff * (0.5 + random.random()))
+                backoff = min(backoff * 2, 1.0)
+                continue
+            return self._committed(version, metrics, attempt)
+        raise CommitConflictError(
+            f"gave up committing to {self.store.root} after {MAX_ATTEMPTS} attempts: "
+            "too many concurrent writers"
+        )
+
+    def _committed(self, version: int, metrics: dict[str, str], attempts: int) -> CommitResult:
+        result = CommitResult(version, self.operation, metrics, attempts=attempts, txn_id=self.txn_id)
+        if self.checkpoint and version > 0:
+            interval = TableProperties(self.metadata.configuration).checkpoint_interval
+            if version % interval == 0:
+                try:
+                    write_checkpoint(self.store, version)
+                    result.checkpoint_written = True
+                except DeltaError as e:
+                    log.warning(
+                        "commit %d of %s succeeded but its checkpoint failed: %s", version, self.store.root, e
+                    )
+        return result
+
+    def _is_our_commit(self, version: int) -> bool:
+        try:
+            winner = self._read_commit(version)
+        except ObjectNotFoundError:
+            return False
+        return bool(winner.commit_info and winner.commit_info.txn_id == self.txn_id)
+
+    def _read_commit(self, version: int) -> LogActions:
+        key = commit_key(version)
+        return parse_log_json(self.store.get(key), version=version, source=key)
+
+    def _rebase(self, lost_version: int) -> int:
+        """Check every commit from ``lost_version`` on against this transaction; next version."""
+        latest = self._latest_version(lost_version)
+        for version in range(lost_version, latest + 1):
+            winner = self._read_commit(version)
+            check_conflicts(
+                self.summary,
+                winner,
+                metadata=self.metadata,
+                protocol=self.protocol,
+                table_root=self.store.root,
+            )
+            if winner.commit_info is not None:
+                self._last_winner_ict = winner.commit_info.in_commit_timestamp
+        return latest + 1
+
+    def _latest_version(self, at_least: int) -> int:
+        latest = at_least
+        start_after = f"{LOG_DIR}/{at_least:020d}"
+        for meta in self.store.list(f"{LOG_DIR}/", start_after=start_after):
+            f = parse_log_file_name(meta.key)
+            if f is not None and f.kind is LogFileKind.COMMIT:
+                latest = max(latest, f.version)
+        return latest
+
+    _last_winner_ict: int | None = None
+
+    def _render(self, version: int, metrics: dict[str, str]) -> bytes:
+        now = int(time.time() * 1000)
+        info: dict[str, Any] = {
+            "timestamp": now,
+            "operation": self.operation,
+            "operationParameters": {k: _param(v) for k, v in self.operation_parameters.items()},
+        }
+        if self.read_version >= 0:
+            info["readVersion"] = self.read_version
+        info.update(
+            {
+                "isolationLevel": self.summary.isolation_level,
+                "isBlindAppend": self.is_blind_append,
+                "operationMetrics": metrics,
+                "engineInfo": ENGINE_INFO,
+                "txnId": self.txn_id,
+            }
+        )
+        if TableProperties(self.metadata.configuration).enable_in_commit_timestamps:
+            previous = self._last_winner_ict
+            if previous is None and self.snapshot is not None and version == self.read_version + 1:
+                previous = self.snapshot.timestamp
+            info = {"inCommitTimestamp": max(now, (previous or 0) + 1), **info}
+        actions: list = [CommitInfo(info)]
+        if self._protocol is not None:
+            actions.append(self._protocol)
+        if self._metadata is not None:
+            actions.append(self._metadata)
+        actions += self._txns + self._domains + self._removes + self._adds
+        return ("\n".join(action_to_json_line(a) for a in actions) + "\n").encode("utf-8")
+
+
+def _param(value: Any) -> str:
+    """Delta Spark stores operation parameters as strings (JSON for lists and maps)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
