@@ -189,7 +189,7 @@ class DataFileWriter:
         f.buffered.append(physical)
         f.buffered_bytes += physical.nbytes
         self._buffered_total += physical.nbytes
-        if f.buffered_bytes >= self.config.row_group_bytes:
+        if f.buffered_bytes >= min(self.config.row_group_bytes, self.config.target_file_size):
             self._flush(f)
 
     def _physical_table(self, part: pa.Table) -> pa.Table:

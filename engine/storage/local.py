@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import stat
 import uuid
 from collections.abc import Iterator
 
@@ -101,8 +103,10 @@ class LocalStore:
                 rel = "" if rel == "." else rel + "/"
                 for name in filenames:
                     key = rel + name
-                    if key.startswith(prefix):
-                        found.append(self._meta(os.path.join(dirpath, name), key))
+                    if key.startswith(prefix) and not _is_temporary(name):
+                        meta = self._meta(os.path.join(dirpath, name), key)
+                        if meta is not None:
+                            found.append(meta)
         else:
             try:
                 entries = list(os.scandir(base))
@@ -110,16 +114,24 @@ class LocalStore:
                 return iter(())
             key_dir = dir_key + "/" if dir_key else ""
             for entry in entries:
-                if entry.name.startswith(name_prefix) and entry.is_file():
-                    found.append(self._meta(entry.path, key_dir + entry.name))
+                if entry.name.startswith(name_prefix) and not _is_temporary(entry.name):
+                    meta = self._meta(entry.path, key_dir + entry.name)
+                    if meta is not None:
+                        found.append(meta)
         found.sort(key=lambda m: m.key)
         if start_after is not None:
             found = [m for m in found if m.key > start_after]
         return iter(found)
 
     @staticmethod
-    def _meta(path: str, key: str) -> ObjectMeta:
-        st = os.stat(path)
+    def _meta(path: str, key: str) -> ObjectMeta | None:
+        """Metadata of a listed file; ``None`` if it vanished since the directory was read."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
         return ObjectMeta(key, st.st_size, st.st_mtime_ns // 1_000_000)
 
     def delete(self, key: str) -> None:
@@ -134,6 +146,14 @@ class LocalStore:
             return pa.OSFile(self._path(key), "rb")
         except FileNotFoundError:
             raise ObjectNotFoundError(f"no such object: {self._path(key)}") from None
+
+
+_TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
+
+
+def _is_temporary(name: str) -> bool:
+    """Our own in-flight writes (``.<name>.<uuid>.tmp``): not objects yet, never listed."""
+    return name.startswith(".") and _TEMPORARY.match(name) is not None
 
 
 def _fsync_dir(directory: str) -> None:

@@ -1,0 +1,93 @@
+"""Statistics written for every file: truncation rules, timestamps, NaN, column selection."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+
+import pyarrow as pa
+
+from engine.schema import from_arrow_schema
+from engine.stats import StatsCollector, stats_json, stats_leaves, truncate_max_string
+
+
+def collect(table: pa.Table, **kwargs) -> dict:
+    leaves = stats_leaves(list(from_arrow_schema(table.schema).fields), **kwargs)
+    collector = StatsCollector(leaves)
+    for batch in table.to_batches(max_chunksize=2):  # several updates per file
+        collector.update(batch)
+    return json.loads(collector.to_json())
+
+
+def test_numbers_strings_nulls_across_batches():
+    t = pa.table({"i": [5, None, -3, 9], "s": ["b", "a", None, "c"], "f": [1.5, 0.5, None, 2.0]})
+    stats = collect(t)
+    assert stats == {
+        "numRecords": 4,
+        "minValues": {"i": -3, "s": "a", "f": 0.5},
+        "maxValues": {"i": 9, "s": "c", "f": 2.0},
+        "nullCount": {"i": 1, "s": 1, "f": 1},
+    }
+
+
+def test_long_strings_are_truncated_with_a_tie_breaker():
+    long_ascii = "x" * 40
+    long_high = "y" * 32 + "é" + "z"
+    t = pa.table({"s": ["a" * 35, long_ascii, long_high]})
+    stats = collect(t)
+    assert stats["minValues"]["s"] == "a" * 32
+    assert stats["maxValues"]["s"] == "y" * 32 + "\U0010ffff"  # next char is above ASCII
+    assert truncate_max_string(long_ascii, 32) == "x" * 32 + "\x7f"
+    assert truncate_max_string("short", 32) == "short"
+    assert stats["maxValues"]["s"] >= long_high
+
+
+def test_timestamps_are_truncated_to_milliseconds():
+    t = pa.table(
+        {
+            "ts": pa.array(
+                [
+                    dt.datetime(2026, 1, 1, 0, 0, 0, 123999, tzinfo=dt.UTC),
+                    dt.datetime(2026, 1, 2, 0, 0, 0, 999, tzinfo=dt.UTC),
+                ],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "ntz": pa.array([dt.datetime(2026, 1, 1, 12, 0, 0, 500)], pa.timestamp("us")).take([0, 0]),
+        }
+    )
+    stats = collect(t)
+    assert stats["minValues"]["ts"] == "2026-01-01T00:00:00.123Z"
+    assert stats["maxValues"]["ts"] == "2026-01-02T00:00:00.000Z"
+    assert stats["minValues"]["ntz"] == "2026-01-01T12:00:00.000"
+
+
+def test_nan_means_no_bounds_and_decimals_stay_exact():
+    t = pa.table(
+        {
+            "f": [1.0, float("nan")],
+            "d": pa.array([Decimal("12345678901234567.89"), Decimal("-1.00")], pa.decimal128(20, 2)),
+        }
+    )
+    stats = collect(t)
+    assert "f" not in stats["minValues"] and stats["nullCount"]["f"] == 0
+    text = StatsCollector(stats_leaves(list(from_arrow_schema(t.schema).fields)))
+    text.update(t)
+    assert '"d":12345678901234567.89' in text.to_json()
+    assert stats_json({"x": Decimal("1.10")}) == '{"x":1.10}'
+
+
+def test_booleans_and_binary_get_null_counts_only_and_nested_fields_are_leaves():
+    t = pa.table({"b": [True, None], "bin": [b"x", b"y"], "st": [{"a": 1, "z": "q"}, {"a": None, "z": "r"}]})
+    stats = collect(t)
+    assert "b" not in stats["minValues"] and stats["nullCount"]["b"] == 1
+    assert stats["minValues"]["st"] == {"a": 1, "z": "q"} and stats["nullCount"]["st"] == {"a": 1, "z": 0}
+
+
+def test_indexed_column_limits():
+    t = pa.table({"a": [1], "b": [2], "st": [{"x": 1, "y": 2}], "c": [3]})
+    assert set(collect(t, num_indexed=3)["minValues"]) == {"a", "b", "st"}
+    assert collect(t, num_indexed=3)["minValues"]["st"] == {"x": 1}  # nested leaves count one by one
+    assert set(collect(t, num_indexed=-1)["minValues"]) == {"a", "b", "st", "c"}
+    assert set(collect(t, stats_columns=["c", "st.y"])["minValues"]) == {"c", "st"}
+    assert collect(t, stats_columns=["c", "st.y"])["minValues"]["st"] == {"y": 2}
