@@ -24,7 +24,7 @@ lint: $(STAMP)
 
 # The whole suite: lint, import-layer contract, then every test tier.
 test: lint
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/snapshot_load.py

@@ -177,14 +177,11 @@ def _read_from_file(store: ObjectStore, key: str, descriptor: DeletionVectorDesc
 
     offset = 1 if descriptor.offset is None else descriptor.offset
     size = descriptor.size_in_bytes
-    try:
-        if key.startswith("/") or "://" in key:
-            from engine.storage import open_store
+    from engine.storage import resolve_location
 
-            head, _, name = key.rpartition("/")
-            chunk = open_store(head or "/").get_range(name, offset, size + 8)
-        else:
-            chunk = store.get_range(key, offset, size + 8)
+    try:
+        target, relative = resolve_location(store, key)
+        chunk = target.get_range(relative, offset, size + 8)
     except ObjectNotFoundError as e:
         raise CorruptDeletionVectorError(f"deletion vector file {key} is missing", key) from e
     if len(chunk) < size + 8:

@@ -49,7 +49,7 @@ from engine.schema import (
 )
 from engine.snapshot import Snapshot
 from engine.stats import FileStats, parse_file_stats
-from engine.storage import open_store
+from engine.storage import resolve_location
 
 _BATCH_ROWS = 128 * 1024
 _READ_WORKERS = max(2, min(8, (os.cpu_count() or 2) * 2))
@@ -251,11 +251,8 @@ class Scan:
     def _open(self, plan: _FilePlan) -> pq.ParquetFile:
         location = plan.location
         try:
-            if _is_absolute(location):
-                head, _, name = location.rpartition("/")
-                source = open_store(head or "/").open_input(name)
-            else:
-                source = self.snapshot.store.open_input(location)
+            store, key = resolve_location(self.snapshot.store, location)
+            source = store.open_input(key)
             return pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
         except ObjectNotFoundError as e:
             raise DataFileError(

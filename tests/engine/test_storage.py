@@ -10,11 +10,16 @@ import pytest
 from engine.errors import ObjectExistsError, ObjectNotFoundError, UnsupportedStorageError
 from engine.storage import LocalStore, MemoryStore, open_store
 
+pytestmark = pytest.mark.xdist_group("s3")  # one SeaweedFS server per test run
 
-@pytest.fixture(params=["local", "memory"])
+
+@pytest.fixture(params=["local", "memory", "s3"])
 def store(request, tmp_path):
     if request.param == "local":
         return LocalStore(str(tmp_path / "root"))
+    if request.param == "s3":
+        server = request.getfixturevalue("s3_server")
+        return open_store(server.uri(), server.options())
     return MemoryStore(f"memory://{tmp_path.name}")
 
 

@@ -280,6 +280,7 @@ def test_check_constraints_and_invariants(tmp_path):
         table.append(rows(-1, 3))
     table.append(rows(0, 3))
     assert table.version == 1
+    assert_delta_rs_agrees(path)
     schema = pa.schema(
         [
             pa.field(

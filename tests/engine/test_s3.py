@@ -1,0 +1,185 @@
+"""Tables on a real S3 server (SeaweedFS on loopback), with injected faults.
+
+Faults are injected with botocore's ``before-send`` event, which sees each HTTP request before it
+goes out and may answer it instead: a 409, a 500, or the real write followed by a dropped
+connection (the classic lost response).
+"""
+
+from __future__ import annotations
+
+import botocore.awsrequest
+import botocore.exceptions
+import deltalake
+import pyarrow as pa
+import pytest
+
+from engine import DeltaTable
+from engine.errors import CommitOutcomeUnknownError, StorageError
+from engine.storage import open_store
+from engine.storage.s3 import _PROBED
+from tests.engine.test_concurrency import assert_exactly_once, run_concurrent_appends
+from tests.helpers import assert_same_rows
+
+pytestmark = pytest.mark.xdist_group("s3")
+
+SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string())])
+
+
+def data(start: int, n: int) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(range(start, start + n), pa.int64()),
+            "region": [("eu", "us")[i % 2] for i in range(n)],
+        }
+    )
+
+
+class _Raw:
+    def __init__(self, body: bytes):
+        self._body = body
+
+    def stream(self, **kwargs):
+        yield self._body
+
+
+def fake_response(request, status: int, code: str) -> botocore.awsrequest.AWSResponse:
+    body = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
+    return botocore.awsrequest.AWSResponse(request.url, status, {}, _Raw(body))
+
+
+def is_commit_put(request) -> bool:
+    return request.method == "PUT" and "_delta_log/" in request.url and request.url.endswith(".json")
+
+
+def test_table_lifecycle_on_s3_and_delta_rs_reads_it(s3_server):
+    uri = s3_server.uri()
+    table = DeltaTable.create(uri, SCHEMA, partition_by=["region"], storage_options=s3_server.options())
+    for i in range(11):
+        table.append(data(i * 10, 10))
+    assert table.snapshot.segment.checkpoint.version == 10
+    new_eu = data(500, 4).filter(pa.compute.equal(data(500, 4)["region"], "eu"))
+    table.overwrite(new_eu, predicate="region = 'eu'")
+    ours = DeltaTable(uri, storage_options=s3_server.options())
+    assert ours.to_arrow(filter="region = 'eu'").num_rows == 2
+    theirs = deltalake.DeltaTable(uri, storage_options=s3_server.delta_rs_options()).to_pyarrow_table()
+    assert_same_rows(ours.to_arrow(), theirs.select(SCHEMA.names).cast(SCHEMA))
+    assert ours.file_uris()[0].startswith(uri)
+    assert DeltaTable(uri, version=3, storage_options=s3_server.options()).to_arrow().num_rows == 30
+
+
+def test_a_lost_response_after_a_successful_commit_is_a_success(s3_server):
+    """The PUT lands but the response never arrives; the retry sees 412 and recognises itself."""
+    uri = s3_server.uri()
+    options = {**s3_server.options(), "max_attempts": "1"}  # let the store, not botocore, retry
+    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
+    side = s3_server.client()
+    fired = []
+
+    def land_then_drop(request, **kwargs):
+        if is_commit_put(request) and not fired:
+            fired.append(request.url)
+            bucket_key = request.url.split(f"{s3_server.endpoint}/", 1)[1]
+            bucket, key = bucket_key.split("/", 1)
+            side.put_object(Bucket=bucket, Key=key, Body=request.body, IfNoneMatch="*")
+            raise botocore.exceptions.ConnectionClosedError(endpoint_url=request.url)
+
+    table._store.client.meta.events.register("before-send.s3.PutObject", land_then_drop)
+    result = table.append(data(0, 5))
+    assert fired and result.version == 1 and result.attempts == 1
+    fresh = DeltaTable(uri, storage_options=s3_server.options())
+    assert fresh.version == 1 and fresh.to_arrow().num_rows == 5  # committed exactly once
+
+
+def test_409_conflicts_are_retried_on_the_same_version(s3_server):
+    uri = s3_server.uri()
+    table = DeltaTable.create(uri, SCHEMA, storage_options=s3_server.options())
+    answered = []
+
+    def conflict_twice(request, **kwargs):
+        if is_commit_put(request) and len(answered) < 2:
+            answered.append(409)
+            return fake_response(request, 409, "ConditionalRequestConflict")
+        return None
+
+    table._store.client.meta.events.register("before-send.s3.PutObject", conflict_twice)
+    result = table.append(data(0, 3))
+    assert answered == [409, 409] and result.version == 1
+
+
+def test_500_after_the_write_landed_is_resolved_by_reading(s3_server):
+    uri = s3_server.uri()
+    options = {**s3_server.options(), "max_attempts": "1"}
+    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
+    side = s3_server.client()
+    fired = []
+
+    def land_then_fail(request, **kwargs):
+        if is_commit_put(request) and not fired:
+            fired.append(True)
+            bucket, key = request.url.split(f"{s3_server.endpoint}/", 1)[1].split("/", 1)
+            side.put_object(Bucket=bucket, Key=key, Body=request.body, IfNoneMatch="*")
+            return fake_response(request, 500, "InternalError")
+        return None
+
+    table._store.client.meta.events.register("before-send.s3.PutObject", land_then_fail)
+    assert table.append(data(0, 3)).version == 1
+    assert DeltaTable(uri, storage_options=s3_server.options()).to_arrow().num_rows == 3
+
+
+def test_500_before_the_write_is_retried(s3_server):
+    uri = s3_server.uri()
+    options = {**s3_server.options(), "max_attempts": "1"}
+    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
+    failures = []
+
+    def fail_first(request, **kwargs):
+        if is_commit_put(request) and len(failures) < 2:
+            failures.append(500)
+            return fake_response(request, 503, "SlowDown")
+        return None
+
+    table._store.client.meta.events.register("before-send.s3.PutObject", fail_first)
+    assert table.append(data(0, 3)).version == 1 and failures == [500, 500]
+
+
+def test_an_outcome_that_cannot_be_settled_is_reported_not_guessed(s3_server):
+    uri = s3_server.uri()
+    options = {**s3_server.options(), "max_attempts": "1"}
+    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
+
+    def always_fail(request, **kwargs):
+        if is_commit_put(request):
+            return fake_response(request, 500, "InternalError")
+        return None
+
+    table._store.client.meta.events.register("before-send.s3.PutObject", always_fail)
+    with pytest.raises(CommitOutcomeUnknownError):
+        table.append(data(0, 3))
+    assert DeltaTable(uri, storage_options=s3_server.options()).version == 0
+
+
+def test_a_store_that_ignores_conditional_put_is_refused(s3_server):
+    uri = s3_server.uri()
+    options = {**s3_server.options(), "endpoint_url": s3_server.endpoint + "/"}  # a distinct probe cache key
+    store = open_store(uri, options)
+
+    def drop_condition(request, **kwargs):
+        request.headers.pop("If-None-Match", None)
+
+    store.client.meta.events.register("before-send.s3.PutObject", drop_condition)
+    _PROBED.pop((store.endpoint, store.bucket), None)
+    with pytest.raises(StorageError, match="ignores conditional PUT"):
+        store.put("_delta_log/00000000000000000000.json", b"{}", mode="create")
+    single = open_store(uri, {**options, "allow_unsafe_single_writer": "true"})
+    single.put("_delta_log/00000000000000000000.json", b"{}", mode="create")  # the caller vouches
+    _PROBED.pop((store.endpoint, store.bucket), None)
+
+
+@pytest.mark.slow
+def test_eight_writers_on_s3(s3_server):
+    uri = s3_server.uri()
+    DeltaTable.create(
+        uri, pa.schema([("id", pa.int64()), ("worker", pa.int64())]), storage_options=s3_server.options()
+    )
+    versions = run_concurrent_appends(uri, workers=8, appends=25, storage_options=s3_server.options())
+    assert_exactly_once(uri, 8, 25, versions, storage_options=s3_server.options())
