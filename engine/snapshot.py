@@ -31,7 +31,7 @@ from engine.errors import (
 from engine.log.checkpoints import read_checkpoint, read_checkpoint_config
 from engine.log.commits import LogActions, parse_log_json
 from engine.log.replay import normalize_partition_values, reconcile
-from engine.log.segment import LogSegment, build_log_segment
+from engine.log.segment import LogListing, LogSegment, build_log_segment, list_log
 from engine.schema import StructField, StructType, parse_schema, partition_physical_names
 from engine.storage.base import ObjectStore
 from engine.table_features import check_read_supported
@@ -167,16 +167,81 @@ def read_commit(
     return parse_log_json(data, version=version, source=key, partition_keys=partition_keys)
 
 
-def _load(store: ObjectStore, segment: LogSegment) -> Snapshot:
-    commits = segment.commits
+def _read_commits(store: ObjectStore, commits) -> list[LogActions]:
     keys: set[str] = set()  # partitionValues keys, learnt once and shared by every commit
     if len(commits) > 1:
         with ThreadPoolExecutor(min(_READ_WORKERS, len(commits))) as pool:
-            parsed = list(pool.map(lambda f: read_commit(store, f.key, f.version, keys), commits))
-    else:
-        parsed = [read_commit(store, f.key, f.version, keys) for f in commits]
-    checkpoint = read_checkpoint(store, segment.checkpoint) if segment.checkpoint else None
+            return list(pool.map(lambda f: read_commit(store, f.key, f.version, keys), commits))
+    return [read_commit(store, f.key, f.version, keys) for f in commits]
 
+
+def _load(store: ObjectStore, segment: LogSegment) -> Snapshot:
+    parsed = _read_commits(store, segment.commits)
+    checkpoint = read_checkpoint(store, segment.checkpoint) if segment.checkpoint else None
+    return _assemble(store, segment, parsed, checkpoint)
+
+
+def update_snapshot(snapshot: Snapshot, version: int | None = None) -> Snapshot:
+    """The snapshot moved forward to ``version`` (latest when ``None``) by replaying only the
+    commits after it on top of its state: no checkpoint or old commit is read again."""
+    store = snapshot.store
+    listing = list_log(store, snapshot.version + 1)
+    available = sorted(
+        v for v in listing.commits if v > snapshot.version and (version is None or v <= version)
+    )
+    if version is not None and version < snapshot.version:
+        return load_snapshot(store, version)
+    if not available:
+        if version is not None and version != snapshot.version:
+            raise VersionNotFoundError(f"version {version} of {store.root} does not exist")
+        return snapshot
+    if available != list(range(snapshot.version + 1, available[-1] + 1)):
+        return load_snapshot(store, version)  # a gap or a rewrite: start over, with full checks
+    new_files = [listing.commits[v] for v in available]
+    parsed = _read_commits(store, new_files)
+    previous = snapshot.segment
+    merged = LogListing(
+        {**(previous.listing.commits if previous else {}), **listing.commits},
+        {**(previous.listing.checkpoints if previous else {}), **listing.checkpoints},
+        complete_from_zero=bool(previous and previous.listing.complete_from_zero),
+    )
+    segment = LogSegment(
+        available[-1],
+        previous.checkpoint if previous else None,
+        (*(previous.commits if previous else ()), *new_files),
+        merged,
+    )
+    return _assemble(store, segment, parsed, _as_base(snapshot))
+
+
+def _as_base(snapshot: Snapshot) -> LogActions:
+    """A snapshot's state in the shape of a checkpoint's actions, to replay commits onto."""
+    files = snapshot.files
+    n = files.num_rows
+    live = files.append_column("is_add", pa.repeat(True, n))
+    live = live.append_column("deletion_timestamp", pa.nulls(n, pa.int64()))
+    live = live.append_column("extended_file_metadata", pa.nulls(n, pa.bool_()))
+    tombstones = snapshot.tombstones
+    tombstones = tombstones.append_column("is_add", pa.repeat(False, tombstones.num_rows))
+    if tombstones.num_rows:
+        table = pa.concat_tables([live, tombstones.select(live.column_names)], promote_options="permissive")
+    else:
+        table = live
+    return LogActions(
+        source=f"snapshot {snapshot.version}",
+        version=snapshot.version,
+        file_actions=table,
+        protocol=snapshot.protocol,
+        metadata=snapshot.metadata,
+        txns=list(snapshot.txns.values()),
+        domains=list(snapshot.domains.values()),
+    )
+
+
+def _assemble(
+    store: ObjectStore, segment: LogSegment, parsed: list[LogActions], checkpoint: LogActions | None
+) -> Snapshot:
+    """Protocol, metadata and replayed state from commits (ascending) over a checkpoint or base."""
     newest_first = [*reversed(parsed), *([checkpoint] if checkpoint else [])]
     protocol = next((a.protocol for a in newest_first if a.protocol is not None), None)
     metadata = next((a.metadata for a in newest_first if a.metadata is not None), None)
@@ -203,9 +268,10 @@ def _load(store: ObjectStore, segment: LogSegment) -> Snapshot:
         if actions.file_actions is not None and actions.file_actions.num_rows:
             table = normalize_partition_values(actions.file_actions, physical)
             actions.file_actions = None  # replay owns the data now; let it free sources early
-            table = table.append_column(
-                "version", pa.repeat(pa.scalar(actions.version, pa.int64()), table.num_rows)
-            )
+            if "version" not in table.column_names:
+                table = table.append_column(
+                    "version", pa.repeat(pa.scalar(actions.version, pa.int64()), table.num_rows)
+                )
             if actions is checkpoint:
                 checkpoint_table = table
             else:

@@ -17,7 +17,7 @@ from engine.expressions.tree import Expr
 from engine.log.timestamps import version_at_timestamp
 from engine.scan import Scan, ScanBuilder
 from engine.schema import StructType
-from engine.snapshot import Snapshot, load_snapshot, load_table_config
+from engine.snapshot import Snapshot, load_snapshot, load_table_config, update_snapshot
 from engine.storage import ObjectStore, open_store
 from engine.table_properties import TableProperties
 from engine.transaction import CommitResult
@@ -82,8 +82,8 @@ class DeltaTable:
         return self._snapshot.partition_columns
 
     def refresh(self) -> DeltaTable:
-        """Move to the latest version."""
-        self._snapshot = load_snapshot(self._store)
+        """Move to the latest version, replaying only the commits made since."""
+        self._snapshot = update_snapshot(self._snapshot)
         return self
 
     def load_version(self, version: int) -> DeltaTable:
@@ -145,7 +145,7 @@ class DeltaTable:
                 f"{self.uri} was opened at a fixed version or timestamp; open it at the latest "
                 "version to write"
             )
-        self._snapshot = load_snapshot(self._store)
+        self._snapshot = update_snapshot(self._snapshot)
         return self._snapshot
 
     def append(

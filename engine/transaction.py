@@ -54,7 +54,7 @@ from engine.expressions.tree import Expr
 from engine.log.commits import LogActions, parse_log_json
 from engine.log.files import LOG_DIR, LogFileKind, commit_key, parse_log_file_name
 from engine.log.replay import canonical_paths
-from engine.snapshot import Snapshot
+from engine.snapshot import Snapshot, update_snapshot
 from engine.storage.base import ObjectStore
 from engine.table_properties import TableProperties
 
@@ -225,7 +225,8 @@ class Transaction:
             interval = TableProperties(self.metadata.configuration).checkpoint_interval
             if version % interval == 0:
                 try:
-                    write_checkpoint(self.store, version)
+                    state = update_snapshot(self.snapshot, version) if self.snapshot is not None else None
+                    write_checkpoint(self.store, version, state)
                     result.checkpoint_written = True
                 except DeltaError as e:
                     log.warning(

@@ -105,7 +105,7 @@ def test_column_mapping_and_deletion_vector_tables_checkpoint(tmp_path):
     table = DeltaTable.create(path, SCHEMA, partition_by=["region"], properties=props)
     table.append(rows(0, 10))
     table.append(rows(10, 10))
-    assert table.snapshot.segment.checkpoint.version == 2
+    assert DeltaTable(path).snapshot.segment.checkpoint.version == 2
     checkpoint = pq.read_table(str(tmp_path / "t" / "_delta_log" / "00000000000000000002.checkpoint.parquet"))
     add = next(a for a in checkpoint.column("add").to_pylist() if a)
     assert all(k.startswith("col-") for k in add["stats_parsed"]["minValues"])

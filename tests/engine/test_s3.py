@@ -56,7 +56,7 @@ def test_table_lifecycle_on_s3_and_delta_rs_reads_it(s3_server):
     table = DeltaTable.create(uri, SCHEMA, partition_by=["region"], storage_options=s3_server.options())
     for i in range(11):
         table.append(data(i * 10, 10))
-    assert table.snapshot.segment.checkpoint.version == 10
+    assert DeltaTable(uri, storage_options=s3_server.options()).snapshot.segment.checkpoint.version == 10
     new_eu = data(500, 4).filter(pa.compute.equal(data(500, 4)["region"], "eu"))
     table.overwrite(new_eu, predicate="region = 'eu'")
     ours = DeltaTable(uri, storage_options=s3_server.options())

@@ -326,3 +326,22 @@ def test_v2_json_checkpoint_with_sidecar(store):
     store.delete("_delta_log/00000000000000000000.json")
     snap = load_snapshot(store)
     assert paths(snap) == ["inline", "s1"]
+
+
+def test_incremental_update_matches_a_full_load(store):
+    from engine.snapshot import update_snapshot
+
+    _checkpointed_table(store)
+    old = load_snapshot(store, 1)
+    write_commit(store, 3, [add("e"), remove("c")])
+    write_commit(store, 4, [{"txn": {"appId": "job", "version": 9}}, metadata(configuration={"k": "v"})])
+    updated = update_snapshot(old)
+    full = load_snapshot(store)
+    assert updated.version == full.version == 4
+    assert paths(updated) == paths(full) == ["d", "e"]
+    assert sorted(updated.tombstones.column("path").to_pylist()) == sorted(
+        full.tombstones.column("path").to_pylist()
+    )
+    assert updated.metadata == full.metadata and updated.app_transaction_version("job") == 9
+    assert update_snapshot(updated) is updated  # nothing new: the same snapshot
+    assert update_snapshot(old, 2).version == 2
