@@ -30,6 +30,7 @@ from engine.errors import (
 )
 from engine.log.checkpoints import read_checkpoint, read_checkpoint_config
 from engine.log.commits import LogActions, parse_log_json
+from engine.log.files import LogFile
 from engine.log.replay import normalize_partition_values, reconcile
 from engine.log.segment import LogListing, LogSegment, build_log_segment, list_log
 from engine.schema import StructField, StructType, parse_schema, partition_physical_names
@@ -198,20 +199,31 @@ def update_snapshot(snapshot: Snapshot, version: int | None = None) -> Snapshot:
     if available != list(range(snapshot.version + 1, available[-1] + 1)):
         return load_snapshot(store, version)  # a gap or a rewrite: start over, with full checks
     new_files = [listing.commits[v] for v in available]
-    parsed = _read_commits(store, new_files)
+    return advance_snapshot(snapshot, new_files, _read_commits(store, new_files), listing.checkpoints)
+
+
+def advance_snapshot(
+    snapshot: Snapshot,
+    files: list[LogFile],
+    parsed: list[LogActions],
+    checkpoints: dict | None = None,
+) -> Snapshot:
+    """``snapshot`` with the given commits (the next versions, ascending, already parsed)
+    replayed on top. A writer uses it to know the state its commit produced without reading
+    the log back."""
     previous = snapshot.segment
     merged = LogListing(
-        {**(previous.listing.commits if previous else {}), **listing.commits},
-        {**(previous.listing.checkpoints if previous else {}), **listing.checkpoints},
+        {**(previous.listing.commits if previous else {}), **{f.version: f for f in files}},
+        {**(previous.listing.checkpoints if previous else {}), **(checkpoints or {})},
         complete_from_zero=bool(previous and previous.listing.complete_from_zero),
     )
     segment = LogSegment(
-        available[-1],
+        files[-1].version,
         previous.checkpoint if previous else None,
-        (*(previous.commits if previous else ()), *new_files),
+        (*(previous.commits if previous else ()), *files),
         merged,
     )
-    return _assemble(store, segment, parsed, _as_base(snapshot))
+    return _assemble(snapshot.store, segment, parsed, _as_base(snapshot))
 
 
 def _as_base(snapshot: Snapshot) -> LogActions:

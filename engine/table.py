@@ -44,56 +44,65 @@ class DeltaTable:
             version = version_at_timestamp(self._store, timestamp, properties)
         self._snapshot = load_snapshot(self._store, version)
         self._version_pinned = version is not None
+        self._stale = False
 
     # --- state ---------------------------------------------------------------------------------
 
     @property
     def snapshot(self) -> Snapshot:
+        if self._stale:  # this object committed since: catch up with its own writes
+            self._snapshot = update_snapshot(self._snapshot)
+            self._stale = False
         return self._snapshot
 
     @property
     def version(self) -> int:
-        return self._snapshot.version
+        return self.snapshot.version
 
     @property
     def schema(self) -> pa.Schema:
         from engine.schema import to_arrow_schema
 
-        return to_arrow_schema(self._snapshot.schema)
+        return to_arrow_schema(self.snapshot.schema)
 
     @property
     def delta_schema(self):
-        return self._snapshot.schema
+        return self.snapshot.schema
 
     @property
     def protocol(self) -> Protocol:
-        return self._snapshot.protocol
+        return self.snapshot.protocol
 
     @property
     def metadata(self) -> Metadata:
-        return self._snapshot.metadata
+        return self.snapshot.metadata
 
     @property
     def properties(self) -> TableProperties:
-        return self._snapshot.properties
+        return self.snapshot.properties
 
     @property
     def partition_columns(self) -> list[str]:
-        return self._snapshot.partition_columns
+        return self.snapshot.partition_columns
 
     def refresh(self) -> DeltaTable:
         """Move to the latest version, replaying only the commits made since."""
         self._snapshot = update_snapshot(self._snapshot)
+        self._stale = False
+        self._version_pinned = False
         return self
 
     def load_version(self, version: int) -> DeltaTable:
+        """Time travel this object to ``version`` (read-only until ``refresh()``)."""
         self._snapshot = load_snapshot(self._store, version)
+        self._stale = False
+        self._version_pinned = True
         return self
 
     # --- reading -------------------------------------------------------------------------------
 
     def scan(self, columns: list[str] | None = None, filter: str | Expr | None = None) -> Scan:
-        return ScanBuilder(self._snapshot).select(columns).where(filter).build()
+        return ScanBuilder(self.snapshot).select(columns).where(filter).build()
 
     def to_arrow(self, columns: list[str] | None = None, filter: str | Expr | None = None) -> pa.Table:
         """All rows (projected and filtered) as one Arrow table."""
@@ -140,12 +149,14 @@ class DeltaTable:
         return cls(uri, storage_options=storage_options)
 
     def _latest_for_write(self) -> Snapshot:
+        """The latest version: writes are planned against it (and retried past newer ones)."""
         if self._version_pinned:
             raise DeltaError(
                 f"{self.uri} was opened at a fixed version or timestamp; open it at the latest "
                 "version to write"
             )
         self._snapshot = update_snapshot(self._snapshot)
+        self._stale = False
         return self._snapshot
 
     def append(
@@ -168,7 +179,7 @@ class DeltaTable:
             schema_mode=schema_mode,
             target_file_size=target_file_size,
         )
-        self.refresh()
+        self._after_commit(result)
         return result
 
     def overwrite(
@@ -195,16 +206,23 @@ class DeltaTable:
             schema_mode=schema_mode,
             target_file_size=target_file_size,
         )
-        self.refresh()
+        self._after_commit(result)
         return result
+
+    def _after_commit(self, result: CommitResult) -> None:
+        if result.snapshot is not None:
+            self._snapshot, self._stale = result.snapshot, False
+        else:
+            self._stale = True  # read the new version only when it is next needed
 
     def checkpoint(self) -> CheckpointInfo:
         """Write a checkpoint of the current version (and update ``_last_checkpoint``)."""
-        return write_checkpoint(self._store, self._snapshot.version, self._snapshot)
+        snapshot = self.snapshot
+        return write_checkpoint(self._store, snapshot.version, snapshot)
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Commit information, newest first."""
-        return load_history(self._store, limit=limit, up_to=self._snapshot.version)
+        return load_history(self._store, limit=limit, up_to=self.snapshot.version)
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r}, version={self.version})"

@@ -52,9 +52,9 @@ from engine.errors import (
 )
 from engine.expressions.tree import Expr
 from engine.log.commits import LogActions, parse_log_json
-from engine.log.files import LOG_DIR, LogFileKind, commit_key, parse_log_file_name
+from engine.log.files import LOG_DIR, LogFile, LogFileKind, commit_key, parse_log_file_name
 from engine.log.replay import canonical_paths
-from engine.snapshot import Snapshot, update_snapshot
+from engine.snapshot import Snapshot, advance_snapshot, update_snapshot
 from engine.storage.base import ObjectStore
 from engine.table_properties import TableProperties
 
@@ -78,6 +78,8 @@ class CommitResult:
     attempts: int = 1
     checkpoint_written: bool = False
     txn_id: str | None = None
+    # The table state right after this commit, built in memory (no log read-back).
+    snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
 
 
 class Transaction:
@@ -106,6 +108,8 @@ class Transaction:
         self._txns: list[Txn] = []
         self._domains: list[DomainMetadata] = []
         self.summary = TransactionSummary()
+        self._winners: list[LogActions] = []
+        self._committed_body: bytes | None = None
         level = isolation_level
         if level is None and snapshot is not None:
             level = snapshot.properties.isolation_level
@@ -201,6 +205,7 @@ class Transaction:
         version = self.read_version + 1
         for attempt in range(1, MAX_ATTEMPTS + 1):
             body = self._render(version, metrics)
+            self._committed_body = body
             try:
                 self.store.put(commit_key(version), body, mode="create")
             except ObjectExistsError:
@@ -221,18 +226,38 @@ class Transaction:
 
     def _committed(self, version: int, metrics: dict[str, str], attempts: int) -> CommitResult:
         result = CommitResult(version, self.operation, metrics, attempts=attempts, txn_id=self.txn_id)
+        result.snapshot = self._state_after(version)
         if self.checkpoint and version > 0:
             interval = TableProperties(self.metadata.configuration).checkpoint_interval
             if version % interval == 0:
                 try:
-                    state = update_snapshot(self.snapshot, version) if self.snapshot is not None else None
-                    write_checkpoint(self.store, version, state)
+                    write_checkpoint(self.store, version, result.snapshot)
                     result.checkpoint_written = True
                 except DeltaError as e:
                     log.warning(
                         "commit %d of %s succeeded but its checkpoint failed: %s", version, self.store.root, e
                     )
         return result
+
+    def _state_after(self, version: int) -> Snapshot | None:
+        """The snapshot at ``version``: the read snapshot plus the winners (already parsed
+        while rebasing) plus this commit, parsed from the bytes just written."""
+        if self.snapshot is None or self._committed_body is None:
+            return None
+        try:
+            ours = parse_log_json(self._committed_body, version=version, source=commit_key(version))
+            commits = [*self._winners, ours]
+            if [c.version for c in commits] != list(range(self.snapshot.version + 1, version + 1)):
+                return update_snapshot(self.snapshot, version)
+            now = int(time.time() * 1000)
+            files = [
+                LogFile(commit_key(c.version), LogFileKind.COMMIT, c.version, 0, now, fmt="json")
+                for c in commits
+            ]
+            return advance_snapshot(self.snapshot, files, commits)
+        except DeltaError as e:
+            log.warning("could not build the state after commit %d of %s: %s", version, self.store.root, e)
+            return None
 
     def _is_our_commit(self, version: int) -> bool:
         try:
@@ -250,6 +275,7 @@ class Transaction:
         latest = self._latest_version(lost_version)
         for version in range(lost_version, latest + 1):
             winner = self._read_commit(version)
+            self._winners.append(winner)
             check_conflicts(
                 self.summary,
                 winner,

@@ -85,6 +85,9 @@ def _file_action_schema(partition_keys: frozenset[str]) -> pa.Schema:
     return pa.schema([("add", add), ("remove", remove)])
 
 
+_THREADED_PARSE_BYTES = 1 << 20
+
+
 def _parse_options(partition_keys: frozenset[str]) -> pj.ParseOptions:
     return pj.ParseOptions(
         explicit_schema=_file_action_schema(partition_keys), unexpected_field_behavior="infer"
@@ -185,12 +188,18 @@ def parse_log_json(
     the commits of one load and grows when a file reveals new ones.
     """
     keys = partition_keys if partition_keys is not None else set()
+    # Threads pay off on big commits; on small ones their start-up is most of the cost.
+    read_options = pj.ReadOptions(use_threads=len(data) > _THREADED_PARSE_BYTES)
     try:
-        table = pj.read_json(io.BytesIO(data), parse_options=_parse_options(frozenset(keys)))
+        table = pj.read_json(
+            io.BytesIO(data), read_options=read_options, parse_options=_parse_options(frozenset(keys))
+        )
         typed = _non_string_partition_keys(table)
         if typed:
             keys |= typed
-            table = pj.read_json(io.BytesIO(data), parse_options=_parse_options(frozenset(keys)))
+            table = pj.read_json(
+                io.BytesIO(data), read_options=read_options, parse_options=_parse_options(frozenset(keys))
+            )
     except pa.ArrowInvalid:
         return _parse_line_by_line(data, version=version, source=source, partition_keys=keys)
     is_file = np.zeros(table.num_rows, dtype=bool)

@@ -111,6 +111,7 @@ class ReplayResult:
 
 
 _TOMBSTONE_ONLY = ("is_add",)
+_MAX_CHUNKS = 32
 _LIVE_DROP = ("is_add", "deletion_timestamp", "extended_file_metadata")
 
 
@@ -149,6 +150,9 @@ def reconcile(
     del commit_keys
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
     del tables
+    if table.column(0).num_chunks > _MAX_CHUNKS:
+        # Incremental updates add a chunk per commit; keep per-chunk kernels from multiplying.
+        table = table.combine_chunks()
     first = masks[0] if len(masks) == 1 else np.concatenate(masks)
     is_add = table.column("is_add").to_numpy()
     if first.all() and is_add.all():

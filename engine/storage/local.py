@@ -114,8 +114,11 @@ class LocalStore:
                 return iter(())
             key_dir = dir_key + "/" if dir_key else ""
             for entry in entries:
+                key = key_dir + entry.name
+                if start_after is not None and key <= start_after:
+                    continue  # skipped before the stat: listings from a version stay cheap
                 if entry.name.startswith(name_prefix) and not _is_temporary(entry.name):
-                    meta = self._meta(entry.path, key_dir + entry.name)
+                    meta = self._meta(entry.path, key)
                     if meta is not None:
                         found.append(meta)
         found.sort(key=lambda m: m.key)
