@@ -28,6 +28,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/snapshot_load.py
+	$(BIN)/python benchmarks/write_commit.py
 
 clean:
 	rm -rf $(VENV) demo-table .pytest_cache .ruff_cache

@@ -349,18 +349,29 @@ class StatsCollector:
         self._max: list = [None] * len(leaves)
         self._no_bounds = [False] * len(leaves)  # NaN seen: bounds would be wrong
 
-    def update(self, table: pa.Table | pa.RecordBatch) -> None:
+    def update(self, table: pa.Table | pa.RecordBatch, *, parquet_bounds: bool = False) -> None:
+        """Account for rows written to the file.
+
+        With ``parquet_bounds`` the primitive columns' bounds and null counts are left to
+        :meth:`update_from_parquet` (the Parquet writer computes them anyway); only what
+        Parquet statistics cannot say is computed here: NaN presence and nested-type nulls.
+        """
         self.num_records += table.num_rows
         for i, leaf in enumerate(self.leaves):
             column = _leaf_column(table, leaf.path)
+            from_parquet = parquet_bounds and _parquet_leaf(leaf)
             if column is None:
-                self._nulls[i] += table.num_rows
+                if not from_parquet:
+                    self._nulls[i] += table.num_rows
                 continue
-            self._nulls[i] += column.null_count
+            if not from_parquet:
+                self._nulls[i] += column.null_count
             if not leaf.min_max or self._no_bounds[i] or column.null_count == len(column):
                 continue
             if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
                 self._no_bounds[i] = True
+                continue
+            if from_parquet:
                 continue
             bounds = pc.min_max(column).as_py()
             lo, hi = bounds["min"], bounds["max"]
@@ -368,6 +379,38 @@ class StatsCollector:
                 self._min[i] = lo
             if hi is not None and (self._max[i] is None or hi > self._max[i]):
                 self._max[i] = hi
+
+    def update_from_parquet(self, metadata) -> None:
+        """Bounds and null counts of primitive columns from the file's row-group statistics."""
+        by_path = {}
+        schema = metadata.schema
+        for j in range(metadata.num_columns):
+            by_path[schema.column(j).path] = j
+        for i, leaf in enumerate(self.leaves):
+            if not _parquet_leaf(leaf):
+                continue
+            j = by_path.get(".".join(leaf.path))
+            if j is None:
+                self._nulls[i] += metadata.num_rows
+                continue
+            for rg in range(metadata.num_row_groups):
+                chunk = metadata.row_group(rg).column(j)
+                stats = chunk.statistics
+                rows = metadata.row_group(rg).num_rows
+                if stats is None or not stats.has_null_count:
+                    self._no_bounds[i] = True
+                    continue
+                self._nulls[i] += stats.null_count
+                if not leaf.min_max or self._no_bounds[i] or stats.null_count == rows:
+                    continue
+                if not stats.has_min_max:
+                    self._no_bounds[i] = True  # e.g. values too long for Parquet statistics
+                    continue
+                lo, hi = stats.min, stats.max
+                if self._min[i] is None or lo < self._min[i]:
+                    self._min[i] = lo
+                if self._max[i] is None or hi > self._max[i]:
+                    self._max[i] = hi
 
     def to_dict(self) -> dict:
         out: dict = {"numRecords": self.num_records, "minValues": {}, "maxValues": {}, "nullCount": {}}
@@ -387,6 +430,11 @@ class StatsCollector:
 
     def to_json(self) -> str:
         return stats_json(self.to_dict())
+
+
+def _parquet_leaf(leaf: StatsLeaf) -> bool:
+    """Leaves whose Parquet column-chunk statistics mean what Delta's statistics mean."""
+    return isinstance(leaf.dtype, PrimitiveType | DecimalType) and leaf.dtype != PrimitiveType("variant")
 
 
 def _leaf_column(table, path: Path):

@@ -239,7 +239,7 @@ class DataFileWriter:
             return
         table = pa.concat_tables(f.buffered) if len(f.buffered) > 1 else f.buffered[0]
         f.writer.write_table(table, row_group_size=max(table.num_rows, 1))
-        f.stats.update(table)
+        f.stats.update(table, parquet_bounds=True)
         self._buffered_total -= f.buffered_bytes
         f.buffered, f.buffered_bytes = [], 0
         if f.pending.sink.tell() >= self.config.target_file_size:
@@ -248,6 +248,7 @@ class DataFileWriter:
 
     def _finish(self, f: _OpenFile) -> None:
         f.writer.close()
+        f.stats.update_from_parquet(f.writer.writer.metadata)
         size = f.pending.commit()
         self.bytes_written += size
         self._adds.append(

@@ -91,3 +91,36 @@ def test_indexed_column_limits():
     assert set(collect(t, num_indexed=-1)["minValues"]) == {"a", "b", "st", "c"}
     assert set(collect(t, stats_columns=["c", "st.y"])["minValues"]) == {"c", "st"}
     assert collect(t, stats_columns=["c", "st.y"])["minValues"]["st"] == {"y": 2}
+
+
+def test_statistics_from_parquet_metadata_equal_those_computed_from_arrow():
+    """The writer takes bounds from Parquet's own column statistics; they must agree with a
+    direct computation over the same rows, for every type with bounds."""
+    from engine.storage import MemoryStore
+    from engine.writer import DataFileWriter, WriterConfig
+
+    t = pa.table(
+        {
+            "i": pa.array([5, None, -3, 9], pa.int16()),
+            "s": ["b" * 40, "a", None, "c"],
+            "f": [1.5, 0.5, None, float("nan")],
+            "d": pa.array([Decimal("1.10"), None, Decimal("-2.00"), Decimal("3.33")], pa.decimal128(5, 2)),
+            "day": pa.array([dt.date(2026, 1, 2), dt.date(2026, 1, 1), None, None]),
+            "ts": pa.array(
+                [dt.datetime(2026, 1, 1, 0, 0, 0, 999, tzinfo=dt.UTC), None, None, None],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "st": [{"a": 1}, None, {"a": None}, {"a": 4}],
+            "arr": [[1], None, [], None],
+        }
+    )
+    schema = from_arrow_schema(t.schema)
+    leaves = stats_leaves(list(schema.fields))
+    writer = DataFileWriter(
+        MemoryStore(),
+        WriterConfig(schema=schema, partition_columns=[], stats_leaves=leaves, row_group_bytes=1),
+    )  # a row group per batch
+    for batch in t.to_batches(max_chunksize=2):
+        writer.write(pa.Table.from_batches([batch]))
+    (add,) = writer.close()
+    assert json.loads(add.stats) == collect(t)
