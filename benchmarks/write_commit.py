@@ -253,16 +253,19 @@ def main(argv: list[str] | None = None) -> None:
         # 2. bulk throughput
         batches = bulk_batches(int(args.bulk_gb * (1 << 30)))
         arrow_bytes = sum(b.nbytes for b in batches)
-        bulk_results = {}
-        for engine in ("pyarrow", "deltaplane", "deltalake"):
-            target = work / f"bulk-{engine}"
-            seconds, written = bulk(engine, target, batches)
-            bulk_results[engine] = {
-                "seconds": seconds,
-                "parquet_bytes": written,
-                "mb_per_s": arrow_bytes / seconds / 2**20,
-            }
-            shutil.rmtree(target)
+        bulk_results: dict = {}
+        for _round in range(2):  # interleaved rounds, best kept: disk and page-cache noise is large
+            for engine in ("pyarrow", "deltaplane", "deltalake"):
+                target = work / f"bulk-{engine}"
+                seconds, written = bulk(engine, target, batches)
+                shutil.rmtree(target)
+                if engine in bulk_results and bulk_results[engine]["seconds"] <= seconds:
+                    continue
+                bulk_results[engine] = {
+                    "seconds": seconds,
+                    "parquet_bytes": written,
+                    "mb_per_s": arrow_bytes / seconds / 2**20,
+                }
         bulk_results["arrow_bytes"] = arrow_bytes
         bulk_results["deltaplane_vs_pyarrow_throughput"] = (
             bulk_results["pyarrow"]["seconds"] / bulk_results["deltaplane"]["seconds"]
@@ -295,9 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  ratio (deltaplane / delta-rs): median {sa['median_ratio']:.2f}, mean {sa['mean_ratio']:.2f}")
     print(f"\nbulk write of {bk['arrow_bytes'] / 2**30:.2f} GiB of Arrow data")
     for e in ("pyarrow", "deltaplane", "deltalake"):
-        print(
-            f"  {e:<11} {bk[e]['seconds']:6.2f} s  {bk[e]['mb_per_s']:7.1f} MiB/s  {bk[e]['parquet_bytes'] / 2**20:8.0f} MiB"
-        )
+        mib = bk[e]["parquet_bytes"] / 2**20
+        print(f"  {e:<11} {bk[e]['seconds']:6.2f} s  {bk[e]['mb_per_s']:7.1f} MiB/s  {mib:8.0f} MiB")
     print(
         f"  deltaplane throughput: {bk['deltaplane_vs_pyarrow_throughput']:.2f}x pyarrow alone, "
         f"{bk['deltaplane_vs_deltalake_throughput']:.2f}x delta-rs"
