@@ -16,6 +16,7 @@ backwards.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -237,8 +238,15 @@ class _CheckpointLayout:
             head.append(("checkpointMetadata", {"version": s.version, "tags": None}))
         yield self._rows(head)
         files = s.files
-        for start in range(0, files.num_rows, BATCH_ROWS):
-            yield self._adds(files.slice(start, BATCH_ROWS))
+        slices = [files.slice(start, BATCH_ROWS) for start in range(0, files.num_rows, BATCH_ROWS)]
+        # Convert the next slice (stats JSON -> typed stats) while the Parquet writer compresses
+        # this one: both run in Arrow's C++ without the GIL, so the two cores overlap.
+        with ThreadPoolExecutor(1) as pool:
+            upcoming = pool.submit(self._adds, slices[0]) if slices else None
+            for i in range(len(slices)):
+                batch = upcoming.result()
+                upcoming = pool.submit(self._adds, slices[i + 1]) if i + 1 < len(slices) else None
+                yield batch
         tombstones = self.tombstones
         for start in range(0, tombstones.num_rows, BATCH_ROWS):
             yield self._removes(tombstones.slice(start, BATCH_ROWS))

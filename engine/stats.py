@@ -12,7 +12,6 @@ truncate them to milliseconds.
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass, field
 
@@ -138,7 +137,7 @@ def _parse_json_column(stats: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> 
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     try:
         table = pj.read_json(
-            io.BytesIO(data.to_pybytes()),
+            pa.BufferReader(data),
             read_options=pj.ReadOptions(block_size=1 << 24),
             parse_options=options,
         )

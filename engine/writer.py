@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -145,6 +146,8 @@ class DataFileWriter:
         self._write_id = uuid.uuid4()
         self.rows_written = 0
         self.bytes_written = 0
+        self._publisher: ThreadPoolExecutor | None = None
+        self._publishing: list = []
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -247,20 +250,29 @@ class DataFileWriter:
             del self._open[f.values]
 
     def _finish(self, f: _OpenFile) -> None:
+        """Close the file and publish it in the background (fsync and link, or an upload),
+        overlapping with writing the next one; ``close()`` waits for every publication."""
         f.writer.close()
         f.stats.update_from_parquet(f.writer.writer.metadata)
-        size = f.pending.commit()
-        self.bytes_written += size
-        self._adds.append(
-            Add(
-                path=quote(f.key, safe="/="),
-                partition_values=f.partition_values,
-                size=size,
-                modification_time=int(time.time() * 1000),
-                data_change=True,
-                stats=f.stats.to_json(),
+        if self._publisher is None:
+            self._publisher = ThreadPoolExecutor(2, thread_name_prefix="deltaplane-publish")
+        self._publishing.append((self._publisher.submit(f.pending.commit), f))
+
+    def _collect(self) -> None:
+        for future, f in self._publishing:
+            size = future.result()
+            self.bytes_written += size
+            self._adds.append(
+                Add(
+                    path=quote(f.key, safe="/="),
+                    partition_values=f.partition_values,
+                    size=size,
+                    modification_time=int(time.time() * 1000),
+                    data_change=True,
+                    stats=f.stats.to_json(),
+                )
             )
-        )
+        self._publishing = []
 
     @property
     def adds(self) -> list[Add]:
@@ -274,7 +286,16 @@ class DataFileWriter:
         for f in list(self._open.values()):
             self._finish(f)
         self._open.clear()
+        try:
+            self._collect()
+        finally:
+            self._shutdown()
         return list(self._adds)
+
+    def _shutdown(self) -> None:
+        if self._publisher is not None:
+            self._publisher.shutdown(wait=True)
+            self._publisher = None
 
     def abort(self) -> None:
         """Discard open files (already finished files stay, unreferenced, for VACUUM)."""
@@ -284,3 +305,4 @@ class DataFileWriter:
             finally:
                 f.pending.abort()
         self._open.clear()
+        self._shutdown()
