@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.errors import ConstraintViolationError, DeltaError, SchemaMismatchError
-from engine.expressions.arrow import to_arrow_expression
+from engine.expressions.arrow import evaluate
 from engine.expressions.bind import bind
 from engine.expressions.parser import parse_predicate
 from engine.expressions.tree import Expr
@@ -230,7 +230,7 @@ def check_constraints(table: pa.Table, schema: StructType, constraints: list[Con
     """Raise if any row violates NOT NULL, a CHECK constraint or an invariant."""
     _check_not_null(table.column, schema.fields, ())
     for c in constraints:
-        result = _evaluate(table, c.expr)
+        result = evaluate(table, c.expr)
         bad = pc.invert(pc.fill_null(result, False))
         count = pc.sum(bad).as_py() or 0
         if count:
@@ -239,12 +239,6 @@ def check_constraints(table: pa.Table, schema: StructType, constraints: list[Con
                 f"{c.kind} {c.name} ({c.sql}) is violated by {count} row{'s' if count != 1 else ''}, "
                 f"for example {example}"
             )
-
-
-def _evaluate(table: pa.Table, expr: Expr) -> pa.ChunkedArray | pa.Array:
-    import pyarrow.dataset as ds
-
-    return ds.dataset(table).to_table(columns={"ok": to_arrow_expression(expr)}).column("ok")
 
 
 def _check_not_null(columns, fields: tuple[StructField, ...], path: tuple[str, ...]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -23,9 +23,9 @@ from engine.errors import (
     SchemaError,
     SchemaMismatchError,
     TableExistsError,
-    TableNotFoundError,
     TableReadOnlyError,
 )
+from engine.expressions.arrow import evaluate
 from engine.expressions.bind import bind
 from engine.expressions.parser import parse_predicate
 from engine.expressions.tree import And, Column, Comparison, Expr, IsNull, Literal, Or, columns
@@ -35,6 +35,7 @@ from engine.scan import Scan, file_keep_mask
 from engine.schema import (
     ArrayType,
     DataType,
+    DecimalType,
     MapType,
     PrimitiveType,
     StructField,
@@ -49,8 +50,6 @@ from engine.table_features import check_write_supported, minimal_protocol, reade
 from engine.table_properties import TableProperties
 from engine.transaction import CommitResult, Transaction
 from engine.writer import DEFAULT_TARGET_FILE_SIZE, DataFileWriter, WriterConfig
-
-DataLike = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
 
 
 def as_reader(data: Any) -> pa.RecordBatchReader:
@@ -81,11 +80,8 @@ def execute_create(
     description: str | None = None,
 ) -> CommitResult:
     """Commit version 0 of a new table; ``TableExistsError`` if there is one already."""
-    try:
-        if list_log(store, 0).max_version is not None:
-            raise TableExistsError(f"a Delta table already exists at {store.root}")
-    except TableNotFoundError:
-        pass
+    if list_log(store, 0).max_version is not None:
+        raise TableExistsError(f"a Delta table already exists at {store.root}")
     configuration = {str(k): str(v) for k, v in (properties or {}).items()}
     delta_schema = schema if isinstance(schema, StructType) else from_arrow_schema(schema)
     if not delta_schema.fields:
@@ -135,7 +131,7 @@ def _check_partition_columns(schema: StructType, partition_by: list[str]) -> Non
         f = schema.find(name)
         if f is None:
             raise SchemaError(f"partition column {name!r} is not in the schema ({', '.join(schema.names)})")
-        if not isinstance(f.type, PrimitiveType) and not hasattr(f.type, "precision"):
+        if not isinstance(f.type, PrimitiveType | DecimalType):
             raise SchemaError(f"partition column {name!r} must have a primitive type, not {f.type.to_json()}")
     if partition_by and len(partition_by) == len(schema.fields):
         raise SchemaError("a table cannot be partitioned by all of its columns")
@@ -460,7 +456,7 @@ def execute_overwrite(
     )
 
     def must_match(table: pa.Table) -> None:
-        ok = _evaluate(table, bound)
+        ok = evaluate(table, bound)
         bad = pc.sum(pc.invert(pc.fill_null(ok, False))).as_py() or 0
         if bad:
             where = params["predicate"]
@@ -486,14 +482,6 @@ def execute_overwrite(
     )
 
 
-def _evaluate(table: pa.Table, expr: Expr):
-    import pyarrow.dataset as ds
-
-    from engine.expressions.arrow import to_arrow_expression
-
-    return ds.dataset(table).to_table(columns={"ok": to_arrow_expression(expr)}).column("ok")
-
-
 def _rewrite_partial_files(write: _Write, snapshot: Snapshot, candidates: pa.Table, predicate: Expr):
     """Files where some rows match: remove them and rewrite the rows that do not match."""
     remove_rows = []
@@ -503,7 +491,7 @@ def _rewrite_partial_files(write: _Write, snapshot: Snapshot, candidates: pa.Tab
         for i in range(candidates.num_rows):
             one = candidates.slice(i, 1)
             rows = Scan(snapshot, None, None, files=one).to_table()
-            matches = pc.fill_null(_evaluate(rows, predicate), False)
+            matches = pc.fill_null(evaluate(rows, predicate), False)
             hits = pc.sum(matches).as_py() or 0
             if hits == 0:
                 continue

@@ -86,3 +86,10 @@ def to_arrow_expression(expr: Expr) -> pc.Expression:
     if isinstance(expr, Cast):
         return to_arrow_expression(expr.child).cast(to_arrow_type(expr.dtype))
     raise InvalidPredicateError(f"cannot evaluate {type(expr).__name__} on rows")
+
+
+def evaluate(table: pa.Table, expr: Expr) -> pa.ChunkedArray:
+    """The predicate's value (true/false/null) for every row of ``table``."""
+    import pyarrow.dataset as ds
+
+    return ds.dataset(table).to_table(columns={"value": to_arrow_expression(expr)}).column("value")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.expressions.arrow import literal_scalar, to_arrow_expression
+from engine.expressions.arrow import evaluate, literal_scalar
 from engine.expressions.tree import (
     FLIPPED,
     And,
@@ -98,15 +98,8 @@ def _exact(expr: Expr, ctx: SkippingContext, referenced: list[Column]) -> pa.Boo
     if not referenced and isinstance(expr, Literal):
         return _all(ctx, expr.value is True)
     table = ctx.partition_table(sorted({c.path[0] for c in referenced}))
-    result = _as_array(table.num_rows, _run(table, to_arrow_expression(expr)))
+    result = _as_array(table.num_rows, evaluate(table, expr).combine_chunks())
     return pc.fill_null(result, False)
-
-
-def _run(table: pa.Table, expression: pc.Expression) -> pa.Array:
-    import pyarrow.dataset as ds
-
-    projected = ds.dataset(table).to_table(columns={"m": expression})
-    return projected.column("m").combine_chunks()
 
 
 def _as_array(n: int, arr: pa.Array) -> pa.Array:
