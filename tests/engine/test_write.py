@@ -55,11 +55,15 @@ def delta_rs_rows(path: str, version: int | None = None) -> pa.Table:
 
 
 def assert_delta_rs_agrees(path: str) -> None:
+    """delta-rs reads every version of the table as we do, and sees the same history."""
     latest = DeltaTable(path).version
     for version in range(latest + 1):
         ours = DeltaTable(path, version=version).to_arrow()
         theirs = delta_rs_rows(path, version).select(ours.column_names).cast(ours.schema)
         assert_same_rows(ours, theirs)
+    ours_history = [(h["version"], h.get("operation")) for h in DeltaTable(path).history()]
+    theirs_history = [(h["version"], h.get("operation")) for h in deltalake.DeltaTable(path).history()]
+    assert ours_history == theirs_history
 
 
 # --- create ---------------------------------------------------------------------------------------
@@ -347,6 +351,7 @@ def test_idempotent_app_transactions(tmp_path):
     newer = table.append(rows(5, 5), app_id="dag.task", app_version=4)
     assert newer.version == first.version + 1
     assert deltalake.DeltaTable(path).transaction_version("dag.task") == 4
+    assert_delta_rs_agrees(path)
     with pytest.raises(ValueError):
         table.append(rows(0, 1), app_id="only-id")
 
