@@ -13,10 +13,13 @@ import pyarrow.compute as pc
 from engine.errors import InvalidPredicateError
 from engine.expressions.tree import (
     And,
+    BinaryOp,
+    Case,
     Cast,
     Column,
     Comparison,
     Expr,
+    Func,
     In,
     IsNull,
     Like,
@@ -24,7 +27,7 @@ from engine.expressions.tree import (
     Not,
     Or,
 )
-from engine.schema import to_arrow_type
+from engine.schema import DecimalType, PrimitiveType, from_arrow_type, to_arrow_schema, to_arrow_type
 
 _OPS = {
     "=": lambda a, b: a == b,
@@ -85,7 +88,141 @@ def to_arrow_expression(expr: Expr) -> pc.Expression:
         return ~matched if expr.negated else matched
     if isinstance(expr, Cast):
         return to_arrow_expression(expr.child).cast(to_arrow_type(expr.dtype))
+    if isinstance(expr, BinaryOp):
+        return _binary(expr)
+    if isinstance(expr, Func):
+        return _function(expr)
+    if isinstance(expr, Case):
+        conditions = [pc.coalesce(to_arrow_expression(c), pc.scalar(False)) for c, _ in expr.branches]
+        values = [to_arrow_expression(v) for _, v in expr.branches]
+        if expr.default is not None:
+            values.append(to_arrow_expression(expr.default))
+        names = [f"c{i}" for i in range(len(conditions))]
+        return pc.case_when(pc.make_struct(*conditions, field_names=names), *values)
     raise InvalidPredicateError(f"cannot evaluate {type(expr).__name__} on rows")
+
+
+_NUMERIC = {"byte", "short", "integer", "long", "float", "double"}
+
+
+def _kind(expr: Expr) -> str | None:
+    t = getattr(expr, "dtype", None)
+    if isinstance(t, DecimalType):
+        return "decimal"
+    return t.name if isinstance(t, PrimitiveType) else None
+
+
+def _binary(expr: BinaryOp) -> pc.Expression:
+    left, right = to_arrow_expression(expr.left), to_arrow_expression(expr.right)
+    op = expr.op
+    if op == "||":
+        return pc.binary_join_element_wise(left, right, "")
+    if op == "+":
+        return pc.add_checked(left, right)
+    if op == "-":
+        return pc.subtract_checked(left, right)
+    if op == "*":
+        return pc.multiply_checked(left, right)
+    floating = _kind(expr.left) in _NUMERIC and _kind(expr.right) in _NUMERIC
+    if op == "/":
+        # SQL division is never integer division: 7 / 2 = 3.5.
+        if floating:
+            return pc.divide_checked(left.cast(pa.float64()), right.cast(pa.float64()))
+        return pc.divide_checked(left, right)
+    if op == "%":
+        # Sign of the dividend (Java/Spark): a - b * trunc(a / b).
+        quotient = pc.divide_checked(left, right)
+        if _kind(expr.left) in ("float", "double") or _kind(expr.right) in ("float", "double"):
+            quotient = pc.trunc(quotient)
+        return pc.subtract_checked(left, pc.multiply_checked(right, quotient))
+    raise InvalidPredicateError(f"unknown operator {op!r}")
+
+
+def _literal_int(expr: Expr, what: str) -> int:
+    if not isinstance(expr, Literal) or not isinstance(expr.value, int):
+        raise InvalidPredicateError(f"{what} must be an integer literal")
+    return int(expr.value)
+
+
+def _function(expr: Func) -> pc.Expression:
+    name, args = expr.name, expr.args
+    a = [to_arrow_expression(x) for x in args]
+    simple = {
+        "upper": pc.utf8_upper,
+        "lower": pc.utf8_lower,
+        "length": pc.utf8_length,
+        "char_length": pc.utf8_length,
+        "character_length": pc.utf8_length,
+        "trim": pc.utf8_trim_whitespace,
+        "ltrim": pc.utf8_ltrim_whitespace,
+        "rtrim": pc.utf8_rtrim_whitespace,
+        "abs": pc.abs_checked,
+        "floor": pc.floor,
+        "ceil": pc.ceil,
+        "sqrt": pc.sqrt_checked,
+        "exp": pc.exp,
+        "ln": pc.ln_checked,
+        "negate": pc.negate_checked,
+        "year": pc.year,
+        "month": pc.month,
+        "day": pc.day,
+    }
+    if name in simple and len(a) == 1:
+        return simple[name](a[0])
+    if name == "round":
+        digits = _literal_int(args[1], "round()'s scale") if len(args) > 1 else 0
+        return pc.round(a[0], ndigits=digits, round_mode="half_towards_infinity")  # Spark: HALF_UP
+    if name == "power" and len(a) == 2:
+        return pc.power_checked(a[0].cast(pa.float64()), a[1].cast(pa.float64()))
+    if name == "substring":
+        start = _literal_int(args[1], "substring()'s position")
+        begin = max(start - 1, 0)
+        if len(args) > 2:
+            return pc.utf8_slice_codeunits(
+                a[0], start=begin, stop=begin + _literal_int(args[2], "substring()'s length")
+            )
+        return pc.utf8_slice_codeunits(a[0], start=begin)
+    if name == "coalesce":
+        return pc.coalesce(*a)
+    if name == "greatest":
+        return pc.max_element_wise(*a)
+    if name == "least":
+        return pc.min_element_wise(*a)
+    if name == "concat":
+        return pc.binary_join_element_wise(*a, "")
+    if name == "nullif" and len(a) == 2:
+        return pc.if_else(
+            pc.coalesce(pc.equal(a[0], a[1]), pc.scalar(False)),
+            pc.scalar(None).cast(_arrow_of(args[0])),
+            a[0],
+        )
+    if name == "if" and len(a) == 3:
+        return pc.if_else(pc.coalesce(a[0], pc.scalar(False)), a[1], a[2])
+    if name in ("date", "to_date") and len(a) == 1:
+        return a[0].cast(pa.date32())
+    raise InvalidPredicateError(f"unsupported function {name}() with {len(a)} argument(s)")
+
+
+def _arrow_of(expr: Expr) -> pa.DataType:
+    t = getattr(expr, "dtype", None)
+    return to_arrow_type(t) if t is not None else pa.null()
+
+
+def result_type(expr: Expr, schema):
+    """The Delta type of a bound expression, as Arrow computes it on this schema's columns."""
+    import pyarrow.dataset as ds
+
+    empty = to_arrow_schema(schema).empty_table()
+    try:
+        out = (
+            ds.dataset(empty)
+            .to_table(columns={"value": to_arrow_expression(expr)})
+            .schema.field("value")
+            .type
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise InvalidPredicateError(f"cannot evaluate {expr}: {e}") from None
+    return from_arrow_type(out)
 
 
 def evaluate(table: pa.Table, expr: Expr) -> pa.ChunkedArray:

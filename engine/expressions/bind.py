@@ -15,10 +15,13 @@ from decimal import Decimal, InvalidOperation
 from engine.errors import InvalidPredicateError
 from engine.expressions.tree import (
     And,
+    BinaryOp,
+    Case,
     Cast,
     Column,
     Comparison,
     Expr,
+    Func,
     In,
     IsNull,
     Like,
@@ -105,13 +108,104 @@ class _Binder:
             if isinstance(child, Literal):
                 return coerce_literal(child.value, expr.dtype, f"CAST(... AS {expr.dtype.to_json()})")
             return Cast(child, expr.dtype)
+        if isinstance(expr, BinaryOp):
+            left, right = self.bind(expr.left), self.bind(expr.right)
+            if expr.op == "||":
+                left, right = _as_string(left), _as_string(right)
+            else:
+                left, right = _align_literals(left, right, f"{expr}")
+            return self._typed(BinaryOp(expr.op, left, right))
+        if isinstance(expr, Func):
+            return self._bind_function(expr)
+        if isinstance(expr, Case):
+            branches = [(self.bind(c), self.bind(v)) for c, v in expr.branches]
+            default = self.bind(expr.default) if expr.default is not None else None
+            values = _align_all(
+                [v for _, v in branches] + ([default] if default is not None else []), str(expr)
+            )
+            branches = [(c, v) for (c, _), v in zip(branches, values, strict=False)]
+            default = values[-1] if default is not None else None
+            return self._typed(Case(tuple(branches), default))
         raise InvalidPredicateError(f"cannot bind expression node {type(expr).__name__}")
+
+    def _bind_function(self, expr: Func) -> Expr:
+        name = expr.name
+        if name == "current_timestamp":
+            return Literal(dt.datetime.now(dt.UTC), PrimitiveType("timestamp"))
+        if name == "current_date":
+            return Literal(dt.datetime.now(dt.UTC).date(), PrimitiveType("date"))
+        args = [self.bind(a) for a in expr.args]
+        if name in ("coalesce", "greatest", "least", "nullif"):
+            args = _align_all(args, str(expr))
+        elif name == "if" and len(args) == 3:
+            args = [args[0], *_align_all(args[1:], str(expr))]
+        elif name == "concat":
+            args = [_as_string(a) for a in args]
+        else:
+            args = [_default_typed(a) for a in args]
+        return self._typed(Func(name, tuple(args)))
+
+    def _typed(self, expr: Expr) -> Expr:
+        """Set the node's type from what Arrow computes for it (its promotion rules are ours)."""
+        from dataclasses import replace
+
+        from engine.expressions.arrow import result_type
+
+        return replace(expr, dtype=result_type(expr, self.schema))
 
 
 def _type_of(expr: Expr) -> DataType | None:
-    if isinstance(expr, Column | Cast | Literal):
+    if isinstance(expr, Column | Cast | Literal | BinaryOp | Func | Case):
         return expr.dtype
     return PrimitiveType("boolean")
+
+
+def _default_typed(expr: Expr) -> Expr:
+    """An untyped literal with the type its Python value suggests (1 -> long, 'x' -> string)."""
+    if not isinstance(expr, Literal) or expr.dtype is not None or expr.value is None:
+        return expr
+    value = expr.value
+    if isinstance(value, bool):
+        return Literal(value, PrimitiveType("boolean"))
+    if isinstance(value, int):
+        return coerce_literal(value, PrimitiveType("long"), str(value))
+    if isinstance(value, float):
+        return Literal(value, DOUBLE)
+    if isinstance(value, Decimal):
+        return coerce_literal(value, DecimalType(1, 0), str(value))
+    if isinstance(value, str):
+        return Literal(value, PrimitiveType("string"))
+    return expr
+
+
+def _align_literals(left: Expr, right: Expr, where: str) -> tuple[Expr, Expr]:
+    lt, rt = _type_of(left), _type_of(right)
+    if isinstance(left, Literal) and left.dtype is None and rt is not None:
+        left = coerce_literal(left.value, rt, where) if left.value is not None else Literal(None, rt)
+    elif isinstance(right, Literal) and right.dtype is None and lt is not None:
+        right = coerce_literal(right.value, lt, where) if right.value is not None else Literal(None, lt)
+    return _default_typed(left), _default_typed(right)
+
+
+def _align_all(items: list[Expr], where: str) -> list[Expr]:
+    """Untyped literals take the type of the first typed item (``coalesce(x, 0)``)."""
+    target = next((_type_of(i) for i in items if not (isinstance(i, Literal) and i.dtype is None)), None)
+    out = []
+    for item in items:
+        if isinstance(item, Literal) and item.dtype is None and target is not None:
+            item = (
+                coerce_literal(item.value, target, where) if item.value is not None else Literal(None, target)
+            )
+        out.append(_default_typed(item))
+    return out
+
+
+def _as_string(expr: Expr) -> Expr:
+    if isinstance(expr, Literal) and expr.dtype is None:
+        return Literal(None if expr.value is None else str(expr.value), PrimitiveType("string"))
+    if _type_of(expr) != PrimitiveType("string"):
+        return Cast(expr, PrimitiveType("string"))
+    return expr
 
 
 def coerce_literal(value, dtype: DataType, target: str) -> Literal:

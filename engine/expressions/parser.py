@@ -18,10 +18,13 @@ from sqlglot.errors import ParseError
 from engine.errors import InvalidPredicateError
 from engine.expressions.tree import (
     And,
+    BinaryOp,
+    Case,
     Cast,
     Column,
     Comparison,
     Expr,
+    Func,
     In,
     IsNull,
     Like,
@@ -61,6 +64,46 @@ _SQL_TYPES: dict[str, DataType] = {
     "TIMESTAMPNTZ": PrimitiveType("timestamp_ntz"),
     "DATETIME": PrimitiveType("timestamp_ntz"),
 }
+
+
+_ARITHMETIC = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.DPipe: "||"}
+
+# sqlglot node class -> (our function name, how to read its arguments)
+_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "Upper": ("upper", ("this",)),
+    "Lower": ("lower", ("this",)),
+    "Length": ("length", ("this",)),
+    "Trim": ("trim", ("this",)),
+    "Abs": ("abs", ("this",)),
+    "Floor": ("floor", ("this",)),
+    "Ceil": ("ceil", ("this",)),
+    "Sqrt": ("sqrt", ("this",)),
+    "Exp": ("exp", ("this",)),
+    "Ln": ("ln", ("this",)),
+    "Round": ("round", ("this", "decimals")),
+    "Pow": ("power", ("this", "expression")),
+    "Substring": ("substring", ("this", "start", "length")),
+    "Nullif": ("nullif", ("this", "expression")),
+    "If": ("if", ("this", "true", "false")),
+    "Year": ("year", ("this",)),
+    "Month": ("month", ("this",)),
+    "Day": ("day", ("this",)),
+    "CurrentTimestamp": ("current_timestamp", ()),
+    "CurrentDate": ("current_date", ()),
+}
+_VARIADIC = {"Coalesce": "coalesce", "Greatest": "greatest", "Least": "least", "Concat": "concat"}
+_ANONYMOUS = {"ltrim", "rtrim", "char_length", "character_length", "date", "to_date"}
+
+
+def parse_expression(text: str) -> Expr:
+    """Parse a SQL scalar expression (an UPDATE ``SET`` value, for example)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidPredicateError(f"an expression must be a non-empty string, got {text!r}")
+    try:
+        tree = sqlglot.parse_one(text, read="spark")
+    except ParseError as e:
+        raise InvalidPredicateError(f"cannot parse expression {text!r}: {e}") from None
+    return _Converter(text).value(tree)
 
 
 def parse_predicate(text: str) -> Expr:
@@ -118,8 +161,8 @@ class _Converter:
             )
         if isinstance(node, exp.Like):
             return self._like(node, negated=False)
-        if isinstance(node, exp.Column | exp.Dot | exp.Boolean):
-            # A bare boolean column (or TRUE/FALSE) used as a predicate.
+        if isinstance(node, exp.Column | exp.Dot | exp.Boolean | exp.Func | exp.Case):
+            # A bare boolean column, TRUE/FALSE, or a boolean-valued function used as a predicate.
             return self.value(node)
         raise self.fail(node)
 
@@ -180,13 +223,46 @@ class _Converter:
             inner = self.value(node.this)
             if isinstance(inner, Literal) and isinstance(inner.value, int | float | Decimal):
                 return Literal(-inner.value, inner.dtype)
-            raise self.fail(node)
+            return Func("negate", (inner,))
         if isinstance(node, exp.Cast | exp.TryCast):
             target = _sql_type(node.to)
             if target is None:
                 raise self.fail(node, f"casts to an unsupported type {node.to.sql()!r}")
             return Cast(self.value(node.this), target)
+        for cls, op in _ARITHMETIC.items():
+            if isinstance(node, cls):
+                return BinaryOp(op, self.value(node.this), self.value(node.expression))
+        if isinstance(node, exp.Case):
+            if node.this is not None:
+                raise self.fail(node, "(CASE x WHEN ...) is not supported; use CASE WHEN x = ... THEN")
+            branches = tuple(
+                (self.convert(i.this), self.value(i.args["true"])) for i in node.args.get("ifs") or []
+            )
+            default = node.args.get("default")
+            return Case(branches, self.value(default) if default is not None else None)
+        if isinstance(node, exp.Predicate | exp.Connector | exp.Not):
+            return self.convert(node)  # a comparison used as a value, e.g. in SET flag = (x > 1)
+        name = type(node).__name__
+        if name == "TsOrDsToDate":
+            return self.value(node.this)
+        if name in _FUNCTIONS:
+            ours, keys = _FUNCTIONS[name]
+            args = [node.args.get(k) for k in keys]
+            while args and args[-1] is None:
+                args.pop()
+            return Func(ours, tuple(self._function_argument(a, node) for a in args))
+        if name in _VARIADIC:
+            first = [node.this] if node.args.get("this") is not None else []
+            args = first + list(node.expressions)
+            return Func(_VARIADIC[name], tuple(self.value(a) for a in args))
+        if isinstance(node, exp.Anonymous) and str(node.this).lower() in _ANONYMOUS:
+            return Func(str(node.this).lower(), tuple(self.value(a) for a in node.expressions))
         raise self.fail(node)
+
+    def _function_argument(self, arg: exp.Expression, node: exp.Expression) -> Expr:
+        if isinstance(arg, exp.Predicate | exp.Connector | exp.Not):
+            return self.convert(arg)
+        return self.value(arg)
 
 
 def _number(text: str) -> int | float | Decimal:

@@ -149,6 +149,54 @@ class Cast(Expr):
         return f"CAST({self.child} AS {self.dtype.to_json()})"
 
 
+@dataclass(frozen=True)
+class BinaryOp(Expr):
+    """Arithmetic (``+ - * / %``) or string concatenation (``||``); ``dtype`` set once bound."""
+
+    op: str
+    left: Expr
+    right: Expr
+    dtype: DataType | None = None
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.left, self.right)
+
+    def __str__(self) -> str:
+        return f"({self.left} {self.op} {self.right})"
+
+
+@dataclass(frozen=True)
+class Func(Expr):
+    """A scalar function call (``upper(name)``, ``coalesce(a, 0)``, ...)."""
+
+    name: str
+    args: tuple[Expr, ...]
+    dtype: DataType | None = None
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.args
+
+    def __str__(self) -> str:
+        return f"{self.name}({', '.join(map(str, self.args))})"
+
+
+@dataclass(frozen=True)
+class Case(Expr):
+    """``CASE WHEN c1 THEN v1 ... ELSE d END``."""
+
+    branches: tuple[tuple[Expr, Expr], ...]
+    default: Expr | None = None
+    dtype: DataType | None = None
+
+    def children(self) -> tuple[Expr, ...]:
+        out: list[Expr] = [e for branch in self.branches for e in branch]
+        return (*out, self.default) if self.default is not None else tuple(out)
+
+    def __str__(self) -> str:
+        whens = " ".join(f"WHEN {c} THEN {v}" for c, v in self.branches)
+        return f"CASE {whens}{' ELSE ' + str(self.default) if self.default is not None else ''} END"
+
+
 def walk(expr: Expr) -> Iterator[Expr]:
     yield expr
     for child in expr.children():
