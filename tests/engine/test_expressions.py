@@ -72,7 +72,7 @@ def test_parse_shapes():
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "   ", "id >", "id IN (SELECT 1)", "id = other_fn(3)", "a + 1 > 2", "x LIKE y"]
+    "bad", ["", "   ", "id >", "id IN (SELECT 1)", "id = other_fn(3)", "frobnicate(a) > 2", "x LIKE y"]
 )
 def test_unsupported_or_malformed_predicates(bad):
     with pytest.raises(InvalidPredicateError):
@@ -176,3 +176,58 @@ def test_arrow_filter_matches_sql_semantics(rows, text):
 def test_schema_parse_helper_is_consistent():
     # The delta schema used above round-trips through JSON (guards the fixture itself).
     assert parse_schema(DELTA.to_json_string()) == DELTA
+
+
+VALUES = pa.table(
+    {
+        "value": pa.array([1, 7, None], pa.int64()),
+        "name": ["ab", None, "c"],
+        "x": [1.25, -2.5, 3.0],
+        "a": pa.array([5, -7, 3], pa.int32()),
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "delta_type", "expected"),
+    [
+        ("value * 2 + 1", "long", [3, 15, None]),
+        ("value / 2", "double", [0.5, 3.5, None]),  # SQL division is not integer division
+        ("a % 3", "integer", [2, -1, 0]),  # the sign follows the dividend, as in Spark
+        ("upper(name)", "string", ["AB", None, "C"]),
+        ("coalesce(value, 0)", "long", [1, 7, 0]),
+        (
+            "CASE WHEN value > 3 THEN 'big' WHEN value IS NULL THEN 'none' ELSE 'small' END",
+            "string",
+            ["small", "big", "none"],
+        ),
+        ("name || '!'", "string", ["ab!", None, "c!"]),
+        ("round(x, 1)", "double", [1.3, -2.5, 3.0]),  # HALF_UP, not banker's rounding
+        ("if(value > 3, 1, 0)", "long", [0, 1, 0]),  # a null condition takes the else branch
+        ("-value", "long", [-1, -7, None]),
+        ("substring(name, 1, 1)", "string", ["a", None, "c"]),
+        ("greatest(value, a)", "long", [5, 7, 3]),
+        ("nullif(a, 3)", "integer", [5, -7, None]),
+        ("length(name)", "integer", [2, None, 1]),
+        ("CAST(value AS DOUBLE) * 1.5", "double", [1.5, 10.5, None]),
+    ],
+)
+def test_scalar_expressions(text, delta_type, expected):
+    from engine.expressions.arrow import evaluate
+    from engine.expressions.parser import parse_expression
+
+    bound = bind(parse_expression(text), from_arrow_schema(VALUES.schema))
+    assert bound.dtype.to_json() == delta_type
+    assert evaluate(VALUES, bound).to_pylist() == expected
+
+
+def test_overflow_and_division_by_zero_are_errors_not_wrong_values():
+    from engine.expressions.arrow import evaluate
+    from engine.expressions.parser import parse_expression
+
+    big = pa.table({"v": pa.array([2**62], pa.int64()), "z": pa.array([0], pa.int64())})
+    schema = from_arrow_schema(big.schema)
+    with pytest.raises(pa.ArrowInvalid, match="overflow"):
+        evaluate(big, bind(parse_expression("v * 4"), schema))
+    with pytest.raises(pa.ArrowInvalid, match="divide by zero"):
+        evaluate(big, bind(parse_expression("v / z"), schema))
