@@ -127,7 +127,9 @@ def _binary(expr: BinaryOp) -> pc.Expression:
     if op == "/":
         # SQL division is never integer division: 7 / 2 = 3.5.
         if floating:
-            return pc.divide_checked(left.cast(pa.float64()), right.cast(pa.float64()))
+            return pc.divide_checked(
+                left.cast(pa.float64(), safe=False), right.cast(pa.float64(), safe=False)
+            )
         return pc.divide_checked(left, right)
     if op == "%":
         # Sign of the dividend (Java/Spark): a - b * trunc(a / b).
@@ -173,7 +175,7 @@ def _function(expr: Func) -> pc.Expression:
         digits = _literal_int(args[1], "round()'s scale") if len(args) > 1 else 0
         return pc.round(a[0], ndigits=digits, round_mode="half_towards_infinity")  # Spark: HALF_UP
     if name == "power" and len(a) == 2:
-        return pc.power_checked(a[0].cast(pa.float64()), a[1].cast(pa.float64()))
+        return pc.power_checked(a[0].cast(pa.float64(), safe=False), a[1].cast(pa.float64(), safe=False))
     if name == "substring":
         start = _literal_int(args[1], "substring()'s position")
         begin = max(start - 1, 0)
