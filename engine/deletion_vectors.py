@@ -214,3 +214,66 @@ def keep_mask(num_rows: int, deleted: np.ndarray) -> np.ndarray:
             )
         mask[deleted.astype(np.intp)] = False
     return mask
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+INLINE_MAX_BYTES = 64  # a serialized bitmap up to this size goes inline in the log (Z85)
+
+
+class DeletionVectorWriter:
+    """Collects one commit's deletion vectors into a single ``deletion_vector_<uuid>.bin``.
+
+    Each DV is framed (size, bitmap, CRC) at its own offset, so one file serves many data files;
+    small ones are kept inline in the log instead. ``close()`` publishes the file atomically
+    (create-if-absent) and must happen before the commit that references it.
+    """
+
+    def __init__(self, store: ObjectStore, *, inline_max_bytes: int = INLINE_MAX_BYTES, prefix: str = ""):
+        self.store = store
+        self.inline_max_bytes = inline_max_bytes
+        self.prefix = prefix
+        self._id = uuid.uuid4()
+        self._chunks: list[bytes] = [bytes([FILE_FORMAT_VERSION])]
+        self._size = 1
+        self.count = 0
+
+    @property
+    def key(self) -> str:
+        name = f"deletion_vector_{self._id}.bin"
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def add(self, rows: np.ndarray | BitMap64) -> DeletionVectorDescriptor:
+        bitmap = rows if isinstance(rows, BitMap64) else BitMap64(np.asarray(rows, dtype=np.uint64))
+        data = serialize_bitmap(bitmap)
+        self.count += 1
+        if len(data) <= self.inline_max_bytes:
+            return DeletionVectorDescriptor(
+                "i", z85_encode(data), size_in_bytes=len(data), cardinality=len(bitmap)
+            )
+        offset = self._size
+        framed = frame_dv(data)
+        self._chunks.append(framed)
+        self._size += len(framed)
+        return DeletionVectorDescriptor(
+            "u",
+            self.prefix + encode_uuid(self._id),
+            size_in_bytes=len(data),
+            cardinality=len(bitmap),
+            offset=offset,
+        )
+
+    def close(self) -> str | None:
+        """Write the file if any DV went to it; its key, or ``None``."""
+        if len(self._chunks) == 1:
+            return None
+        self.store.put(self.key, b"".join(self._chunks), mode="create")
+        return self.key
+
+
+def union_rows(existing: np.ndarray | None, new: np.ndarray) -> BitMap64:
+    """The rows of an existing deletion vector plus newly deleted ones."""
+    bitmap = BitMap64(np.asarray(new, dtype=np.uint64))
+    if existing is not None and len(existing):
+        bitmap |= BitMap64(np.asarray(existing, dtype=np.uint64))
+    return bitmap

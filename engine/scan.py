@@ -88,6 +88,16 @@ class ScanBuilder:
 
 
 @dataclass
+class FileRows:
+    """One data file's rows as a row-level command sees them."""
+
+    table: pa.Table  # surviving rows (deletion vector applied), logical columns
+    positions: np.ndarray  # physical row index of each surviving row
+    physical_rows: int  # rows in the Parquet file
+    deleted: np.ndarray | None  # the existing deletion vector's rows
+
+
+@dataclass
 class _FilePlan:
     location: str  # canonical: relative key, or absolute path/URI
     deletion_vector: dict | None
@@ -227,8 +237,33 @@ class Scan:
         except (pa.ArrowInvalid, OSError) as e:
             raise DataFileError(f"cannot read data file {plan.location}: {e}", plan.location) from e
 
-    def _read_whole(self, plan: _FilePlan) -> pa.Table:
+    def read_files_with_positions(self) -> Iterator[tuple[int, FileRows]]:
+        """Each planned file's surviving rows with their physical row positions, in order.
+
+        Row-level commands need positions (to extend a deletion vector) and the existing
+        deletion vector; files are read in parallel, results come back in plan order.
+        """
+        plans = self._plans()
+        if not plans:
+            return
+        if self.predicate is not None:
+            raise DeltaError("positions are only meaningful for a scan without a row filter")
+        with ThreadPoolExecutor(min(_READ_WORKERS, len(plans))) as pool:
+            yield from enumerate(pool.map(self._read_with_positions, plans))
+
+    def _read_with_positions(self, plan: _FilePlan) -> FileRows:
         pf = self._open(plan)
+        physical_rows = pf.metadata.num_rows
+        deleted = self._deleted_rows(plan)
+        table = self._read_whole(plan, pf=pf, deleted=deleted)
+        if deleted is None:
+            positions = np.arange(physical_rows)
+        else:
+            positions = np.flatnonzero(keep_mask(physical_rows, deleted))
+        return FileRows(table, positions.astype(np.int64), physical_rows, deleted)
+
+    def _read_whole(self, plan: _FilePlan, *, pf: pq.ParquetFile | None = None, deleted=False) -> pa.Table:
+        pf = pf if pf is not None else self._open(plan)
         names = self._file_columns(pf)
         try:
             if names:
@@ -238,7 +273,8 @@ class Scan:
         except (pa.ArrowInvalid, OSError) as e:
             raise DataFileError(f"cannot read data file {plan.location}: {e}", plan.location) from e
         self._count(files=1, rows=table.num_rows)
-        deleted = self._deleted_rows(plan)
+        if deleted is False:
+            deleted = self._deleted_rows(plan)
         mask = keep_mask(table.num_rows, deleted) if deleted is not None else None
         return self._finish(table, plan, mask)
 

@@ -10,6 +10,8 @@ import pyarrow as pa
 
 from engine.actions import Metadata, Protocol
 from engine.checkpoint_writer import CheckpointInfo, write_checkpoint
+from engine.commands.changes import read_changes
+from engine.commands.dml import execute_delete, execute_update
 from engine.commands.history import load_history
 from engine.commands.write import execute_append, execute_create, execute_overwrite
 from engine.errors import DeltaError
@@ -214,6 +216,50 @@ class DeltaTable:
             self._snapshot, self._stale = result.snapshot, False
         else:
             self._stale = True  # read the new version only when it is next needed
+
+    def delete(
+        self,
+        predicate: str | Expr | None = None,
+        *,
+        strategy: str | None = None,
+        rewrite_threshold: float | None = None,
+    ) -> CommitResult:
+        """Delete the rows matching ``predicate`` (all rows when ``None``).
+
+        ``strategy`` is ``"deletion_vectors"`` (the default when the table enables them) or
+        ``"copy_on_write"``; files whose deleted fraction passes ``rewrite_threshold`` are
+        rewritten either way. Metrics use Delta Spark's names (``numDeletedRows``, ...).
+        """
+        result = execute_delete(
+            self._store, self._latest_for_write(), predicate, strategy=strategy, threshold=rewrite_threshold
+        )
+        self._after_commit(result)
+        return result
+
+    def update(
+        self,
+        updates: dict[str, str],
+        predicate: str | Expr | None = None,
+        *,
+        strategy: str | None = None,
+        rewrite_threshold: float | None = None,
+    ) -> CommitResult:
+        """Set columns to SQL expressions (``{"price": "price * 1.1"}``) on matching rows."""
+        result = execute_update(
+            self._store,
+            self._latest_for_write(),
+            updates,
+            predicate,
+            strategy=strategy,
+            threshold=rewrite_threshold,
+        )
+        self._after_commit(result)
+        return result
+
+    def changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
+        """The change data feed: changed rows with ``_change_type``, ``_commit_version`` and
+        ``_commit_timestamp`` (``delta.enableChangeDataFeed`` must be on)."""
+        return read_changes(self._store, start_version, end_version)
 
     def checkpoint(self) -> CheckpointInfo:
         """Write a checkpoint of the current version (and update ``_last_checkpoint``)."""

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from engine.actions import (
     Add,
+    AddCDCFile,
     CommitInfo,
     DomainMetadata,
     Metadata,
@@ -105,6 +106,7 @@ class Transaction:
         self._metadata: Metadata | None = None
         self._adds: list[Add] = []
         self._removes: list[Remove] = []
+        self._cdc: list[AddCDCFile] = []
         self._txns: list[Txn] = []
         self._domains: list[DomainMetadata] = []
         self.summary = TransactionSummary()
@@ -160,6 +162,9 @@ class Transaction:
         if removes:
             paths = pa.array([r.path for r in removes], pa.string())
             self.summary.removed_file_keys |= set(canonical_paths(paths, self.store.root).to_pylist())
+
+    def add_change_files(self, cdc: list[AddCDCFile]) -> None:
+        self._cdc.extend(cdc)
 
     def set_app_transaction(self, app_id: str, version: int) -> None:
         self._txns.append(Txn(app_id, version, int(time.time() * 1000)))
@@ -326,7 +331,7 @@ class Transaction:
             actions.append(self._protocol)
         if self._metadata is not None:
             actions.append(self._metadata)
-        actions += self._txns + self._domains + self._removes + self._adds
+        actions += self._txns + self._domains + self._removes + self._adds + self._cdc
         return ("\n".join(action_to_json_line(a) for a in actions) + "\n").encode("utf-8")
 
 

@@ -56,6 +56,7 @@ class WriterConfig:
     compression: str = "zstd"
     random_prefix_length: int | None = None
     materialize_partitions: bool = False
+    prefix: str = ""  # a directory every file goes under ("_change_data" for CDC files)
 
     @property
     def partition_fields(self) -> list[StructField]:
@@ -223,7 +224,7 @@ class DataFileWriter:
             directory = partition_directory(physical_names, serialized)
         else:
             directory = ""
-        key = f"{directory}/{name}" if directory else name
+        key = "/".join(part for part in (config.prefix, directory, name) if part)
         pending = self.store.open_output(key)
         writer = pq.ParquetWriter(
             pending.sink, self._file_schema, compression=config.compression, write_statistics=True

@@ -51,6 +51,8 @@ from engine.table_properties import TableProperties
 from engine.transaction import CommitResult, Transaction
 from engine.writer import DEFAULT_TARGET_FILE_SIZE, DataFileWriter, WriterConfig
 
+CHANGE_TYPE = "_change_type"
+
 
 def as_reader(data: Any) -> pa.RecordBatchReader:
     """Accept a Table, a RecordBatch, a RecordBatchReader, or anything with an Arrow C stream."""
@@ -187,8 +189,8 @@ def assign_column_mapping(schema: StructType, max_id: int) -> tuple[StructType, 
 # --- append and overwrite ---------------------------------------------------------------------
 
 
-class _Write:
-    """Shared mechanics of one append or overwrite."""
+class WriteContext:
+    """Shared mechanics of one write: the transaction, the schema, the data-file writer."""
 
     def __init__(
         self,
@@ -198,6 +200,7 @@ class _Write:
         *,
         target_file_size: int | None,
         schema_mode: str | None,
+        operation: str = "WRITE",
     ):
         if schema_mode not in (None, "merge", "overwrite"):
             raise ValueError(f"schema_mode must be None, 'merge' or 'overwrite', got {schema_mode!r}")
@@ -206,7 +209,9 @@ class _Write:
         self.schema_mode = schema_mode
         self.target_file_size = target_file_size
         check_write_supported(snapshot.protocol, snapshot.metadata, snapshot.schema, store.root)
-        self.txn = Transaction(store, snapshot, operation="WRITE", operation_parameters=operation_parameters)
+        self.txn = Transaction(
+            store, snapshot, operation=operation, operation_parameters=operation_parameters
+        )
         self.schema = snapshot.schema
         self.metadata = snapshot.metadata
         self.protocol = snapshot.protocol
@@ -287,6 +292,16 @@ class _Write:
         )
         return DataFileWriter(self.store, config)
 
+    def change_data_writer(self) -> DataFileWriter:
+        """Writer for ``_change_data/`` files: the table's columns plus ``_change_type``."""
+        from dataclasses import replace
+
+        base = self.writer().config
+        schema = StructType((*self.schema.fields, StructField(CHANGE_TYPE, PrimitiveType("string"))))
+        return DataFileWriter(
+            self.store, replace(base, schema=schema, stats_leaves=[], prefix="_change_data")
+        )
+
     def write_data(self, reader: pa.RecordBatchReader, extra_check=None) -> DataFileWriter:
         constraints = table_constraints(self.schema, self.metadata.configuration)
         writer = self.writer()
@@ -303,42 +318,48 @@ class _Write:
             raise
         return writer
 
-    def remove_files(self, files: pa.Table) -> int:
-        """Stage removes for these live files (dataChange=true); returns their total size."""
-        if files.num_rows == 0:
-            return 0
+    def check_removals_allowed(self) -> None:
         if TableProperties(self.metadata.configuration).append_only:
             raise TableReadOnlyError(
                 f"{self.store.root} is append-only (delta.appendOnly=true): existing data cannot be removed"
             )
+
+    def remove_files(self, files: pa.Table) -> int:
+        """Stage removes for these live files (dataChange=true); returns their total size."""
+        if files.num_rows == 0:
+            return 0
+        self.check_removals_allowed()
         now = int(time.time() * 1000)
-        removes = [
-            Remove(
-                path=row["path"],
-                data_change=True,
-                deletion_timestamp=now,
-                extended_file_metadata=True,
-                partition_values=row["partition_values"],
-                size=row["size"],
-                stats=row["stats"],
-                deletion_vector=_dv(row["deletion_vector"]),
-                base_row_id=row["base_row_id"],
-                default_row_commit_version=row["default_row_commit_version"],
-            )
-            for row in files.select(
-                [
-                    "path",
-                    "partition_values",
-                    "size",
-                    "stats",
-                    "deletion_vector",
-                    "base_row_id",
-                    "default_row_commit_version",
-                ]
-            ).to_pylist()
-        ]
+        removes = [remove_action(row, now) for row in files.select(list(_REMOVE_COLUMNS)).to_pylist()]
         self.txn.remove_files(removes)
         return int(pc.sum(files.column("size")).as_py() or 0)
+
+
+_REMOVE_COLUMNS = (
+    "path",
+    "partition_values",
+    "size",
+    "stats",
+    "deletion_vector",
+    "base_row_id",
+    "default_row_commit_version",
+)
+
+
+def remove_action(row: dict, now: int) -> Remove:
+    """The remove for one live-file row (its deletion vector included: that is its identity)."""
+    return Remove(
+        path=row["path"],
+        data_change=True,
+        deletion_timestamp=now,
+        extended_file_metadata=True,
+        partition_values=row["partition_values"],
+        size=row["size"],
+        stats=row.get("stats"),
+        deletion_vector=_dv(row["deletion_vector"]),
+        base_row_id=row.get("base_row_id"),
+        default_row_commit_version=row.get("default_row_commit_version"),
+    )
 
 
 def _dv(value):
@@ -390,7 +411,7 @@ def execute_append(
     params = {"mode": "Append", "partitionBy": snapshot.partition_columns}
     if schema_mode == "overwrite":
         raise ValueError("schema_mode='overwrite' needs overwrite(), not append()")
-    write = _Write(store, snapshot, params, target_file_size=target_file_size, schema_mode=schema_mode)
+    write = WriteContext(store, snapshot, params, target_file_size=target_file_size, schema_mode=schema_mode)
     skipped = write.idempotent_skip(app_id, app_version)
     if skipped is not None:
         return skipped
@@ -424,7 +445,7 @@ def execute_overwrite(
         params["predicate"] = predicate if isinstance(predicate, str) else str(predicate)
     if dynamic_partitions:
         params["partitionOverwriteMode"] = "DYNAMIC"
-    write = _Write(store, snapshot, params, target_file_size=target_file_size, schema_mode=schema_mode)
+    write = WriteContext(store, snapshot, params, target_file_size=target_file_size, schema_mode=schema_mode)
     skipped = write.idempotent_skip(app_id, app_version)
     if skipped is not None:
         return skipped
@@ -482,7 +503,7 @@ def execute_overwrite(
     )
 
 
-def _rewrite_partial_files(write: _Write, snapshot: Snapshot, candidates: pa.Table, predicate: Expr):
+def _rewrite_partial_files(write: WriteContext, snapshot: Snapshot, candidates: pa.Table, predicate: Expr):
     """Files where some rows match: remove them and rewrite the rows that do not match."""
     remove_rows = []
     copied = 0

@@ -134,15 +134,17 @@ def reconcile(
         return ReplayResult(empty.drop_columns(list(_LIVE_DROP)), empty.drop_columns(list(_TOMBSTONE_ONLY)))
     masks = []
     commit_keys = None
+    # Keys carry the DV id only if some action has a DV; both sides must use the same form.
+    with_dv = any(_has_dv(t) for t in [*tables, *([checkpoint] if checkpoint is not None else [])])
     if tables:
         commits = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
-        commit_keys = file_keys(commits, table_root)
+        commit_keys = file_keys(commits, table_root, with_dv=with_dv)
         masks.append(_first_occurrences(commit_keys))
         tables = [commits]
     if checkpoint is not None:
         keep = np.ones(checkpoint.num_rows, dtype=bool)
         if commit_keys is not None:
-            checkpoint_keys = file_keys(checkpoint, table_root)
+            checkpoint_keys = file_keys(checkpoint, table_root, with_dv=with_dv)
             keep = ~pc.is_in(checkpoint_keys, value_set=pc.unique(commit_keys)).to_numpy(zero_copy_only=False)
             del checkpoint_keys
         masks.append(keep)
@@ -165,11 +167,18 @@ def reconcile(
     return ReplayResult(live, tombstones)
 
 
-def file_keys(table: pa.Table, table_root: str) -> pa.ChunkedArray:
-    """The logical-file key of each row: canonical path, plus the DV id when there is one."""
+def _has_dv(table: pa.Table) -> bool:
+    dv = table.column("deletion_vector")
+    return dv.null_count != len(dv)
+
+
+def file_keys(table: pa.Table, table_root: str, *, with_dv: bool | None = None) -> pa.ChunkedArray:
+    """The logical-file key of each row: canonical path, plus the DV id (``with_dv``)."""
     keys = canonical_paths(table.column("path"), table_root)
-    dv_ids = dv_unique_ids(table.column("deletion_vector"))
-    if dv_ids.null_count != len(dv_ids):
+    if with_dv is None:
+        with_dv = _has_dv(table)
+    if with_dv:
+        dv_ids = dv_unique_ids(table.column("deletion_vector"))
         keys = pc.binary_join_element_wise(keys, pc.fill_null(dv_ids, ""), "\x00")
     return keys
 

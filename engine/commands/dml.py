@@ -1,0 +1,413 @@
+"""DELETE and UPDATE, by deletion vectors (merge-on-read) or by rewriting files (copy-on-write).
+
+Both commands find the files that may hold matching rows (pruning and skipping), read them with
+each row's physical position, and evaluate the predicate with Arrow. Then, per touched file:
+
+* **deletion vectors** (when ``delta.enableDeletionVectors`` is on): the file stays; its new DV is
+  the union of the old one and the newly deleted positions, committed as ``remove(path, oldDV)``
+  plus ``add(path, newDV)`` with exact ``numRecords`` and ``tightBounds=false``. All DVs of a
+  commit share one ``deletion_vector_<uuid>.bin``; small ones are inline.
+* **copy-on-write**: the file's surviving rows are written to new files and the file is removed.
+
+A file whose deleted fraction would pass ``rewrite_threshold`` is rewritten even in DV mode (reads
+stay fast); a file left with no rows is simply removed. Updated rows always go to new files.
+With the change data feed on, every changed row is also written to ``_change_data/`` with its
+``_change_type`` (copied rows are not changes and are not written there).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.actions import Add, AddCDCFile
+from engine.commands.write import CHANGE_TYPE, WriteContext, remove_action
+from engine.deletion_vectors import DeletionVectorWriter, union_rows
+from engine.enforcement import check_constraints, conform_table, table_constraints
+from engine.errors import DeltaError
+from engine.expressions.arrow import evaluate
+from engine.expressions.bind import bind
+from engine.expressions.parser import parse_expression, parse_predicate
+from engine.expressions.tree import Expr, columns
+from engine.scan import FileRows, Scan, file_keep_mask
+from engine.snapshot import Snapshot
+from engine.storage.base import ObjectStore
+from engine.table_features import reader_features
+from engine.transaction import CommitResult
+
+DELETION_VECTORS = "deletion_vectors"
+COPY_ON_WRITE = "copy_on_write"
+STRATEGY_PROPERTY = "deltaplane.dml.strategy"
+THRESHOLD_PROPERTY = "deltaplane.dml.rewriteThreshold"
+DEFAULT_REWRITE_THRESHOLD = 0.5
+
+
+def choose_strategy(snapshot: Snapshot, requested: str | None) -> str:
+    """DVs when the table enables them, unless the command or a table property says otherwise."""
+    config = snapshot.metadata.configuration
+    choice = requested or config.get(STRATEGY_PROPERTY)
+    enabled = snapshot.properties.enable_deletion_vectors and "deletionVectors" in reader_features(
+        snapshot.protocol
+    )
+    if choice is None:
+        return DELETION_VECTORS if enabled else COPY_ON_WRITE
+    if choice not in (DELETION_VECTORS, COPY_ON_WRITE):
+        raise ValueError(f"strategy must be {DELETION_VECTORS!r} or {COPY_ON_WRITE!r}, got {choice!r}")
+    if choice == DELETION_VECTORS and not enabled:
+        raise DeltaError(
+            f"{snapshot.store.root} does not enable deletion vectors (delta.enableDeletionVectors=true "
+            "with the deletionVectors feature); use copy_on_write"
+        )
+    return choice
+
+
+def rewrite_threshold(snapshot: Snapshot, requested: float | None) -> float:
+    value = requested if requested is not None else snapshot.metadata.configuration.get(THRESHOLD_PROPERTY)
+    threshold = DEFAULT_REWRITE_THRESHOLD if value is None else float(value)
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"the rewrite threshold is a fraction of a file's rows, got {threshold}")
+    return threshold
+
+
+@dataclass
+class ChangeCounters:
+    removed_files: int = 0
+    added_files: int = 0
+    removed_bytes: int = 0
+    added_bytes: int = 0
+    copied_rows: int = 0
+    dvs_added: int = 0
+    dvs_removed: int = 0
+    dvs_updated: int = 0
+    change_files: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class RowLevelChange:
+    """Accumulates the file-level effect of deleting and adding rows, then stages it."""
+
+    def __init__(self, context: WriteContext, snapshot: Snapshot, strategy: str, threshold: float):
+        self.context = context
+        self.snapshot = snapshot
+        self.strategy = strategy
+        self.threshold = threshold
+        self.cdf = snapshot.properties.enable_change_data_feed
+        self.counters = ChangeCounters()
+        self._now = int(time.time() * 1000)
+        self._dv_writer = DeletionVectorWriter(context.store)
+        self._data_writer = context.writer()
+        self._cdc_writer = context.change_data_writer() if self.cdf else None
+        self._removed: list[dict] = []
+        self._dv_adds: list[Add] = []
+
+    # --- recording changes ------------------------------------------------------------------
+
+    def delete_rows(self, file_row: dict, rows: FileRows, mask: np.ndarray) -> int:
+        """Delete the surviving rows of one file where ``mask`` is true; returns how many."""
+        count = int(mask.sum())
+        if count == 0:
+            return 0
+        self.context.check_removals_allowed()
+        remaining = len(mask) - count
+        old = rows.deleted
+        old_count = 0 if old is None else len(old)
+        has_old_dv = file_row["deletion_vector"] is not None
+        self._removed.append(file_row)
+        self.counters.removed_files += 1
+        self.counters.removed_bytes += int(file_row["size"])
+        if has_old_dv:
+            self.counters.dvs_removed += 1
+        if remaining == 0:
+            return count
+        deleted_fraction = (old_count + count) / max(rows.physical_rows, 1)
+        if self.strategy == DELETION_VECTORS and deleted_fraction <= self.threshold:
+            bitmap = union_rows(old, rows.positions[mask])
+            descriptor = self._dv_writer.add(bitmap)
+            self._dv_adds.append(self._with_dv(file_row, descriptor, rows.physical_rows))
+            self.counters.dvs_added += 1
+            if has_old_dv:
+                self.counters.dvs_updated += 1
+            self.counters.removed_files -= 1  # the file stays, with a new deletion vector
+            self.counters.removed_bytes -= int(file_row["size"])
+            return count
+        kept = rows.table.filter(pa.array(~mask))
+        self._data_writer.write(conform_table(kept, self.context.schema))
+        self.counters.copied_rows += kept.num_rows
+        return count
+
+    def add_rows(self, table: pa.Table) -> None:
+        """New rows (updated or inserted), checked against the schema and constraints."""
+        if table.num_rows == 0:
+            return
+        conformed = conform_table(table, self.context.schema)
+        check_constraints(conformed, self.context.schema, self._constraints)
+        self._data_writer.write(conformed)
+
+    def record_change(self, table: pa.Table, change_type: str) -> None:
+        if self._cdc_writer is None or table.num_rows == 0:
+            return
+        conformed = conform_table(table, self.context.schema)
+        self._cdc_writer.write(
+            conformed.append_column(CHANGE_TYPE, pa.repeat(pa.scalar(change_type), table.num_rows))
+        )
+
+    @property
+    def _constraints(self):
+        if not hasattr(self, "_constraint_list"):
+            self._constraint_list = table_constraints(
+                self.context.schema, self.context.metadata.configuration
+            )
+        return self._constraint_list
+
+    # --- staging --------------------------------------------------------------------------------
+
+    def _with_dv(self, row: dict, descriptor, physical_rows: int) -> Add:
+        stats = json.loads(row["stats"]) if row.get("stats") else {}
+        stats["numRecords"] = stats.get("numRecords", physical_rows)
+        stats["tightBounds"] = False  # bounds may now be wider than the surviving rows
+        return Add(
+            path=row["path"],
+            partition_values=row["partition_values"],
+            size=row["size"],
+            modification_time=row["modification_time"],
+            data_change=True,
+            stats=json.dumps(stats),
+            deletion_vector=descriptor,
+            base_row_id=row.get("base_row_id"),
+            default_row_commit_version=row.get("default_row_commit_version"),
+            clustering_provider=row.get("clustering_provider"),
+        )
+
+    def stage(self) -> None:
+        """Publish DV, data and change files, and stage every action on the transaction."""
+        txn = self.context.txn
+        try:
+            adds = self._data_writer.close()
+            cdc = self._cdc_writer.close() if self._cdc_writer is not None else []
+            self._dv_writer.close()
+        except BaseException:
+            self._data_writer.abort()
+            if self._cdc_writer is not None:
+                self._cdc_writer.abort()
+            raise
+        txn.remove_files([remove_action(row, self._now) for row in self._removed])
+        txn.add_files(self._dv_adds + adds)
+        txn.add_change_files([AddCDCFile(a.path, a.partition_values, a.size, data_change=False) for a in cdc])
+        self.counters.added_files += len(adds)
+        self.counters.added_bytes += sum(a.size for a in adds)
+        self.counters.change_files += len(cdc)
+
+
+def _candidates(snapshot: Snapshot, predicate: Expr | None) -> pa.Table:
+    files = snapshot.files
+    if predicate is None or files.num_rows == 0:
+        return files
+    return files.filter(
+        file_keep_mask(files, predicate, snapshot.schema, snapshot.metadata, snapshot.store.root)
+    )
+
+
+def _partition_only(snapshot: Snapshot, predicate: Expr | None) -> bool:
+    names = set(snapshot.partition_columns)
+    return predicate is None or all(len(c.path) == 1 and c.path[0] in names for c in columns(predicate))
+
+
+def _matches(table: pa.Table, predicate: Expr | None) -> np.ndarray:
+    if predicate is None:
+        return np.ones(table.num_rows, dtype=bool)
+    return pc.fill_null(evaluate(table, predicate), False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _ms(start: float) -> int:
+    return int((time.perf_counter() - start) * 1000)
+
+
+def execute_delete(
+    store: ObjectStore,
+    snapshot: Snapshot,
+    predicate: str | Expr | None = None,
+    *,
+    strategy: str | None = None,
+    threshold: float | None = None,
+) -> CommitResult:
+    start = time.perf_counter()
+    params = {"predicate": [predicate if isinstance(predicate, str) else str(predicate)] if predicate else []}
+    context = WriteContext(
+        store, snapshot, params, target_file_size=None, schema_mode=None, operation="DELETE"
+    )
+    bound = (
+        bind(parse_predicate(predicate), snapshot.schema)
+        if isinstance(predicate, str)
+        else (bind(predicate, snapshot.schema) if predicate is not None else None)
+    )
+    change = RowLevelChange(
+        context, snapshot, choose_strategy(snapshot, strategy), rewrite_threshold(snapshot, threshold)
+    )
+    candidates = _candidates(snapshot, bound)
+    context.txn.read_files(candidates, bound)
+    deleted = 0
+    scan_start = time.perf_counter()
+    if _partition_only(snapshot, bound) and not change.cdf:
+        # Whole files match or not: no row needs reading.
+        if candidates.num_rows:
+            context.check_removals_allowed()
+        for row in candidates.to_pylist():
+            change._removed.append(row)
+            change.counters.removed_files += 1
+            change.counters.removed_bytes += int(row["size"])
+            change.counters.dvs_removed += row["deletion_vector"] is not None
+        deleted = _row_count(candidates)
+    else:
+        needed = None if change.cdf or change.strategy == COPY_ON_WRITE else _columns_for(bound, snapshot)
+        scan = Scan(snapshot, needed, None, files=candidates)
+        rows_of = candidates.to_pylist()
+        for i, rows in scan.read_files_with_positions():
+            mask = _matches(rows.table, bound)
+            if (
+                needed is not None
+                and mask.any()
+                and not mask.all()
+                and (change.strategy == COPY_ON_WRITE or _would_rewrite(change, rows, mask))
+            ):
+                rows = _full_rows(snapshot, candidates.slice(i, 1))
+            deleted += change.delete_rows(rows_of[i], rows, mask)
+            change.record_change(rows.table.filter(pa.array(mask)), "delete")
+    scan_ms = _ms(scan_start)
+    rewrite_start = time.perf_counter()
+    change.stage()
+    c = change.counters
+    metrics = {
+        "numRemovedFiles": c.removed_files,
+        "numAddedFiles": c.added_files,
+        "numDeletedRows": deleted,
+        "numCopiedRows": c.copied_rows,
+        "numAddedChangeFiles": c.change_files,
+        "numDeletionVectorsAdded": c.dvs_added,
+        "numDeletionVectorsRemoved": c.dvs_removed,
+        "numDeletionVectorsUpdated": c.dvs_updated,
+        "numRemovedBytes": c.removed_bytes,
+        "numAddedBytes": c.added_bytes,
+        "scanTimeMs": scan_ms,
+        "rewriteTimeMs": _ms(rewrite_start),
+        "executionTimeMs": _ms(start),
+    }
+    return context.txn.commit(metrics)
+
+
+def _row_count(files: pa.Table) -> int:
+    """Surviving rows of whole files, from their statistics and deletion vectors."""
+    from engine.stats import parse_file_stats
+
+    if files.num_rows == 0:
+        return 0
+    records = parse_file_stats(files, {}).num_records
+    total = int(pc.sum(records).as_py() or 0)
+    dv = files.column("deletion_vector")
+    if dv.null_count < len(dv):
+        total -= int(pc.sum(pc.struct_field(dv, "cardinality")).as_py() or 0)
+    return total
+
+
+def _columns_for(predicate: Expr | None, snapshot: Snapshot) -> list[str]:
+    names = {c.path[0] for c in columns(predicate)} if predicate is not None else set()
+    return [f.name for f in snapshot.schema.fields if f.name in names] or [snapshot.schema.fields[0].name]
+
+
+def _would_rewrite(change: RowLevelChange, rows: FileRows, mask: np.ndarray) -> bool:
+    old = 0 if rows.deleted is None else len(rows.deleted)
+    return (old + int(mask.sum())) / max(rows.physical_rows, 1) > change.threshold
+
+
+def _full_rows(snapshot: Snapshot, one_file: pa.Table) -> FileRows:
+    scan = Scan(snapshot, None, None, files=one_file)
+    return next(scan.read_files_with_positions())[1]
+
+
+def execute_update(
+    store: ObjectStore,
+    snapshot: Snapshot,
+    updates: dict[str, str | Any],
+    predicate: str | Expr | None = None,
+    *,
+    strategy: str | None = None,
+    threshold: float | None = None,
+) -> CommitResult:
+    start = time.perf_counter()
+    if not updates:
+        raise ValueError("update() needs at least one column to set")
+    schema = snapshot.schema
+    assignments: dict[str, Expr] = {}
+    for name, value in updates.items():
+        f = schema.find(name)
+        if f is None:
+            raise DeltaError(f"update(): unknown column {name!r} (columns: {', '.join(schema.names)})")
+        if f.name in snapshot.partition_columns:
+            pass  # updating a partition column moves the row to another partition: allowed
+        expr = parse_expression(value) if isinstance(value, str) else value
+        assignments[f.name] = bind(expr, schema)
+    params = {"predicate": [predicate if isinstance(predicate, str) else str(predicate)] if predicate else []}
+    context = WriteContext(
+        store, snapshot, params, target_file_size=None, schema_mode=None, operation="UPDATE"
+    )
+    bound = (
+        bind(parse_predicate(predicate), schema)
+        if isinstance(predicate, str)
+        else (bind(predicate, schema) if predicate is not None else None)
+    )
+    change = RowLevelChange(
+        context, snapshot, choose_strategy(snapshot, strategy), rewrite_threshold(snapshot, threshold)
+    )
+    candidates = _candidates(snapshot, bound)
+    context.txn.read_files(candidates, bound)
+    updated = 0
+    scan_start = time.perf_counter()
+    rows_of = candidates.to_pylist()
+    for i, rows in Scan(snapshot, None, None, files=candidates).read_files_with_positions():
+        mask = _matches(rows.table, bound)
+        if not mask.any():
+            continue
+        before = rows.table.filter(pa.array(mask))
+        after = apply_assignments(before, assignments, schema)
+        updated += change.delete_rows(rows_of[i], rows, mask)
+        change.add_rows(after)
+        change.record_change(before, "update_preimage")
+        change.record_change(after, "update_postimage")
+    scan_ms = _ms(scan_start)
+    rewrite_start = time.perf_counter()
+    change.stage()
+    c = change.counters
+    metrics = {
+        "numRemovedFiles": c.removed_files,
+        "numAddedFiles": c.added_files,
+        "numUpdatedRows": updated,
+        "numCopiedRows": c.copied_rows,
+        "numAddedChangeFiles": c.change_files,
+        "numDeletionVectorsAdded": c.dvs_added,
+        "numDeletionVectorsRemoved": c.dvs_removed,
+        "numDeletionVectorsUpdated": c.dvs_updated,
+        "numRemovedBytes": c.removed_bytes,
+        "numAddedBytes": c.added_bytes,
+        "scanTimeMs": scan_ms,
+        "rewriteTimeMs": _ms(rewrite_start),
+        "executionTimeMs": _ms(start),
+    }
+    return context.txn.commit(metrics)
+
+
+def apply_assignments(rows: pa.Table, assignments: dict[str, Expr], schema) -> pa.Table:
+    """``rows`` with each assigned column replaced by its expression's value (SET semantics:
+    every expression sees the row as it was before the update)."""
+    columns_out = []
+    for f in schema.fields:
+        if f.name in assignments:
+            value = evaluate(rows, assignments[f.name])
+            columns_out.append(value)
+        else:
+            columns_out.append(rows.column(f.name))
+    return pa.Table.from_arrays(columns_out, names=[f.name for f in schema.fields])
