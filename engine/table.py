@@ -13,6 +13,7 @@ from engine.checkpoint_writer import CheckpointInfo, write_checkpoint
 from engine.commands.changes import read_changes
 from engine.commands.dml import execute_delete, execute_update
 from engine.commands.history import load_history
+from engine.commands.merge import MergeBuilder
 from engine.commands.write import execute_append, execute_create, execute_overwrite
 from engine.errors import DeltaError
 from engine.expressions.tree import Expr
@@ -255,6 +256,28 @@ class DeltaTable:
         )
         self._after_commit(result)
         return result
+
+    def merge(
+        self,
+        source: Any,
+        predicate: str,
+        *,
+        source_alias: str = "source",
+        target_alias: str = "target",
+        strategy: str | None = None,
+        rewrite_threshold: float | None = None,
+    ) -> MergeBuilder:
+        """Start a MERGE of ``source`` (a Table or RecordBatchReader) on ``predicate``; add
+        ``when_*`` clauses and call ``execute()``."""
+        return MergeBuilder(
+            self,
+            source,
+            predicate,
+            source_alias=source_alias,
+            target_alias=target_alias,
+            strategy=strategy,
+            rewrite_threshold=rewrite_threshold,
+        )
 
     def changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
         """The change data feed: changed rows with ``_change_type``, ``_commit_version`` and

@@ -248,3 +248,24 @@ def negation_normal_form(expr: Expr, negate: bool = False) -> Expr:
     if isinstance(expr, Literal) and isinstance(expr.value, bool):
         return Literal(not expr.value, expr.dtype)
     return Not(expr)
+
+
+def transform(expr: Expr, fn) -> Expr:
+    """Rebuild ``expr`` bottom-up, replacing each node by ``fn(node)`` (children first)."""
+    import dataclasses
+
+    if isinstance(expr, And | Or):
+        expr = type(expr)(tuple(transform(i, fn) for i in expr.items))
+    elif isinstance(expr, Not):
+        expr = Not(transform(expr.child, fn))
+    elif isinstance(expr, Comparison | BinaryOp):
+        expr = dataclasses.replace(expr, left=transform(expr.left, fn), right=transform(expr.right, fn))
+    elif isinstance(expr, (IsNull | Like | Cast, In)):
+        expr = dataclasses.replace(expr, child=transform(expr.child, fn))
+    elif isinstance(expr, Func):
+        expr = dataclasses.replace(expr, args=tuple(transform(a, fn) for a in expr.args))
+    elif isinstance(expr, Case):
+        branches = tuple((transform(c, fn), transform(v, fn)) for c, v in expr.branches)
+        default = transform(expr.default, fn) if expr.default is not None else None
+        expr = dataclasses.replace(expr, branches=branches, default=default)
+    return fn(expr)

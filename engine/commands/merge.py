@@ -1,0 +1,493 @@
+"""MERGE: upserts and friends, with Delta Spark's clause semantics, on Arrow joins.
+
+    dt.merge(source, "t.id = s.id", source_alias="s", target_alias="t")
+      .when_matched_update({"value": "s.value"}).when_not_matched_insert_all().execute()
+
+How it runs:
+
+1. The merge condition is split into equality conjuncts between a target and a source column (the
+   join keys) and a residual; at least one key is required (a merge without one would be a cross
+   product, which is refused).
+2. Target files that can hold a matching key are chosen by pruning and skipping on the source's
+   key values (all files when a "not matched by source" clause needs every target row), and read
+   with each row's physical position.
+3. An Arrow hash join pairs target and source rows on the keys; the residual, evaluated on the
+   pairs, decides the real matches. A target row matched by several source rows is an error, as
+   in Delta Spark (unless the only matched clause is an unconditional delete).
+4. Clauses are applied in order, first true condition wins: matched rows are updated or deleted,
+   unmatched source rows inserted, target rows unmatched by the source updated or deleted.
+   Expressions see the target row as ``t.*`` and the source row as ``s.*`` (struct columns), and
+   unqualified names resolve to whichever side has them.
+5. Changed target rows leave their files through deletion vectors or rewrites (as DELETE and
+   UPDATE do); updated and inserted rows go to new files; CDF rows are written when enabled.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.commands.dml import RowLevelChange, _ms, choose_strategy, rewrite_threshold
+from engine.commands.write import WriteContext, as_reader
+from engine.errors import DeltaError, InvalidPredicateError
+from engine.expressions.arrow import evaluate
+from engine.expressions.bind import bind
+from engine.expressions.parser import parse_expression, parse_predicate
+from engine.expressions.tree import (
+    And,
+    Column,
+    Comparison,
+    Expr,
+    In,
+    Literal,
+    columns,
+    conjuncts,
+    transform,
+)
+from engine.scan import Scan, file_keep_mask
+from engine.schema import StructField, StructType, from_arrow_schema, to_arrow_type
+from engine.snapshot import Snapshot
+from engine.storage.base import ObjectStore
+from engine.transaction import CommitResult
+
+MAX_IN_LIST = 1000  # above this many distinct source keys, pruning uses their range
+
+
+class MergeError(DeltaError):
+    """A MERGE that cannot be run as written (ambiguous names, duplicate matches, ...)."""
+
+
+@dataclass
+class _Clause:
+    kind: str  # "matched", "not_matched", "not_matched_by_source"
+    action: str  # "update", "update_all", "delete", "insert", "insert_all"
+    predicate: str | Expr | None = None
+    updates: dict[str, str] = field(default_factory=dict)
+
+
+class MergeBuilder:
+    """Collects clauses; ``execute()`` runs the merge as one commit."""
+
+    def __init__(
+        self,
+        table,
+        source: Any,
+        predicate: str,
+        *,
+        source_alias: str = "source",
+        target_alias: str = "target",
+        strategy: str | None = None,
+        rewrite_threshold: float | None = None,
+    ):
+        self._table = table
+        self._source = as_reader(source).read_all()
+        self._predicate = predicate
+        self._source_alias = source_alias
+        self._target_alias = target_alias
+        self._strategy = strategy
+        self._threshold = rewrite_threshold
+        self._clauses: list[_Clause] = []
+
+    def _add(self, kind: str, action: str, predicate=None, updates=None) -> MergeBuilder:
+        self._clauses.append(_Clause(kind, action, predicate, dict(updates or {})))
+        return self
+
+    def when_matched_update(self, updates: dict[str, str], predicate: str | None = None) -> MergeBuilder:
+        return self._add("matched", "update", predicate, updates)
+
+    def when_matched_update_all(self, predicate: str | None = None) -> MergeBuilder:
+        return self._add("matched", "update_all", predicate)
+
+    def when_matched_delete(self, predicate: str | None = None) -> MergeBuilder:
+        return self._add("matched", "delete", predicate)
+
+    def when_not_matched_insert(self, updates: dict[str, str], predicate: str | None = None) -> MergeBuilder:
+        return self._add("not_matched", "insert", predicate, updates)
+
+    def when_not_matched_insert_all(self, predicate: str | None = None) -> MergeBuilder:
+        return self._add("not_matched", "insert_all", predicate)
+
+    def when_not_matched_by_source_update(
+        self, updates: dict[str, str], predicate: str | None = None
+    ) -> MergeBuilder:
+        return self._add("not_matched_by_source", "update", predicate, updates)
+
+    def when_not_matched_by_source_delete(self, predicate: str | None = None) -> MergeBuilder:
+        return self._add("not_matched_by_source", "delete", predicate)
+
+    def execute(self) -> CommitResult:
+        if not self._clauses:
+            raise MergeError("MERGE needs at least one WHEN clause")
+        result = execute_merge(
+            self._table._store,
+            self._table._latest_for_write(),
+            self._source,
+            self._predicate,
+            self._clauses,
+            source_alias=self._source_alias,
+            target_alias=self._target_alias,
+            strategy=self._strategy,
+            threshold=self._threshold,
+        )
+        self._table._after_commit(result)
+        return result
+
+
+# --- execution -------------------------------------------------------------------------------------
+
+
+class _Scope:
+    """Name resolution for merge expressions: ``t.x``, ``s.x`` or an unambiguous ``x``."""
+
+    def __init__(self, target: StructType, source: StructType, target_alias: str, source_alias: str):
+        if target_alias.lower() == source_alias.lower():
+            raise MergeError(f"the source and target aliases must differ (both {target_alias!r})")
+        self.target, self.source = target, source
+        self.t, self.s = target_alias, source_alias
+        self.schema = StructType((StructField(target_alias, target), StructField(source_alias, source)))
+
+    def qualify(self, expr: Expr, what: str) -> Expr:
+        def fix(node: Expr) -> Expr:
+            if not isinstance(node, Column):
+                return node
+            head = node.path[0].lower()
+            if head in (self.t.lower(), self.s.lower()) and len(node.path) > 1:
+                return node
+            in_t, in_s = self.target.find(node.path[0]), self.source.find(node.path[0])
+            if in_t is not None and in_s is not None:
+                raise MergeError(
+                    f"column {node.name!r} in {what} is ambiguous: qualify it as {self.t}.{node.name} "
+                    f"or {self.s}.{node.name}"
+                )
+            if in_t is None and in_s is None:
+                raise InvalidPredicateError(f"unknown column {node.name!r} in {what}")
+            return Column(((self.t if in_t is not None else self.s), *node.path))
+
+        return bind(transform(expr, fix), self.schema)
+
+
+def _join_keys(condition: Expr, scope: _Scope) -> tuple[list[tuple[str, str]], list[Expr]]:
+    keys, residual = [], []
+    for part in conjuncts(condition):
+        if (
+            isinstance(part, Comparison)
+            and part.op == "="
+            and isinstance(part.left, Column)
+            and isinstance(part.right, Column)
+            and len(part.left.path) == 2
+            and len(part.right.path) == 2
+        ):
+            sides = {part.left.path[0]: part.left.path[1], part.right.path[0]: part.right.path[1]}
+            if set(sides) == {scope.t, scope.s}:
+                keys.append((sides[scope.t], sides[scope.s]))
+                continue
+        residual.append(part)
+    return keys, residual
+
+
+def _target_pruning(keys, residual, scope: _Scope, source: pa.Table) -> Expr | None:
+    """A predicate on the target alone that every matching target row satisfies."""
+    parts: list[Expr] = []
+    for t_name, s_name in keys:
+        values = pc.unique(source.column(s_name).drop_null())
+        dtype = scope.target[t_name].type
+        col = Column((t_name,), dtype)
+        if len(values) == 0:
+            return Literal(False)
+        if len(values) <= MAX_IN_LIST:
+            literals = tuple(Literal(v, dtype) for v in values.cast(to_arrow_type(dtype)).to_pylist())
+            parts.append(In(col, literals))
+        else:
+            bounds = pc.min_max(values.cast(to_arrow_type(dtype))).as_py()
+            parts.append(Comparison(">=", col, Literal(bounds["min"], dtype)))
+            parts.append(Comparison("<=", col, Literal(bounds["max"], dtype)))
+    for part in residual:  # residual conjuncts about the target alone prune too
+        if all(c.path[0] == scope.t for c in columns(part)):
+            parts.append(
+                transform(part, lambda n: Column(n.path[1:], n.dtype) if isinstance(n, Column) else n)
+            )
+    return parts[0] if len(parts) == 1 else And(tuple(parts)) if parts else None
+
+
+def _struct(table: pa.Table, schema: StructType) -> pa.StructArray:
+    arrays = [
+        table.column(f.name).combine_chunks() if table.num_rows else pa.array([], to_arrow_type(f.type))
+        for f in schema.fields
+    ]
+    return pa.StructArray.from_arrays(
+        arrays, fields=[pa.field(f.name, to_arrow_type(f.type)) for f in schema.fields]
+    )
+
+
+def _pairs(target_rows: pa.Table, source: pa.Table, scope: _Scope) -> pa.Table:
+    """A table with struct columns ``t`` and ``s`` (either may be null) for clause evaluation."""
+    t = _struct(target_rows, scope.target) if target_rows is not None else None
+    s = _struct(source, scope.source) if source is not None else None
+    n = len(t) if t is not None else len(s)
+    if t is None:
+        t = pa.nulls(n, to_arrow_type(scope.target))
+    if s is None:
+        s = pa.nulls(n, to_arrow_type(scope.source))
+    return pa.table({scope.t: t, scope.s: s})
+
+
+def execute_merge(
+    store: ObjectStore,
+    snapshot: Snapshot,
+    source: pa.Table,
+    condition: str,
+    clauses: list[_Clause],
+    *,
+    source_alias: str,
+    target_alias: str,
+    strategy: str | None,
+    threshold: float | None,
+) -> CommitResult:
+    start = time.perf_counter()
+    target_schema = snapshot.schema
+    source_schema = from_arrow_schema(source.schema)
+    scope = _Scope(target_schema, source_schema, target_alias, source_alias)
+    bound_condition = scope.qualify(parse_predicate(condition), "the merge condition")
+    keys, residual = _join_keys(bound_condition, scope)
+    if not keys:
+        raise MergeError(
+            f"the merge condition {condition!r} has no equality between a target and a source column; "
+            "deltaplane needs one to join on"
+        )
+    compiled = _compile(clauses, scope, snapshot)
+    params = {
+        "predicate": condition,
+        "matchedPredicates": [{"actionType": c.action} for c in clauses if c.kind == "matched"],
+        "notMatchedPredicates": [{"actionType": c.action} for c in clauses if c.kind == "not_matched"],
+        "notMatchedBySourcePredicates": [
+            {"actionType": c.action} for c in clauses if c.kind == "not_matched_by_source"
+        ],
+    }
+    context = WriteContext(
+        store, snapshot, params, target_file_size=None, schema_mode=None, operation="MERGE"
+    )
+    change = RowLevelChange(
+        context, snapshot, choose_strategy(snapshot, strategy), rewrite_threshold(snapshot, threshold)
+    )
+    needs_all_targets = any(c.kind == "not_matched_by_source" for c, _, _ in compiled)
+    pruning = None if needs_all_targets else _target_pruning(keys, residual, scope, source)
+    files = snapshot.files
+    if pruning is not None and files.num_rows:
+        pruning = bind(pruning, target_schema)
+        files = files.filter(file_keep_mask(files, pruning, target_schema, snapshot.metadata, store.root))
+    context.txn.read_files(files, pruning)
+
+    # Read candidate target rows, remembering where each came from.
+    scan_start = time.perf_counter()
+    file_rows = [rows for _, rows in Scan(snapshot, None, None, files=files).read_files_with_positions()]
+    offsets = np.cumsum([0] + [r.table.num_rows for r in file_rows])
+    target = (
+        pa.concat_tables([r.table for r in file_rows]) if file_rows else target_schema_empty(target_schema)
+    )
+    target_ids = pa.array(np.arange(target.num_rows), pa.int64())
+    source_ids = pa.array(np.arange(source.num_rows), pa.int64())
+    left = pa.table({**{f"__t{i}": target.column(k) for i, (k, _) in enumerate(keys)}, "__tid": target_ids})
+    right = pa.table({**{f"__s{i}": source.column(s) for i, (_, s) in enumerate(keys)}, "__sid": source_ids})
+    joined = left.join(
+        right,
+        keys=[f"__t{i}" for i in range(len(keys))],
+        right_keys=[f"__s{i}" for i in range(len(keys))],
+        join_type="inner",
+    )
+    tid = joined.column("__tid").combine_chunks() if joined.num_rows else pa.array([], pa.int64())
+    sid = joined.column("__sid").combine_chunks() if joined.num_rows else pa.array([], pa.int64())
+    pairs = _pairs(target.take(tid), source.take(sid), scope)
+    if residual and pairs.num_rows:
+        keep = pc.fill_null(
+            evaluate(pairs, And(tuple(residual)) if len(residual) > 1 else residual[0]), False
+        )
+        tid, sid, pairs = tid.filter(keep), sid.filter(keep), pairs.filter(keep)
+    scan_ms = _ms(scan_start)
+
+    matched_clauses = [c for c in compiled if c[0].kind == "matched"]
+    _check_single_match(tid, matched_clauses)
+
+    touched = np.zeros(target.num_rows, dtype=bool)  # target rows that leave their file
+    new_rows: list[pa.Table] = []
+    m = {
+        "numSourceRows": source.num_rows,
+        "numTargetRowsInserted": 0,
+        "numTargetRowsUpdated": 0,
+        "numTargetRowsMatchedUpdated": 0,
+        "numTargetRowsNotMatchedBySourceUpdated": 0,
+        "numTargetRowsDeleted": 0,
+        "numTargetRowsMatchedDeleted": 0,
+        "numTargetRowsNotMatchedBySourceDeleted": 0,
+    }
+
+    def apply(kind: str, rows: pa.Table, ids: np.ndarray | None) -> None:
+        pending = np.ones(rows.num_rows, dtype=bool)
+        for clause, cond, assignments in compiled:
+            if clause.kind != kind or not pending.any():
+                continue
+            hit = pending.copy()
+            if cond is not None:
+                hit &= pc.fill_null(evaluate(rows, cond), False).to_numpy(zero_copy_only=False)
+            if not hit.any():
+                continue
+            pending &= ~hit
+            chosen = rows.filter(pa.array(hit))
+            count = int(hit.sum())
+            if clause.action == "delete":
+                touched[ids[hit]] = True
+                change.record_change(_side(chosen, scope.t), "delete")
+                m["numTargetRowsDeleted"] += count
+                m[
+                    "numTargetRowsMatchedDeleted"
+                    if kind == "matched"
+                    else "numTargetRowsNotMatchedBySourceDeleted"
+                ] += count
+            elif clause.action in ("update", "update_all"):
+                touched[ids[hit]] = True
+                before = _side(chosen, scope.t)
+                after = _assign(chosen, before, assignments, target_schema)
+                new_rows.append(after)
+                change.record_change(before, "update_preimage")
+                change.record_change(after, "update_postimage")
+                m["numTargetRowsUpdated"] += count
+                m[
+                    "numTargetRowsMatchedUpdated"
+                    if kind == "matched"
+                    else "numTargetRowsNotMatchedBySourceUpdated"
+                ] += count
+            else:  # insert / insert_all
+                inserted = _assign(chosen, None, assignments, target_schema)
+                new_rows.append(inserted)
+                change.record_change(inserted, "insert")
+                m["numTargetRowsInserted"] += count
+
+    tid_np = tid.to_numpy() if len(tid) else np.empty(0, np.int64)
+    apply("matched", pairs, tid_np)
+    unmatched_source = np.ones(source.num_rows, dtype=bool)
+    unmatched_source[sid.to_numpy() if len(sid) else []] = False
+    if unmatched_source.any():
+        apply("not_matched", _pairs(None, source.filter(pa.array(unmatched_source)), scope), None)
+    if needs_all_targets:
+        unmatched_target = np.ones(target.num_rows, dtype=bool)
+        unmatched_target[tid_np] = False
+        ids = np.flatnonzero(unmatched_target)
+        if len(ids):
+            apply("not_matched_by_source", _pairs(target.take(pa.array(ids)), None, scope), ids)
+
+    rewrite_start = time.perf_counter()
+    file_list = files.to_pylist()
+    for i, rows in enumerate(file_rows):
+        mask = touched[offsets[i] : offsets[i + 1]]
+        if mask.any():
+            change.delete_rows(file_list[i], rows, mask)
+    for table in new_rows:
+        change.add_rows(table)
+    change.stage()
+    c = change.counters
+    m.update(
+        {
+            "numTargetRowsCopied": c.copied_rows,
+            "numOutputRows": c.copied_rows + sum(t.num_rows for t in new_rows),
+            "numTargetFilesAdded": c.added_files,
+            "numTargetFilesRemoved": c.removed_files,
+            "numTargetChangeFilesAdded": c.change_files,
+            "numTargetDeletionVectorsAdded": c.dvs_added,
+            "numTargetDeletionVectorsRemoved": c.dvs_removed,
+            "numTargetDeletionVectorsUpdated": c.dvs_updated,
+            "numTargetBytesAdded": c.added_bytes,
+            "numTargetBytesRemoved": c.removed_bytes,
+            "scanTimeMs": scan_ms,
+            "rewriteTimeMs": _ms(rewrite_start),
+            "executionTimeMs": _ms(start),
+        }
+    )
+    return context.txn.commit(m)
+
+
+def target_schema_empty(schema: StructType) -> pa.Table:
+    from engine.schema import to_arrow_schema
+
+    return to_arrow_schema(schema).empty_table()
+
+
+def _side(pairs: pa.Table, alias: str) -> pa.Table:
+    """The rows of one side of ``pairs`` as a flat table."""
+    column = pairs.column(alias).combine_chunks()
+    return pa.Table.from_arrays(
+        column.flatten(), names=[column.type.field(i).name for i in range(column.type.num_fields)]
+    )
+
+
+def _assign(
+    pairs: pa.Table, base: pa.Table | None, assignments: dict[str, Expr], schema: StructType
+) -> pa.Table:
+    """Target rows: each assigned column from its expression, the others from ``base`` (or null)."""
+    out = []
+    n = pairs.num_rows
+    for f in schema.fields:
+        if f.name in assignments:
+            out.append(evaluate(pairs, assignments[f.name]))
+        elif base is not None:
+            out.append(base.column(f.name))
+        else:
+            out.append(pa.nulls(n, to_arrow_type(f.type)))
+    return pa.Table.from_arrays(out, names=[f.name for f in schema.fields])
+
+
+def _compile(clauses: list[_Clause], scope: _Scope, snapshot: Snapshot):
+    compiled = []
+    for clause in clauses:
+        where = f"the {clause.kind.replace('_', ' ')} {clause.action} clause"
+        cond = None
+        if clause.predicate is not None:
+            expr = (
+                parse_predicate(clause.predicate) if isinstance(clause.predicate, str) else clause.predicate
+            )
+            cond = scope.qualify(expr, where)
+        assignments: dict[str, Expr] = {}
+        if clause.action in ("update_all", "insert_all"):
+            for f in scope.target.fields:
+                s = scope.source.find(f.name)
+                if s is None:
+                    if clause.action == "update_all":
+                        raise MergeError(f"{where}: the source has no column {f.name!r} to set it from")
+                    continue
+                assignments[f.name] = bind(Column((scope.s, s.name)), scope.schema)
+        for name, value in clause.updates.items():
+            f = scope.target.find(
+                name.split(".", 1)[-1] if name.lower().startswith(scope.t.lower() + ".") else name
+            )
+            if f is None:
+                raise InvalidPredicateError(f"{where}: unknown target column {name!r}")
+            expr = parse_expression(value) if isinstance(value, str) else value
+            assignments[f.name] = scope.qualify(expr, where)
+        missing_side = {"not_matched": scope.t, "not_matched_by_source": scope.s}.get(clause.kind)
+        used = {c.path[0] for e in [cond, *assignments.values()] if e is not None for c in columns(e)}
+        if missing_side in used:
+            what = "target" if missing_side == scope.t else "source"
+            raise MergeError(f"{where} cannot use {what} columns: there is no {what} row")
+        compiled.append((clause, cond, assignments))
+    return compiled
+
+
+def _check_single_match(tid: pa.Array, matched_clauses) -> None:
+    if len(tid) == 0 or not matched_clauses:
+        return
+    unique = pc.count_distinct(tid).as_py()
+    if unique == len(tid):
+        return
+    only_unconditional_delete = (
+        len(matched_clauses) == 1
+        and matched_clauses[0][0].action == "delete"
+        and (matched_clauses[0][1] is None)
+    )
+    if not only_unconditional_delete:
+        raise MergeError(
+            f"MERGE matched {len(tid) - unique} target row(s) with more than one source row; a target "
+            "row may be updated or deleted by at most one source row (deduplicate the source)"
+        )
