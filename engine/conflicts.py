@@ -11,9 +11,13 @@ The checks and their order are Delta Spark's (``ConflictChecker``), with its err
    any data-changing add matching a read predicate; WriteSerializable: blind appends are
    ignored unless we change the metadata; a transaction without data changes, like OPTIMIZE,
    runs at SnapshotIsolation and skips this check);
-6. the winner removed a file we read (or anything, if we read the whole table)
-   -> ``ConcurrentDeleteReadError``;
-7. the winner removed a file we remove -> ``ConcurrentDeleteDeleteError``.
+6. the winner removed a file we remove -> ``ConcurrentDeleteDeleteError``;
+7. the winner removed a file we read (or anything, if we read the whole table)
+   -> ``ConcurrentDeleteReadError``.
+
+Checks 6 and 7 are in the opposite order from Delta Spark's: when both apply (two DELETEs of the
+same file, each having read it), the more specific error names what really collided, which is
+what a user retrying the job needs to know.
 
 Added files are matched against read predicates with the same partition pruning and statistics
 skipping a scan uses, so "could this new file hold rows we read" errs on the side of conflict.
@@ -106,6 +110,13 @@ def check_conflicts(
         ignore_blind = ours.isolation_level == WRITE_SERIALIZABLE and not ours.changes_metadata
         if not (blind and ignore_blind):
             added = files.filter(pc.and_(is_add, data_change))
+            # A file re-added with a new deletion vector in the same commit is a deletion, not
+            # new data: it is judged by the delete checks below.
+            replaced = files.filter(pc.invert(is_add)).column("path")
+            if added.num_rows and len(replaced):
+                added = added.filter(
+                    pc.invert(pc.is_in(added.column("path"), value_set=replaced.combine_chunks()))
+                )
             if added.num_rows and _matches_reads(added, ours, schema, metadata, table_root):
                 raise ConcurrentAppendError(
                     f"{where} added data this transaction should have read (isolation {ours.isolation_level})"
@@ -115,17 +126,17 @@ def check_conflicts(
     if removed.num_rows == 0:
         return
     removed_keys = set(canonical_paths(removed.column("path"), table_root).to_pylist())
+    both = removed_keys & ours.removed_file_keys
+    if both:
+        raise ConcurrentDeleteDeleteError(
+            f"{where} removed files this transaction also removes: {', '.join(sorted(both)[:3])}"
+        )
     removed_data = removed.filter(pc.fill_null(removed.column("data_change"), True))
     if removed_data.num_rows:
         data_keys = set(canonical_paths(removed_data.column("path"), table_root).to_pylist())
         if ours.read_whole_table or data_keys & ours.read_file_keys:
             hit = ", ".join(sorted(data_keys & ours.read_file_keys)[:3]) or "(it read the whole table)"
             raise ConcurrentDeleteReadError(f"{where} removed files this transaction read: {hit}")
-    both = removed_keys & ours.removed_file_keys
-    if both:
-        raise ConcurrentDeleteDeleteError(
-            f"{where} removed files this transaction also removes: {', '.join(sorted(both)[:3])}"
-        )
 
 
 def _matches_reads(

@@ -157,7 +157,7 @@ MATRIX = [
     (blind_append, overwrite_all, ConcurrentAppendError, OK),
     (read_then_append, delete_partition, ConcurrentAppendError, ConcurrentAppendError),
     (lambda s, lv: read_then_append(s, lv, "us"), delete_partition, OK, OK),
-    (delete_partition, delete_partition, ConcurrentDeleteReadError, ConcurrentDeleteReadError),
+    (delete_partition, delete_partition, ConcurrentDeleteDeleteError, ConcurrentDeleteDeleteError),
     (delete_partition, read_then_append, ConcurrentDeleteReadError, ConcurrentDeleteReadError),
     (lambda s, lv: delete_partition(s, lv, "us"), delete_partition, OK, OK),
     (optimize, delete_partition, ConcurrentDeleteDeleteError, ConcurrentDeleteDeleteError),
