@@ -7,7 +7,20 @@ import re
 
 from hypothesis import strategies as st
 
-from engine.expressions.tree import And, Cast, Column, Comparison, Expr, In, IsNull, Like, Literal, Not, Or
+from engine.expressions.tree import (
+    And,
+    BinaryOp,
+    Cast,
+    Column,
+    Comparison,
+    Expr,
+    In,
+    IsNull,
+    Like,
+    Literal,
+    Not,
+    Or,
+)
 
 
 def evaluate(expr: Expr, row: dict):
@@ -64,6 +77,15 @@ def evaluate(expr: Expr, row: dict):
         return not hit if expr.negated else hit
     if isinstance(expr, Cast):
         return evaluate(expr.child, row)
+    if isinstance(expr, BinaryOp):
+        a, b = evaluate(expr.left, row), evaluate(expr.right, row)
+        if a is None or b is None:
+            return None
+        if expr.op == "%":
+            return (
+                int(a - b * int(a / b)) if isinstance(a, int) and isinstance(b, int) else a - b * int(a / b)
+            )
+        return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "||": f"{a}{b}"}[expr.op]
     raise TypeError(type(expr))
 
 
