@@ -13,13 +13,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.actions import DeletionVectorDescriptor
 from engine.commands.write import CHANGE_TYPE
+from engine.deletion_vectors import keep_mask, read_deletion_vector
 from engine.errors import DeltaError, VersionNotFoundError
 from engine.log.commits import LogActions
-from engine.log.replay import normalize_partition_values
+from engine.log.replay import canonical_paths, normalize_partition_values
 from engine.log.segment import list_log
 from engine.log.timestamps import file_timestamps
 from engine.scan import Scan
@@ -106,12 +109,54 @@ def _changes_of(snapshot: Snapshot, actions: LogActions, change_schema: StructTy
     if table is None or table.num_rows == 0:
         return
     table = normalize_partition_values(table, physical)
-    data_change = pc.fill_null(table.column("data_change"), True)
-    for is_add, change_type in ((True, "insert"), (False, "delete")):
-        selected = table.filter(pc.and_(pc.equal(table.column("is_add"), is_add), data_change))
+    table = table.filter(pc.fill_null(table.column("data_change"), True))
+    is_add = table.column("is_add")
+    keys = canonical_paths(table.column("path"), snapshot.store.root)
+    added_keys = pc.filter(keys, is_add)
+    removed_keys = pc.filter(keys, pc.invert(is_add))
+    # A file removed and re-added in one commit (a new deletion vector) changed only the rows
+    # between its two deletion vectors; its other rows are neither inserted nor deleted.
+    paired = pc.and_(
+        pc.is_in(keys, value_set=pc.unique(added_keys.combine_chunks())),
+        pc.is_in(keys, value_set=pc.unique(removed_keys.combine_chunks())),
+    )
+    for add_side, change_type in ((True, "insert"), (False, "delete")):
+        selected = table.filter(pc.and_(pc.equal(is_add, add_side), pc.invert(paired)))
         if selected.num_rows:
             rows = _read(snapshot, selected, snapshot.schema)
             yield rows.append_column(CHANGE_TYPE, pa.repeat(pa.scalar(change_type), rows.num_rows))
+    if pc.any(paired).as_py():
+        yield from _deletion_vector_changes(snapshot, table.filter(paired), keys.filter(paired))
+
+
+def _deletion_vector_changes(snapshot: Snapshot, pairs: pa.Table, keys: pa.ChunkedArray):
+    """Rows deleted (or restored) between a file's removed and re-added deletion vectors."""
+    by_key: dict[str, dict[bool, int]] = {}
+    for i, (key, is_add) in enumerate(zip(keys.to_pylist(), pairs.column("is_add").to_pylist(), strict=True)):
+        by_key.setdefault(key, {})[is_add] = i
+    dv_type = pairs.schema.field("deletion_vector").type
+    for sides in by_key.values():
+        added, removed = pairs.slice(sides[True], 1), pairs.slice(sides[False], 1)
+        whole = added.set_column(
+            added.schema.get_field_index("deletion_vector"), "deletion_vector", pa.nulls(1, dv_type)
+        )
+        rows = _read(snapshot, whole, snapshot.schema)
+        now_deleted = _deleted_mask(snapshot, added, rows.num_rows)
+        was_deleted = _deleted_mask(snapshot, removed, rows.num_rows)
+        restored, deleted = was_deleted & ~now_deleted, now_deleted & ~was_deleted
+        for mask, change_type in ((restored, "insert"), (deleted, "delete")):
+            if mask.any():
+                changed = rows.filter(pa.array(mask))
+                yield changed.append_column(CHANGE_TYPE, pa.repeat(pa.scalar(change_type), changed.num_rows))
+
+
+def _deleted_mask(snapshot: Snapshot, file_row: pa.Table, num_rows: int) -> np.ndarray:
+    dv = file_row.column("deletion_vector")[0].as_py()
+    if dv is None:
+        return np.zeros(num_rows, dtype=bool)
+    descriptor = DeletionVectorDescriptor.from_json(dv)
+    deleted = read_deletion_vector(snapshot.store, descriptor, data_file=file_row.column("path")[0].as_py())
+    return ~keep_mask(num_rows, deleted)
 
 
 def _files_table(paths: list[str], partition_values: list[dict], sizes: list[int]) -> pa.Table:
