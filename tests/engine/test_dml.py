@@ -296,6 +296,32 @@ def test_change_data_feed(tmp_path):
         DeltaTable.create(str(tmp_path / "plain"), SCHEMA).changes(0)
 
 
+def _drop_cdc_actions(table_dir, version: int) -> None:
+    """Rewrite a commit without its cdc actions, as a writer that leaves the feed to DVs does."""
+    commit = table_dir / "_delta_log" / f"{version:020d}.json"
+    lines = [line for line in commit.read_text().splitlines() if '"cdc"' not in line[:8]]
+    commit.write_text("\n".join(lines) + "\n")
+
+
+def test_change_feed_without_cdc_files_is_derived_from_deletion_vectors(tmp_path):
+    t = make(tmp_path, "dv", n=20)
+    before = sorted_rows(t.to_arrow())
+    t.delete("id IN (3, 4, 5)")  # v2: DVs on both partition files
+    t.delete("id = 7")  # v3: extends the DV of part a
+    t.update({"value": "value * 10"}, "id = 8")  # v4: DV + a new file with the updated row
+    for version in (2, 3, 4):
+        _drop_cdc_actions(tmp_path / "dv", version)
+    feed = DeltaTable(t.uri).changes(2).to_pylist()
+    got = sorted((r["_commit_version"], r["_change_type"], r["id"], r["value"]) for r in feed)
+    by_id = {r["id"]: r for r in before}
+    expected = sorted(
+        [(2, "delete", i, by_id[i]["value"]) for i in (3, 4, 5)]
+        + [(3, "delete", 7, by_id[7]["value"])]
+        + [(4, "delete", 8, by_id[8]["value"]), (4, "insert", 8, by_id[8]["value"] * 10)]
+    )
+    assert got == expected
+
+
 def test_concurrent_deletes_of_the_same_file_conflict(tmp_path):
     a = make(tmp_path, "dv")
     read_by_b = DeltaTable(a.uri).snapshot  # both read version 1
@@ -307,26 +333,28 @@ def test_concurrent_deletes_of_the_same_file_conflict(tmp_path):
         execute_delete(a._store, read_by_b, "id = 3")  # the same file (part a)
 
 
-def test_a_concurrent_append_into_the_deleted_range_conflicts(tmp_path):
+def test_a_concurrent_append_into_the_deleted_range_conflicts_under_serializable(tmp_path):
+    from engine.commands.dml import execute_delete
+
+    strict = DeltaTable.create(
+        str(tmp_path / "strict"),
+        SCHEMA,
+        partition_by=["part"],
+        properties={**DV, "delta.isolationLevel": "Serializable"},
+    )
+    strict.append(rows(range(100)))
+    snapshot = strict.snapshot
+    DeltaTable(strict.uri).append(rows([300], part="b"))  # outside the delete's partition
+    assert execute_delete(strict._store, snapshot, "part = 'a' AND id < 50").version == 3
+    snapshot = DeltaTable(strict.uri).snapshot
+    DeltaTable(strict.uri).append(rows([45], part="a"))  # lands in the range the delete reads
+    with pytest.raises(ConcurrentAppendError):
+        execute_delete(strict._store, snapshot, "part = 'a' AND id < 90")
+
+    # under WriteSerializable (the default) a blind append does not conflict
     a = make(tmp_path, "dv")
     snapshot = a.snapshot
-    DeltaTable(a.uri).append(rows([201], part="a"))  # lands in the range the delete reads
-    from engine.commands.dml import execute_delete
-    from engine.transaction import Transaction
-
-    original = Transaction.__init__
-
-    def serializable(self, *args, **kwargs):
-        kwargs["isolation_level"] = "Serializable"
-        original(self, *args, **kwargs)
-
-    Transaction.__init__ = serializable
-    try:
-        with pytest.raises(ConcurrentAppendError):
-            execute_delete(a._store, snapshot, "part = 'a' AND id > 0")
-    finally:
-        Transaction.__init__ = original
-    # under WriteSerializable (the default) a blind append does not conflict
+    DeltaTable(a.uri).append(rows([201], part="a"))
     result = execute_delete(a._store, snapshot, "part = 'a' AND id > 0")
     assert result.version == 3
     assert DeltaTable(a.uri).to_arrow(filter="id = 201").num_rows == 1  # the append survived
