@@ -29,6 +29,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python benchmarks/snapshot_load.py
 	$(BIN)/python benchmarks/write_commit.py
+	$(BIN)/python benchmarks/dml.py
 
 clean:
 	rm -rf $(VENV) demo-table .pytest_cache .ruff_cache

@@ -18,3 +18,16 @@ def test_snapshot_load_benchmark_runs(tmp_path, capsys):
     # tail: 2 commits of a tenth of a commit (500 files) each = 100 more files
     assert result["checkpoint_plus_tail"]["deltaplane"]["files"] == 2000 + 100
     assert "ratio" in capsys.readouterr().out
+
+
+def test_dml_benchmark_runs_and_every_engine_ends_with_the_same_rows(tmp_path):
+    from benchmarks.dml import main as dml
+
+    out = tmp_path / "dml.json"
+    dml(["--rows", "20000", "--out", str(out)])
+    result = json.loads(out.read_text())
+    # delete 0.01% (id % 10000 = 7): 2 rows; update keeps the count; merge inserts 100 new ids
+    expected = {"delete": 20000 - 2, "update": 20000, "merge": 20000 + 100}
+    for op, rows in expected.items():
+        assert result[op]["rows_after"] == {"deltaplane_dv": rows, "deltaplane_cow": rows, "deltalake": rows}
+    assert result["scan_ratio"] > 0
