@@ -263,6 +263,44 @@ def test_strategy_and_table_rules(tmp_path):
     assert checked.version == 1
 
 
+def test_table_properties_choose_the_strategy_and_threshold(tmp_path):
+    forced = DeltaTable.create(
+        str(tmp_path / "forced"), SCHEMA, properties={**DV, "deltaplane.dml.strategy": "copy_on_write"}
+    )
+    forced.append(rows(range(10)))
+    m = forced.delete("id = 1").operation_metrics
+    assert m["numDeletionVectorsAdded"] == "0" and m["numRemovedFiles"] == "1"
+    # the command's argument wins over the table property
+    assert (
+        forced.delete("id = 2", strategy="deletion_vectors").operation_metrics["numDeletionVectorsAdded"]
+        == "1"
+    )
+
+    low = DeltaTable.create(
+        str(tmp_path / "low"), SCHEMA, properties={**DV, "deltaplane.dml.rewriteThreshold": "0.05"}
+    )
+    low.append(rows(range(10)))
+    m = low.delete("id = 1").operation_metrics  # 10% of the file passes a 5% threshold
+    assert m["numDeletionVectorsAdded"] == "0" and m["numCopiedRows"] == "9"
+    assert sorted(forced.to_arrow().column("id").to_pylist()) == [0, *range(3, 10)]
+    assert sorted(low.to_arrow().column("id").to_pylist()) == [0, *range(2, 10)]
+
+
+def test_merge_source_may_be_a_record_batch_reader(tmp_path):
+    t = make(tmp_path, "dv", n=10)
+    source = rows([1, 2, 30, 31]).set_column(2, "value", pa.array([-1.0, -2.0, 30.0, 31.0]))
+    reader = pa.RecordBatchReader.from_batches(source.schema, source.to_batches(max_chunksize=1))
+    (
+        t.merge(reader, "t.id = s.id", source_alias="s", target_alias="t")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    out = {r["id"]: r["value"] for r in t.to_arrow().to_pylist()}
+    assert len(out) == 12 and out[1] == -1.0 and out[2] == -2.0 and out[31] == 31.0 and out[5] == 5.0
+    assert_delta_rs_reads_every_version(t)
+
+
 def test_change_data_feed(tmp_path):
     t = make(tmp_path, "dv", n=10)
     t.delete("id = 1")
