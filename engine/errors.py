@@ -98,6 +98,27 @@ class DataFileError(DeltaError):
         self.path = path
 
 
+# --- maintenance -----------------------------------------------------------------------------
+
+
+class RetentionTooShortError(DeltaError):
+    """A VACUUM (or log cleanup) retention shorter than the table's, without an explicit override."""
+
+
+class FilesMissingError(DeltaError):
+    """Files a command needs (to RESTORE a version, say) are gone, usually removed by VACUUM;
+    ``paths`` lists them."""
+
+    def __init__(self, message: str, paths: list[str] | None = None):
+        super().__init__(message)
+        self.paths = list(paths or [])
+
+
+class UnsupportedOperationError(DeltaError):
+    """The table's configuration rules the operation out (a symlink manifest on a table with
+    deletion vectors, say); the message names the property or feature."""
+
+
 # --- schema and expressions ------------------------------------------------------------------
 
 
