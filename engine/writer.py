@@ -118,6 +118,31 @@ def _to_physical(arr: pa.Array, t: DataType, mode: str) -> pa.Array:
     return arr
 
 
+DICTIONARY_SAMPLE_ROWS = 65_536
+DICTIONARY_MAX_DISTINCT = 0.5
+
+
+def dictionary_columns(sample: pa.Table) -> list[str] | bool:
+    """Columns worth dictionary encoding, judged on the first rows a writer sees.
+
+    Parquet writers try a dictionary for every column and fall back to plain encoding once it
+    grows too big; for columns of mostly distinct values (ids, timestamps, measurements, free
+    text) that attempt costs a fifth of the write time and saves nothing. Nested columns keep the
+    default (all), as do samples too small to judge.
+    """
+    rows = min(sample.num_rows, DICTIONARY_SAMPLE_ROWS)
+    if rows < 1000 or any(pa.types.is_nested(f.type) for f in sample.schema):
+        return True
+    head = sample.slice(0, rows)
+    chosen = []
+    for name in sample.column_names:
+        column = head.column(name)
+        distinct = pc.count_distinct(column, mode="all").as_py()
+        if distinct <= DICTIONARY_MAX_DISTINCT * rows:
+            chosen.append(name)
+    return chosen
+
+
 @dataclass
 class _OpenFile:
     values: tuple
@@ -145,6 +170,7 @@ class DataFileWriter:
         self._buffered_total = 0
         self._counter = 0
         self._write_id = uuid.uuid4()
+        self._dictionary: list[str] | bool | None = None  # chosen from the first rows written
         self.rows_written = 0
         self.bytes_written = 0
         self._publisher: ThreadPoolExecutor | None = None
@@ -186,10 +212,24 @@ class DataFileWriter:
             yield values, part
 
     def _buffer(self, values: tuple, part: pa.Table) -> None:
+        # A part larger than a row group is cut, so that files can roll at the target size even
+        # when one call brings a whole partition (OPTIMIZE's Z-order writes a bin at once).
+        limit = min(self.config.row_group_bytes, self.config.target_file_size)
+        if part.num_rows > 1 and part.nbytes > 2 * limit:
+            pieces = -(-part.nbytes // limit)
+            step = max(1, -(-part.num_rows // pieces))
+            for offset in range(0, part.num_rows, step):
+                self._buffer_piece(values, part.slice(offset, step))
+            return
+        self._buffer_piece(values, part)
+
+    def _buffer_piece(self, values: tuple, part: pa.Table) -> None:
+        physical = self._physical_table(part)
+        if self._dictionary is None:
+            self._dictionary = dictionary_columns(physical)
         f = self._open.get(values)
         if f is None:
             f = self._open[values] = self._new_file(values)
-        physical = self._physical_table(part)
         f.buffered.append(physical)
         f.buffered_bytes += physical.nbytes
         self._buffered_total += physical.nbytes
@@ -227,7 +267,11 @@ class DataFileWriter:
         key = "/".join(part for part in (config.prefix, directory, name) if part)
         pending = self.store.open_output(key)
         writer = pq.ParquetWriter(
-            pending.sink, self._file_schema, compression=config.compression, write_statistics=True
+            pending.sink,
+            self._file_schema,
+            compression=config.compression,
+            write_statistics=True,
+            use_dictionary=True if self._dictionary is None else self._dictionary,
         )
         return _OpenFile(
             values=values,
@@ -279,6 +323,15 @@ class DataFileWriter:
     def adds(self) -> list[Add]:
         """Add actions of the files finished so far."""
         return list(self._adds)
+
+    def roll(self) -> None:
+        """Finish every open file now; the next rows start new files (callers that choose file
+        boundaries themselves, like Z-order, cut here)."""
+        for f in list(self._open.values()):
+            self._flush(f)
+        for f in list(self._open.values()):
+            self._finish(f)
+        self._open.clear()
 
     def close(self) -> list[Add]:
         """Write what is buffered, finish every file, and return their add actions."""

@@ -9,6 +9,7 @@ from decimal import Decimal
 import deltalake
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from engine import DeltaTable
@@ -207,7 +208,7 @@ def test_streamed_input_is_split_into_files_of_the_target_size(tmp_path):
     table = DeltaTable.create(path, SCHEMA)
     batches = [rows(i * 1000, 1000).to_batches()[0] for i in range(30)]
     reader = pa.RecordBatchReader.from_batches(SCHEMA, iter(batches))
-    result = table.append(reader, target_file_size=200_000)
+    result = table.append(reader, target_file_size=50_000)
     assert int(result.operation_metrics["numOutputRows"]) == 30_000
     files = table.snapshot.files
     assert files.num_rows > 1
@@ -428,3 +429,21 @@ def test_tables_with_unsupported_writer_features_stay_read_only(tmp_path):
     assert table.to_arrow().num_rows == 2
     with pytest.raises(ProtocolError, match="rowTracking"):
         table.append(rows(2, 1))
+
+
+def test_dictionary_encoding_only_for_repetitive_columns(tmp_path):
+    path = str(tmp_path / "t")
+    data = pa.table(
+        {
+            "id": pa.array(range(5000), pa.int64()),
+            "kind": pa.array([("a", "b", "c")[i % 3] for i in range(5000)]),
+        }
+    )
+    table = DeltaTable.create(path, data.schema)
+    table.append(data)
+    (uri,) = table.file_uris()
+    meta = pq.ParquetFile(uri.removeprefix("file://")).metadata.row_group(0)
+    column = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert "RLE_DICTIONARY" in column["kind"]
+    assert "RLE_DICTIONARY" not in column["id"] and "PLAIN_DICTIONARY" not in column["id"]
+    assert_same_rows(table.to_arrow(), data)
