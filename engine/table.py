@@ -14,6 +14,14 @@ from engine.commands.changes import read_changes
 from engine.commands.dml import execute_delete, execute_update
 from engine.commands.history import load_history
 from engine.commands.merge import MergeBuilder
+from engine.commands.optimize import (
+    DEFAULT_MAX_DELETED_ROWS_RATIO,
+    DEFAULT_MIN_NUM_FILES,
+    OptimizeMetrics,
+    OptimizePlan,
+    execute_optimize,
+    plan_optimize,
+)
 from engine.commands.write import execute_append, execute_create, execute_overwrite
 from engine.errors import DeltaError
 from engine.expressions.tree import Expr
@@ -278,6 +286,40 @@ class DeltaTable:
             strategy=strategy,
             rewrite_threshold=rewrite_threshold,
         )
+
+    def optimize(
+        self,
+        target_file_size: int | None = None,
+        zorder_by: list[str] | None = None,
+        filter: str | Expr | None = None,
+        *,
+        dry_run: bool = False,
+        min_num_files: int = DEFAULT_MIN_NUM_FILES,
+        max_deleted_rows_ratio: float = DEFAULT_MAX_DELETED_ROWS_RATIO,
+        purge: bool = False,
+        max_concurrent_bins: int | None = None,
+    ) -> OptimizeMetrics | OptimizePlan:
+        """Compact small files (or Z-order by ``zorder_by``) with ``dataChange=false``.
+
+        ``filter`` may use partition columns only. Files whose deletion vectors hide more than
+        ``max_deleted_rows_ratio`` of their rows are rewritten to purge them (all such files
+        with ``purge=True``). ``dry_run`` returns the plan and changes nothing.
+        """
+        plan = plan_optimize(
+            self._latest_for_write(),
+            target_file_size=target_file_size,
+            zorder_by=zorder_by,
+            filter=filter,
+            min_num_files=min_num_files,
+            max_deleted_rows_ratio=max_deleted_rows_ratio,
+            purge=purge,
+        )
+        if dry_run:
+            return plan
+        metrics = execute_optimize(self._store, plan, max_concurrent_bins=max_concurrent_bins)
+        if metrics.commit is not None:
+            self._after_commit(metrics.commit)
+        return metrics
 
     def changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
         """The change data feed: changed rows with ``_change_type``, ``_commit_version`` and

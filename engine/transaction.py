@@ -140,6 +140,13 @@ class Transaction:
             root = self.store.root
             self.summary.read_file_keys |= set(canonical_paths(files.column("path"), root).to_pylist())
 
+    def read_exact_files(self, files: pa.Table) -> None:
+        """Record files read as such (no predicate): only their removal by another writer
+        conflicts, as for OPTIMIZE, which reads exactly the files it rewrites."""
+        if files.num_rows:
+            root = self.store.root
+            self.summary.read_file_keys |= set(canonical_paths(files.column("path"), root).to_pylist())
+
     def read_app_transaction(self, app_id: str) -> int | None:
         self.summary.read_app_ids.add(app_id)
         return self.snapshot.app_transaction_version(app_id) if self.snapshot else None

@@ -1,0 +1,457 @@
+"""OPTIMIZE: compact small files, purge deletion vectors, and Z-order, without changing any row.
+
+Streaming ingest leaves many small files, and every file costs a request and a footer read;
+deletion vectors make reads skip rows they still pay to decode. OPTIMIZE rewrites such files
+into few, large ones and commits the swap with ``dataChange=false``: the rows are the same, so log
+tailers (and the change data feed) skip the commit, and the transaction runs at snapshot
+isolation, so concurrent appends never conflict with it (a concurrent DELETE of a file being
+compacted still does, as it must).
+
+Planning (``plan_optimize``, pure) works on the live-file table only:
+
+* **bin-packing**: per partition, candidate files are those smaller than the target size and those
+  whose deletion vector hides more than ``max_deleted_rows_ratio`` of their rows; sorted by size,
+  they are packed greedily into bins of at most the target size. A bin is worth rewriting when it
+  has at least ``min_num_files`` files, or when one of its files carries a deletion vector to
+  purge (``purge=True`` rewrites every file with one, as ``REORG ... APPLY (PURGE)`` does).
+* **Z-order**: every file of each partition forms one bin, re-sorted along the Z-order curve of
+  the chosen columns (``engine.commands.zorder``) and cut into target-sized files with tight
+  statistics.
+
+Execution rewrites bins in parallel (``max_concurrent_bins``): compaction streams each bin file by
+file through the data-file writer, so memory stays bounded by the writer's buffers, not by the
+bin; Z-order holds one partition in memory (larger ones belong to the Spark job). The engine
+plans and commits; ``rewrite_bin`` and ``commit_optimize`` are also what a Spark job calls around
+its own rewriting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.actions import Add, Remove
+from engine.commands.write import WriteContext, remove_action
+from engine.commands.zorder import cut_points, key_bits, zorder_sort
+from engine.errors import DeltaError, InvalidPredicateError
+from engine.expressions.bind import bind
+from engine.expressions.parser import parse_predicate
+from engine.expressions.tree import Expr, columns
+from engine.scan import Scan, file_keep_mask
+from engine.snapshot import Snapshot
+from engine.stats import parse_file_stats
+from engine.storage.base import ObjectStore
+from engine.transaction import CommitResult
+
+log = logging.getLogger(__name__)
+
+GiB = 1 << 30
+DEFAULT_OPTIMIZE_FILE_SIZE = 1 * GiB  # the paper's and Delta Spark's OPTIMIZE target
+DEFAULT_MAX_DELETED_ROWS_RATIO = 0.05  # Delta Spark's optimize.maxDeletedRowsRatio
+DEFAULT_MIN_NUM_FILES = 2
+NO_SIZE_LIMIT = 1 << 62
+
+
+class OptimizeError(DeltaError):
+    """An OPTIMIZE request that cannot be honoured (bad Z-order column, non-partition filter)."""
+
+
+@dataclass(frozen=True)
+class OptimizeBin:
+    """Files of one partition rewritten together into target-sized files."""
+
+    partition_values: tuple[tuple[str, str | None], ...]  # physical name -> serialized value
+    paths: tuple[str, ...]  # as in the log
+    size: int
+    num_records: int  # rows the files hold after their deletion vectors
+    deleted_rows: int  # rows their deletion vectors hide (purged by the rewrite)
+
+
+@dataclass(frozen=True)
+class OptimizePlan:
+    """What OPTIMIZE would do at ``read_version``: a dry run returns just this."""
+
+    table_root: str
+    read_version: int
+    target_file_size: int
+    zorder_by: tuple[str, ...]
+    filter: str | None
+    bins: tuple[OptimizeBin, ...]
+    total_considered_files: int  # files the filter selected
+    total_files_skipped: int  # of those, files left as they are
+    snapshot: Snapshot = field(repr=False, compare=False)
+    files: pa.Table = field(repr=False, compare=False)  # live-file rows of every file in a bin
+
+    @property
+    def num_files(self) -> int:
+        return sum(len(b.paths) for b in self.bins)
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(b.size for b in self.bins)
+
+    @property
+    def partitions(self) -> int:
+        return len({b.partition_values for b in self.bins})
+
+    def describe(self) -> dict:
+        """A JSON-able summary (for dry runs, logs and the CLI)."""
+        return {
+            "table": self.table_root,
+            "readVersion": self.read_version,
+            "targetFileSize": self.target_file_size,
+            "zOrderBy": list(self.zorder_by),
+            "filter": self.filter,
+            "numBins": len(self.bins),
+            "numFilesToRewrite": self.num_files,
+            "numBytesToRewrite": self.num_bytes,
+            "numPartitions": self.partitions,
+            "numDeletedRowsToPurge": sum(b.deleted_rows for b in self.bins),
+            "totalConsideredFiles": self.total_considered_files,
+            "totalFilesSkipped": self.total_files_skipped,
+        }
+
+
+@dataclass
+class OptimizeMetrics:
+    """The outcome of one OPTIMIZE; ``version`` is ``None`` when there was nothing to do."""
+
+    version: int | None
+    num_files_added: int = 0
+    num_files_removed: int = 0
+    bytes_added: int = 0
+    bytes_removed: int = 0
+    partitions_optimized: int = 0
+    num_bins: int = 0
+    total_considered_files: int = 0
+    total_files_skipped: int = 0
+    num_deletion_vectors_removed: int = 0
+    num_deleted_rows_purged: int = 0
+    seconds: float = 0.0
+    operation_metrics: dict[str, str] = field(default_factory=dict)
+    commit: CommitResult | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "commit"}
+
+
+# --- planning -----------------------------------------------------------------------------------
+
+
+def plan_optimize(
+    snapshot: Snapshot,
+    *,
+    target_file_size: int | None = None,
+    zorder_by: list[str] | None = None,
+    filter: str | Expr | None = None,
+    min_num_files: int = DEFAULT_MIN_NUM_FILES,
+    max_deleted_rows_ratio: float = DEFAULT_MAX_DELETED_ROWS_RATIO,
+    purge: bool = False,
+) -> OptimizePlan:
+    """Choose the bins to rewrite; reads nothing but the snapshot."""
+    target = target_file_size or snapshot.properties.target_file_size or DEFAULT_OPTIMIZE_FILE_SIZE
+    if target <= 0:
+        raise OptimizeError(f"target_file_size must be positive, got {target}")
+    if min_num_files < 1:
+        raise OptimizeError(f"min_num_files must be at least 1, got {min_num_files}")
+    zorder = tuple(_check_zorder_columns(snapshot, zorder_by or []))
+    predicate = _partition_filter(snapshot, filter)
+    files = snapshot.files
+    if predicate is not None and files.num_rows:
+        files = files.filter(
+            file_keep_mask(files, predicate, snapshot.schema, snapshot.metadata, snapshot.store.root)
+        )
+    considered = files.num_rows
+    if considered == 0:
+        return _plan(snapshot, target, zorder, filter, [], considered, files.slice(0, 0))
+
+    stats = parse_file_stats(files, {})
+    records = stats.num_records.to_numpy(zero_copy_only=False)
+    dv = files.column("deletion_vector")
+    deleted = (
+        pc.fill_null(pc.struct_field(dv, "cardinality"), 0).to_numpy(zero_copy_only=False)
+        if dv.null_count < len(dv)
+        else np.zeros(considered, dtype=np.int64)
+    )
+    sizes = files.column("size").to_numpy()
+    paths = files.column("path").to_pylist()
+    partitions = files.column("partition_values").to_pylist()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(np.isnan(records.astype(float)), 0.0, deleted / np.maximum(records, 1))
+    has_dv = deleted > 0
+    purge_file = has_dv & ((ratio > max_deleted_rows_ratio) | purge)
+
+    groups: dict[tuple, list[int]] = {}
+    for i, pv in enumerate(partitions):
+        groups.setdefault(tuple(sorted((pv or {}).items())), []).append(i)
+
+    bins: list[list[int]] = []
+    bin_keys: list[tuple] = []
+    for key, members in groups.items():
+        if zorder:  # the whole partition is re-clustered, whatever its file sizes
+            bins.append(members)
+            bin_keys.append(key)
+            continue
+        candidates = [i for i in members if sizes[i] < target or purge_file[i]]
+        candidates.sort(key=lambda i: (sizes[i], paths[i]))
+        current: list[int] = []
+        current_size = 0
+        packed: list[list[int]] = []
+        for i in candidates:
+            if current and current_size + sizes[i] > target:
+                packed.append(current)
+                current, current_size = [], 0
+            current.append(i)
+            current_size += int(sizes[i])
+        if current:
+            packed.append(current)
+        for b in packed:
+            if len(b) >= min_num_files or purge_file[b].any():
+                bins.append(b)
+                bin_keys.append(key)
+
+    chosen = sorted(i for b in bins for i in b)
+    out_bins = []
+    for key, b in zip(bin_keys, bins, strict=True):
+        known = records[b]
+        out_bins.append(
+            OptimizeBin(
+                partition_values=key,
+                paths=tuple(paths[i] for i in b),
+                size=int(sizes[b].sum()),
+                num_records=int(np.nansum(known) - deleted[b].sum()),
+                deleted_rows=int(deleted[b].sum()),
+            )
+        )
+    selected = files.take(pa.array(chosen, pa.int64())) if chosen else files.slice(0, 0)
+    return _plan(snapshot, target, zorder, filter, out_bins, considered, selected)
+
+
+def _plan(snapshot, target, zorder, filter, bins, considered, files) -> OptimizePlan:
+    return OptimizePlan(
+        table_root=snapshot.store.root,
+        read_version=snapshot.version,
+        target_file_size=int(target),
+        zorder_by=zorder,
+        filter=filter if isinstance(filter, str) or filter is None else str(filter),
+        bins=tuple(bins),
+        total_considered_files=considered,
+        total_files_skipped=considered - sum(len(b.paths) for b in bins),
+        snapshot=snapshot,
+        files=files,
+    )
+
+
+def _partition_filter(snapshot: Snapshot, filter: str | Expr | None) -> Expr | None:
+    if filter is None:
+        return None
+    predicate = bind(parse_predicate(filter) if isinstance(filter, str) else filter, snapshot.schema)
+    names = {n.lower() for n in snapshot.partition_columns}
+    others = sorted({c.path[0] for c in columns(predicate) if c.path[0].lower() not in names})
+    if others:
+        raise InvalidPredicateError(
+            "OPTIMIZE filters may only use partition columns "
+            f"({', '.join(snapshot.partition_columns) or 'none'} in {snapshot.store.root}), "
+            f"not {', '.join(others)}"
+        )
+    return predicate
+
+
+def _check_zorder_columns(snapshot: Snapshot, names: list[str]) -> list[str]:
+    if not names:
+        return []
+    schema = snapshot.schema
+    partition = {n.lower() for n in snapshot.partition_columns}
+    out = []
+    context = None
+    for name in names:
+        f = schema.find(name)
+        if f is None:
+            raise OptimizeError(f"cannot Z-order by {name!r}: no such column in {snapshot.store.root}")
+        if f.name.lower() in partition:
+            raise OptimizeError(
+                f"cannot Z-order by partition column {f.name!r}: files are already split by it"
+            )
+        if f.name in out:
+            raise OptimizeError(f"column {f.name!r} is listed twice in zorder_by")
+        if context is None:
+            context = _stats_paths(snapshot)
+        if (f.physical_name,) not in context:
+            raise OptimizeError(
+                f"Z-ordering by {f.name!r} would not help: {snapshot.store.root} keeps no min/max "
+                "statistics for it (see delta.dataSkippingNumIndexedCols / delta.dataSkippingStatsColumns)"
+            )
+        out.append(f.name)
+    return out
+
+
+def _stats_paths(snapshot: Snapshot) -> set[tuple[str, ...]]:
+    from engine.stats import stats_leaves
+
+    props = snapshot.properties
+    partition = set(snapshot.partition_columns)
+    data_fields = [f for f in snapshot.schema.fields if f.name not in partition]
+    leaves = stats_leaves(
+        data_fields,
+        num_indexed=props.data_skipping_num_indexed_cols,
+        stats_columns=props.data_skipping_stats_columns,
+    )
+    return {tuple(leaf.path) for leaf in leaves if leaf.min_max}
+
+
+# --- execution ----------------------------------------------------------------------------------
+
+
+def rewrite_bin(store: ObjectStore, plan: OptimizePlan, index: int) -> list[Add]:
+    """Rewrite bin ``index`` into new files; their adds carry ``dataChange=false``.
+
+    Nothing is committed: on failure the files already written stay unreferenced (for VACUUM).
+    """
+    b = plan.bins[index]
+    snapshot = plan.snapshot
+    files = plan.files.filter(pc.is_in(plan.files.column("path"), value_set=pa.array(b.paths, pa.string())))
+    # Z-order chooses its own file boundaries (``cut_points``); compaction rolls files by size.
+    size = NO_SIZE_LIMIT if plan.zorder_by else plan.target_file_size
+    context = WriteContext(store, snapshot, {}, target_file_size=size, schema_mode=None)
+    writer = context.writer()
+    scan = Scan(snapshot, None, None, files=_in_order(files))
+    try:
+        if plan.zorder_by:
+            rows, keys = zorder_sort(scan.to_table(), list(plan.zorder_by))
+            live_fraction = b.num_records / max(b.num_records + b.deleted_rows, 1)
+            num_files = max(1, round(b.size * live_fraction / plan.target_file_size))
+            bounds = [0, *cut_points(keys, num_files, key_bits(len(plan.zorder_by))), rows.num_rows]
+            for lo, hi in itertools.pairwise(bounds):
+                writer.write(rows.slice(lo, hi - lo))
+                writer.roll()
+        else:
+            for batch in scan.to_batches():
+                writer.write(pa.Table.from_batches([batch]))
+        adds = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return [dataclasses.replace(a, data_change=False) for a in adds]
+
+
+def _in_order(files: pa.Table) -> pa.Table:
+    """Oldest files first, so compacted rows keep roughly their insertion order."""
+    if files.num_rows <= 1:
+        return files
+    order = pc.sort_indices(files, sort_keys=[("modification_time", "ascending"), ("path", "ascending")])
+    return files.take(order)
+
+
+def execute_optimize(
+    store: ObjectStore, plan: OptimizePlan, *, max_concurrent_bins: int | None = None
+) -> OptimizeMetrics:
+    """Rewrite every bin of ``plan`` (in parallel) and commit the swap in one transaction."""
+    start = time.perf_counter()
+    if not plan.bins:
+        log.info(
+            "OPTIMIZE %s: nothing to do (%d files considered)", plan.table_root, plan.total_considered_files
+        )
+        return OptimizeMetrics(
+            None,
+            total_considered_files=plan.total_considered_files,
+            total_files_skipped=plan.total_files_skipped,
+            seconds=time.perf_counter() - start,
+        )
+    workers = max(1, min(max_concurrent_bins or os.cpu_count() or 1, len(plan.bins)))
+    log.info(
+        "OPTIMIZE %s: rewriting %d files (%.1f MiB) in %d bins, %d at a time",
+        plan.table_root,
+        plan.num_files,
+        plan.num_bytes / 2**20,
+        len(plan.bins),
+        workers,
+    )
+    adds: list[Add] = []
+    done = 0
+    with ThreadPoolExecutor(workers, thread_name_prefix="deltaplane-optimize") as pool:
+        futures = [pool.submit(rewrite_bin, store, plan, i) for i in range(len(plan.bins))]
+        try:
+            for future in futures:
+                adds.extend(future.result())
+                done += 1
+                if done % 10 == 0 or done == len(futures):
+                    log.info("OPTIMIZE %s: %d/%d bins rewritten", plan.table_root, done, len(futures))
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    result = commit_optimize(store, plan, adds)
+    return _metrics(plan, adds, result, time.perf_counter() - start)
+
+
+def commit_optimize(store: ObjectStore, plan: OptimizePlan, adds: list[Add]) -> CommitResult:
+    """Commit the rewritten files of ``plan``: its files removed, ``adds`` added, no data change."""
+    snapshot = plan.snapshot
+    params: dict = {"predicate": [plan.filter] if plan.filter else [], "zOrderBy": list(plan.zorder_by)}
+    if not plan.zorder_by:
+        params["auto"] = False
+    context = WriteContext(
+        store, snapshot, params, target_file_size=None, schema_mode=None, operation="OPTIMIZE"
+    )
+    txn = context.txn
+    txn.read_exact_files(plan.files)
+    now = int(time.time() * 1000)
+    removes: list[Remove] = [
+        dataclasses.replace(remove_action(row, now), data_change=False) for row in plan.files.to_pylist()
+    ]
+    if any(a.data_change for a in adds):
+        raise OptimizeError("OPTIMIZE may only add files with dataChange=false")
+    txn.remove_files(removes)
+    txn.add_files(adds)
+    sizes = sorted(a.size for a in adds)
+    metrics = {
+        "numRemovedFiles": len(removes),
+        "numAddedFiles": len(adds),
+        "numRemovedBytes": int(pc.sum(plan.files.column("size")).as_py() or 0),
+        "numAddedBytes": sum(sizes),
+        "numDeletionVectorsRemoved": sum(r.deletion_vector is not None for r in removes),
+        **_size_percentiles(sizes),
+    }
+    return txn.commit(metrics)
+
+
+def _size_percentiles(sizes: list[int]) -> dict[str, int]:
+    if not sizes:
+        return {}
+    arr = np.array(sizes)
+    return {
+        "minFileSize": int(arr.min()),
+        "p25FileSize": int(np.percentile(arr, 25, method="lower")),
+        "p50FileSize": int(np.percentile(arr, 50, method="lower")),
+        "p75FileSize": int(np.percentile(arr, 75, method="lower")),
+        "maxFileSize": int(arr.max()),
+    }
+
+
+def _metrics(plan: OptimizePlan, adds: list[Add], result: CommitResult, seconds: float) -> OptimizeMetrics:
+    dvs = plan.files.column("deletion_vector")
+    return OptimizeMetrics(
+        result.version,
+        num_files_added=len(adds),
+        num_files_removed=plan.files.num_rows,
+        bytes_added=sum(a.size for a in adds),
+        bytes_removed=plan.num_bytes,
+        partitions_optimized=plan.partitions,
+        num_bins=len(plan.bins),
+        total_considered_files=plan.total_considered_files,
+        total_files_skipped=plan.total_files_skipped,
+        num_deletion_vectors_removed=len(dvs) - dvs.null_count,
+        num_deleted_rows_purged=sum(b.deleted_rows for b in plan.bins),
+        seconds=seconds,
+        operation_metrics=dict(result.operation_metrics),
+        commit=result,
+    )
