@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from engine.actions import Metadata, Protocol
+from engine.auto_optimize import auto_compact_after_commit, auto_compact_enabled
 from engine.checkpoint_writer import CheckpointInfo, write_checkpoint
 from engine.commands.changes import read_changes
 from engine.commands.dml import execute_delete, execute_update
@@ -25,6 +26,7 @@ from engine.commands.optimize import (
 from engine.commands.write import execute_append, execute_create, execute_overwrite
 from engine.errors import DeltaError
 from engine.expressions.tree import Expr
+from engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth, table_health
 from engine.log.timestamps import version_at_timestamp
 from engine.scan import Scan, ScanBuilder
 from engine.schema import StructType
@@ -220,11 +222,16 @@ class DeltaTable:
         self._after_commit(result)
         return result
 
-    def _after_commit(self, result: CommitResult) -> None:
+    def _after_commit(self, result: CommitResult, *, data_write: bool = True) -> None:
         if result.snapshot is not None:
             self._snapshot, self._stale = result.snapshot, False
         else:
             self._stale = True  # read the new version only when it is next needed
+        if data_write and not result.skipped and auto_compact_enabled(self.snapshot):
+            compaction = auto_compact_after_commit(self._store, self.snapshot)
+            if compaction is not None and compaction.commit is not None:
+                result.auto_compaction = compaction
+                self._after_commit(compaction.commit, data_write=False)
 
     def delete(
         self,
@@ -318,13 +325,18 @@ class DeltaTable:
             return plan
         metrics = execute_optimize(self._store, plan, max_concurrent_bins=max_concurrent_bins)
         if metrics.commit is not None:
-            self._after_commit(metrics.commit)
+            self._after_commit(metrics.commit, data_write=False)
         return metrics
 
     def changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
         """The change data feed: changed rows with ``_change_type``, ``_commit_version`` and
         ``_commit_timestamp`` (``delta.enableChangeDataFeed`` must be on)."""
         return read_changes(self._store, start_version, end_version)
+
+    def health(self, *, small_file_size: int | None = None) -> TableHealth:
+        """Files, sizes, small files and deletion-vector ratio per partition, checkpoint lag, and
+        the last OPTIMIZE and VACUUM: what the ops view and the auto-optimize policy read."""
+        return table_health(self.snapshot, small_file_size=small_file_size or DEFAULT_SMALL_FILE_SIZE)
 
     def checkpoint(self) -> CheckpointInfo:
         """Write a checkpoint of the current version (and update ``_last_checkpoint``)."""

@@ -81,6 +81,8 @@ class CommitResult:
     txn_id: str | None = None
     # The table state right after this commit, built in memory (no log read-back).
     snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
+    # Set by the table facade when delta.autoOptimize.autoCompact compacted after this commit.
+    auto_compaction: Any = field(default=None, repr=False, compare=False)
 
 
 class Transaction:

@@ -88,6 +88,7 @@ class OptimizePlan:
     bins: tuple[OptimizeBin, ...]
     total_considered_files: int  # files the filter selected
     total_files_skipped: int  # of those, files left as they are
+    auto: bool  # an auto-compaction (recorded in the commit)
     snapshot: Snapshot = field(repr=False, compare=False)
     files: pa.Table = field(repr=False, compare=False)  # live-file rows of every file in a bin
 
@@ -156,8 +157,15 @@ def plan_optimize(
     min_num_files: int = DEFAULT_MIN_NUM_FILES,
     max_deleted_rows_ratio: float = DEFAULT_MAX_DELETED_ROWS_RATIO,
     purge: bool = False,
+    partitions: list[dict[str, str | None]] | None = None,
+    auto: bool = False,
 ) -> OptimizePlan:
-    """Choose the bins to rewrite; reads nothing but the snapshot."""
+    """Choose the bins to rewrite; reads nothing but the snapshot.
+
+    ``partitions`` (physical column name -> serialized value, as in the log) restricts the plan
+    to those partitions, as the auto-optimize policy chooses them; ``auto`` marks the commit as
+    an auto-compaction.
+    """
     target = target_file_size or snapshot.properties.target_file_size or DEFAULT_OPTIMIZE_FILE_SIZE
     if target <= 0:
         raise OptimizeError(f"target_file_size must be positive, got {target}")
@@ -172,7 +180,7 @@ def plan_optimize(
         )
     considered = files.num_rows
     if considered == 0:
-        return _plan(snapshot, target, zorder, filter, [], considered, files.slice(0, 0))
+        return _plan(snapshot, target, zorder, filter, [], considered, files.slice(0, 0), auto)
 
     stats = parse_file_stats(files, {})
     records = stats.num_records.to_numpy(zero_copy_only=False)
@@ -184,15 +192,18 @@ def plan_optimize(
     )
     sizes = files.column("size").to_numpy()
     paths = files.column("path").to_pylist()
-    partitions = files.column("partition_values").to_pylist()
+    partition_values = files.column("partition_values").to_pylist()
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(np.isnan(records.astype(float)), 0.0, deleted / np.maximum(records, 1))
     has_dv = deleted > 0
     purge_file = has_dv & ((ratio > max_deleted_rows_ratio) | purge)
 
+    wanted = None if partitions is None else {tuple(sorted(p.items())) for p in partitions}
     groups: dict[tuple, list[int]] = {}
-    for i, pv in enumerate(partitions):
-        groups.setdefault(tuple(sorted((pv or {}).items())), []).append(i)
+    for i, pv in enumerate(partition_values):
+        key = tuple(sorted((pv or {}).items()))
+        if wanted is None or key in wanted:
+            groups.setdefault(key, []).append(i)
 
     bins: list[list[int]] = []
     bin_keys: list[tuple] = []
@@ -233,10 +244,10 @@ def plan_optimize(
             )
         )
     selected = files.take(pa.array(chosen, pa.int64())) if chosen else files.slice(0, 0)
-    return _plan(snapshot, target, zorder, filter, out_bins, considered, selected)
+    return _plan(snapshot, target, zorder, filter, out_bins, considered, selected, auto)
 
 
-def _plan(snapshot, target, zorder, filter, bins, considered, files) -> OptimizePlan:
+def _plan(snapshot, target, zorder, filter, bins, considered, files, auto) -> OptimizePlan:
     return OptimizePlan(
         table_root=snapshot.store.root,
         read_version=snapshot.version,
@@ -248,6 +259,7 @@ def _plan(snapshot, target, zorder, filter, bins, considered, files) -> Optimize
         total_files_skipped=considered - sum(len(b.paths) for b in bins),
         snapshot=snapshot,
         files=files,
+        auto=auto,
     )
 
 
@@ -398,7 +410,7 @@ def commit_optimize(store: ObjectStore, plan: OptimizePlan, adds: list[Add]) -> 
     snapshot = plan.snapshot
     params: dict = {"predicate": [plan.filter] if plan.filter else [], "zOrderBy": list(plan.zorder_by)}
     if not plan.zorder_by:
-        params["auto"] = False
+        params["auto"] = plan.auto
     context = WriteContext(
         store, snapshot, params, target_file_size=None, schema_mode=None, operation="OPTIMIZE"
     )

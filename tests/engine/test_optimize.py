@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 
@@ -333,3 +334,18 @@ def test_rank_codes_spread_over_the_whole_code_space():
     codes = rank_codes(pa.array(["x", "a", "m"]), 16).tolist()
     assert sorted(codes) == [0, 21845, 43690]
     assert zorder_key(pa.table({"a": [1, 2]}), ["a"]).tolist() == [0, 2**31]
+
+
+def test_cut_points_line_files_up_with_curve_cells():
+    from engine.commands.zorder import cut_points
+
+    keys = np.sort(np.random.default_rng(1).integers(0, 2**63, 10_000, dtype=np.uint64) * np.uint64(2))
+    cuts = cut_points(keys, 8, 64)
+    assert len(cuts) == 7 and cuts == sorted(cuts)
+    bounds = [0, *cuts, len(keys)]
+    for lo, hi in itertools.pairwise(bounds):
+        assert 0.7 * 1250 <= hi - lo <= 1.3 * 1250  # sizes stay near the target
+        assert len(np.unique(keys[lo:hi] >> np.uint64(61))) == 1  # one top-level cell per file
+    # no boundaries at all (every key equal): cut evenly
+    assert cut_points(np.zeros(100, dtype=np.uint64), 4, 64) == [25, 50, 75]
+    assert cut_points(keys, 1, 64) == []

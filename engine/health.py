@@ -1,0 +1,231 @@
+"""Table health: the numbers an operator (and the auto-optimize policy) decides maintenance on.
+
+A table degrades in a few measurable ways: many small files (streaming appends), rows hidden by
+deletion vectors that every read still decodes, a long tail of commits since the last
+checkpoint (slow snapshot loads), and maintenance that stopped running. ``table_health`` computes
+all of it from one snapshot, in Arrow over the live-file table (no per-file Python), plus a look
+at recent history for the last OPTIMIZE and VACUUM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.commands.history import load_history
+from engine.log.segment import build_log_segment
+from engine.partitions import partition_directory
+from engine.snapshot import Snapshot
+from engine.stats import parse_file_stats
+
+MiB = 1 << 20
+DEFAULT_SMALL_FILE_SIZE = 128 * MiB  # Delta Spark's autoCompact maxFileSize: smaller is "small"
+# File-size histogram bucket lower bounds: 0, then powers of two from 64 KiB to 1 GiB.
+HISTOGRAM_BOUNDS = (0, *(1 << k for k in range(16, 31)))
+HISTORY_PAGES = (50, 1000)  # commits looked at (newest first) to find the last OPTIMIZE/VACUUM
+
+
+@dataclass(frozen=True)
+class PartitionHealth:
+    """One partition (the whole table when it is not partitioned)."""
+
+    partition: str  # Hive-style directory name, "" for an unpartitioned table
+    values: dict[str, str | None]  # physical column name -> serialized value, as in the log
+    num_files: int
+    size_bytes: int
+    num_small_files: int
+    small_files_bytes: int
+    num_rows: int | None  # after deletion vectors; None when some file has no statistics
+    num_deleted_rows: int  # hidden by deletion vectors
+
+    @property
+    def deleted_rows_ratio(self) -> float:
+        total = (self.num_rows or 0) + self.num_deleted_rows
+        return self.num_deleted_rows / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class MaintenanceEvent:
+    version: int
+    timestamp: int  # ms
+    operation: str
+
+
+@dataclass(frozen=True)
+class TableHealth:
+    uri: str
+    version: int
+    timestamp: int
+    num_files: int
+    size_bytes: int
+    num_rows: int | None
+    num_deleted_rows: int
+    num_files_with_deletion_vectors: int
+    small_file_size: int
+    num_small_files: int
+    num_partitions: int
+    file_size_histogram: list[dict[str, int]]  # {"min_bytes", "num_files", "bytes"} per bucket
+    last_checkpoint_version: int | None
+    versions_since_checkpoint: int
+    last_optimize: MaintenanceEvent | None
+    last_vacuum: MaintenanceEvent | None
+    partitions: tuple[PartitionHealth, ...] = field(repr=False)
+
+    @property
+    def deleted_rows_ratio(self) -> float:
+        total = (self.num_rows or 0) + self.num_deleted_rows
+        return self.num_deleted_rows / total if total else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["deleted_rows_ratio"] = self.deleted_rows_ratio
+        for p, health in zip(out["partitions"], self.partitions, strict=True):
+            p["deleted_rows_ratio"] = health.deleted_rows_ratio
+        return out
+
+
+def table_health(
+    snapshot: Snapshot, *, small_file_size: int = DEFAULT_SMALL_FILE_SIZE, include_history: bool = True
+) -> TableHealth:
+    """Health of ``snapshot``; ``include_history=False`` skips reading commit history."""
+    files = snapshot.files
+    n = files.num_rows
+    sizes = files.column("size").to_numpy() if n else np.zeros(0, dtype=np.int64)
+    records = (
+        parse_file_stats(files, {}).num_records if n else pa.array([], pa.int64())
+    )  # null where a file has no stats
+    dv = files.column("deletion_vector") if n else pa.nulls(0)
+    deleted = (
+        pc.fill_null(pc.struct_field(dv, "cardinality"), 0).to_numpy(zero_copy_only=False)
+        if n and dv.null_count < n
+        else np.zeros(n, dtype=np.int64)
+    )
+    small = sizes < small_file_size
+    partitions = _partitions(snapshot, files, sizes, small, records, deleted)
+    # The log now, not as it was when the snapshot was loaded: a checkpoint may have been
+    # written since (listing from the _last_checkpoint hint is one cheap request).
+    segment = build_log_segment(snapshot.store, snapshot.version)
+    checkpoint = segment.checkpoint.version if segment.checkpoint else None
+    last_optimize = last_vacuum = None
+    if include_history:
+        last_optimize, last_vacuum = _last_maintenance(snapshot)
+    rows_known = n == 0 or records.null_count == 0
+    return TableHealth(
+        uri=snapshot.store.root,
+        version=snapshot.version,
+        timestamp=snapshot.timestamp,
+        num_files=n,
+        size_bytes=int(sizes.sum()),
+        num_rows=int(pc.sum(records).as_py() or 0) - int(deleted.sum()) if rows_known else None,
+        num_deleted_rows=int(deleted.sum()),
+        num_files_with_deletion_vectors=int((deleted > 0).sum()) if n else 0,
+        small_file_size=small_file_size,
+        num_small_files=int(small.sum()),
+        num_partitions=len(partitions),
+        file_size_histogram=_histogram(sizes),
+        last_checkpoint_version=checkpoint,
+        versions_since_checkpoint=snapshot.version - (checkpoint if checkpoint is not None else -1),
+        last_optimize=last_optimize,
+        last_vacuum=last_vacuum,
+        partitions=tuple(partitions),
+    )
+
+
+def _histogram(sizes: np.ndarray) -> list[dict[str, int]]:
+    bucket = np.searchsorted(np.array(HISTOGRAM_BOUNDS[1:]), sizes, side="right")
+    out = []
+    for i, lower in enumerate(HISTOGRAM_BOUNDS):
+        chosen = bucket == i
+        out.append({"min_bytes": lower, "num_files": int(chosen.sum()), "bytes": int(sizes[chosen].sum())})
+    return out
+
+
+def _partitions(snapshot, files, sizes, small, records, deleted) -> list[PartitionHealth]:
+    n = files.num_rows
+    if n == 0:
+        return []
+    names = [f.physical_name for f in snapshot.partition_fields]
+    values = files.column("partition_values")
+    table = pa.table(
+        {
+            **{f"p{i}": pc.struct_field(values, name) for i, name in enumerate(names)},
+            "size": sizes,
+            "small": small.astype(np.int64),
+            "small_bytes": np.where(small, sizes, 0),
+            "records": records,
+            "records_missing": pc.is_null(records),
+            "deleted": deleted,
+        }
+    )
+    keys = [f"p{i}" for i in range(len(names))]
+    grouped = (
+        table.group_by(keys, use_threads=False).aggregate(
+            [
+                ("size", "count"),
+                ("size", "sum"),
+                ("small", "sum"),
+                ("small_bytes", "sum"),
+                ("records", "sum"),
+                ("records_missing", "any"),
+                ("deleted", "sum"),
+            ]
+        )
+        if keys
+        else pa.table(
+            {
+                "size_count": [n],
+                "size_sum": [int(sizes.sum())],
+                "small_sum": [int(small.sum())],
+                "small_bytes_sum": [int(np.where(small, sizes, 0).sum())],
+                "records_sum": [pc.sum(records).as_py()],
+                "records_missing_any": [bool(pc.any(pc.is_null(records)).as_py())],
+                "deleted_sum": [int(deleted.sum())],
+            }
+        )
+    )
+    out = []
+    for row in grouped.to_pylist():
+        pv = {name: row[f"p{i}"] for i, name in enumerate(names)}
+        rows = None if row["records_missing_any"] else int(row["records_sum"] or 0) - int(row["deleted_sum"])
+        out.append(
+            PartitionHealth(
+                partition=partition_directory(names, [pv[k] for k in names]) if names else "",
+                values=pv,
+                num_files=int(row["size_count"]),
+                size_bytes=int(row["size_sum"]),
+                num_small_files=int(row["small_sum"]),
+                small_files_bytes=int(row["small_bytes_sum"]),
+                num_rows=rows,
+                num_deleted_rows=int(row["deleted_sum"]),
+            )
+        )
+    out.sort(key=lambda p: p.partition)
+    return out
+
+
+def partition_names(snapshot: Snapshot, files: pa.Table) -> set[str]:
+    """Hive-style names of the partitions ``files`` (live-file rows) belong to."""
+    names = [f.physical_name for f in snapshot.partition_fields]
+    if not names:
+        return {""}
+    values = files.column("partition_values")
+    columns = [pc.struct_field(values, name).to_pylist() for name in names]
+    return {partition_directory(names, list(row)) for row in zip(*columns, strict=True)}
+
+
+def _last_maintenance(snapshot: Snapshot) -> tuple[MaintenanceEvent | None, MaintenanceEvent | None]:
+    found: dict[str, MaintenanceEvent] = {}
+    for page in HISTORY_PAGES:
+        for entry in load_history(snapshot.store, limit=page, up_to=snapshot.version):
+            op = str(entry.get("operation", ""))
+            kind = "optimize" if op == "OPTIMIZE" else "vacuum" if op.startswith("VACUUM") else None
+            if kind and kind not in found:
+                found[kind] = MaintenanceEvent(entry["version"], int(entry["timestamp"]), op)
+        if len(found) == 2:
+            break
+    return found.get("optimize"), found.get("vacuum")
