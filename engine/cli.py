@@ -135,6 +135,107 @@ def _print_rows(table: pa.Table, width: int = 30) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20}
+_SIZE_UNITS |= {"mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``"134217728"``, ``"128MB"``, ``"1g"`` -> bytes (binary units, as Delta Spark's sizes)."""
+    raw = text.strip().lower().replace(" ", "")
+    digits = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = raw[len(digits) :]
+    if not digits or unit not in _SIZE_UNITS:
+        raise ValueError(f"not a size: {text!r} (use bytes or a unit: 512KB, 128MB, 1GB)")
+    return int(float(digits) * _SIZE_UNITS[unit])
+
+
+def _progress_logging() -> None:
+    """Long maintenance commands report progress on stderr (stdout stays for results)."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="deltaplane: %(message)s", stream=sys.stderr)
+
+
+def cmd_optimize(args) -> int:
+    _progress_logging()
+    table = _open(args)
+    zorder = [c.strip() for c in args.zorder_by.split(",")] if args.zorder_by else None
+    result = table.optimize(
+        target_file_size=parse_size(args.target_file_size) if args.target_file_size else None,
+        zorder_by=zorder,
+        filter=args.filter,
+        dry_run=args.dry_run,
+        min_num_files=args.min_num_files,
+        purge=args.purge,
+        max_concurrent_bins=args.max_concurrent_bins,
+    )
+    if args.dry_run:
+        plan = result.describe()
+        if args.json:
+            print(_dump(plan))
+            return 0
+        print(
+            f"would rewrite {plan['numFilesToRewrite']:,} files ({plan['numBytesToRewrite']:,} bytes) "
+            f"in {plan['numBins']} bins over {plan['numPartitions']} partitions; "
+            f"{plan['totalFilesSkipped']:,} of {plan['totalConsideredFiles']:,} files stay"
+        )
+        return 0
+    metrics = result.to_dict()
+    if args.json:
+        print(_dump(metrics))
+        return 0
+    if result.version is None:
+        print(f"nothing to optimize ({metrics['total_considered_files']:,} files considered)")
+        return 0
+    print(
+        f"version {result.version}: {metrics['num_files_removed']:,} files "
+        f"({metrics['bytes_removed']:,} bytes) -> {metrics['num_files_added']:,} files "
+        f"({metrics['bytes_added']:,} bytes) in {metrics['partitions_optimized']} partitions, "
+        f"{metrics['seconds']:.1f}s"
+    )
+    return 0
+
+
+def cmd_health(args) -> int:
+    table = _open(args)
+    size = parse_size(args.small_file_size) if args.small_file_size else None
+    health = table.health(small_file_size=size)
+    from engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
+
+    decision = decide_auto_optimize(health, AutoOptimizePolicy.for_table(table.snapshot))
+    if args.json:
+        print(_dump({**health.to_dict(), "auto_optimize": decision.to_dict()}))
+        return 0
+    rows = "unknown" if health.num_rows is None else f"{health.num_rows:,}"
+    print(f"table        {health.uri} (version {health.version})")
+    print(
+        f"files        {health.num_files:,} ({health.size_bytes:,} bytes), {health.num_partitions} partitions"
+    )
+    deleted = f"{health.num_deleted_rows:,} hidden by deletion vectors ({health.deleted_rows_ratio:.1%})"
+    print(f"rows         {rows}, {deleted}")
+    print(f"small files  {health.num_small_files:,} under {health.small_file_size:,} bytes")
+    lag = health.versions_since_checkpoint
+    checkpoint = health.last_checkpoint_version
+    print(f"checkpoint   {checkpoint if checkpoint is not None else '(none)'}, {lag} commits to replay")
+    for label, event in (("optimize", health.last_optimize), ("vacuum", health.last_vacuum)):
+        when = (
+            f"version {event.version} at "
+            f"{dt.datetime.fromtimestamp(event.timestamp / 1000, dt.UTC).isoformat(timespec='seconds')}"
+            if event
+            else "(never, in recent history)"
+        )
+        print(f"last {label:<7} {when}")
+    print("file sizes")
+    for bucket in health.file_size_histogram:
+        if bucket["num_files"]:
+            print(f"  >= {bucket['min_bytes']:>13,} bytes  {bucket['num_files']:>8,} files")
+    where = ", ".join(name or "(table)" for name in decision.partition_names)
+    print(f"auto-optimize: {'compact ' + where if decision.compact else 'nothing to do'}")
+    for reason in decision.reasons:
+        print(f"  {reason}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from engine.demo import run_demo
 
@@ -172,6 +273,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--columns", help="comma-separated columns to print")
     p.add_argument("--limit", type=int, help="at most this many rows")
     p.set_defaults(func=cmd_read)
+
+    p = sub.add_parser("optimize", help="compact small files (or Z-order) without changing rows")
+    common(p, time_travel=False)
+    p.add_argument("--target-file-size", help="e.g. 128MB or 1GB (default: delta.targetFileSize, else 1GB)")
+    p.add_argument("--zorder-by", help="comma-separated columns to Z-order by")
+    p.add_argument("--filter", help="partition predicate, e.g. \"date >= '2026-01-01'\"")
+    p.add_argument("--min-num-files", type=int, default=2, help="rewrite a bin only with this many files")
+    p.add_argument("--purge", action="store_true", help="rewrite every file that has a deletion vector")
+    p.add_argument("--max-concurrent-bins", type=int, help="bins rewritten at once (default: CPU count)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser("health", help="small files, deletion vectors, checkpoint lag, last maintenance")
+    common(p, time_travel=True)
+    p.add_argument("--small-file-size", help="files under this size count as small (default 128MB)")
+    p.set_defaults(func=cmd_health)
 
     p = sub.add_parser("demo", help="create a demo table, read it back and describe it")
     p.add_argument("path", nargs="?", default="./demo-table", help="folder for the demo table")

@@ -94,3 +94,24 @@ def test_demo_builds_reads_and_describes(tmp_path, capsys):
     import deltalake
 
     assert deltalake.DeltaTable(target).to_pyarrow_table().num_rows == 1750
+
+
+def test_optimize_dry_run_then_run_and_health(path, capsys):
+    for i in range(3):
+        write_deltalake(
+            path, pa.table({"id": pa.array([10 + i], pa.int64()), "city": ["Oslo"]}), mode="append"
+        )
+    assert main(["optimize", path, "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["numFilesToRewrite"] == 4 and plan["numPartitions"] == 1  # Oslo: 1 + 3 files
+    assert main(["health", path, "--json"]) == 0
+    health = json.loads(capsys.readouterr().out)
+    assert health["num_files"] == 6 and health["last_optimize"] is None
+    assert main(["optimize", path, "--target-file-size", "64MB"]) == 0
+    assert "4 files" in capsys.readouterr().out
+    assert main(["health", path]) == 0
+    out = capsys.readouterr().out
+    assert "files        3 " in out and "last optimize version 5" in out
+    assert main(["optimize", path, "--zorder-by", "city"]) == 2
+    assert "partition column" in capsys.readouterr().err
+    assert main(["optimize", path, "--target-file-size", "lots"]) == 2
