@@ -30,6 +30,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/snapshot_load.py
 	$(BIN)/python benchmarks/write_commit.py
 	$(BIN)/python benchmarks/dml.py
+	$(BIN)/python benchmarks/optimize_compact.py
+	$(BIN)/python benchmarks/zorder_skipping.py
 
 clean:
 	rm -rf $(VENV) demo-table .pytest_cache .ruff_cache

@@ -31,3 +31,22 @@ def test_dml_benchmark_runs_and_every_engine_ends_with_the_same_rows(tmp_path):
     for op, rows in expected.items():
         assert result[op]["rows_after"] == {"deltaplane_dv": rows, "deltaplane_cow": rows, "deltalake": rows}
     assert result["scan_ratio"] > 0
+
+
+def test_zorder_benchmark_runs_and_beats_the_global_sort(tmp_path):
+    from benchmarks.zorder_skipping import main as zorder
+
+    result = zorder(["--rows", "20000", "--queries", "20", "--out", str(tmp_path / "z.json")])
+    assert result["global_sort"]["files"] == 100 and result["zorder"]["files"] == 100
+    assert result["global_sort"]["skipped_percent"]["sourceIP"] > 90
+    assert result["zorder"]["mean"] > result["global_sort"]["mean"]
+
+
+def test_optimize_benchmark_runs_and_both_engines_keep_every_row(tmp_path):
+    from benchmarks.optimize_compact import main as optimize
+
+    result = optimize(
+        ["--files", "6", "--target-mb", "64", "--repeat", "1", "--out", str(tmp_path / "o.json")]
+    )
+    assert result["deltaplane_ids_match"] and result["deltalake_ids_match"]
+    assert result["deltaplane"]["files_removed"] == 6 and result["deltaplane"]["files_added"] == 1
