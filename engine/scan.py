@@ -29,7 +29,13 @@ import pyarrow.parquet as pq
 
 from engine.actions import DeletionVectorDescriptor
 from engine.deletion_vectors import keep_mask, read_deletion_vector
-from engine.errors import DataFileError, DeltaError, ObjectNotFoundError, SchemaError
+from engine.errors import (
+    CorruptDeletionVectorError,
+    DataFileError,
+    DeltaError,
+    ObjectNotFoundError,
+    SchemaError,
+)
 from engine.expressions.arrow import to_arrow_expression
 from engine.expressions.bind import bind
 from engine.expressions.parser import parse_predicate
@@ -293,8 +299,8 @@ class Scan:
         except ObjectNotFoundError as e:
             raise DataFileError(
                 f"data file {location} of {self.snapshot.store.root} "
-                f"(version {self.snapshot.version}) is missing; it may have been vacuumed "
-                "or deleted outside Delta",
+                f"(version {self.snapshot.version}) is missing; it may have been removed by VACUUM "
+                "(versions older than the VACUUM retention cannot be read) or deleted outside Delta",
                 location,
             ) from e
         except (pa.ArrowInvalid, OSError) as e:
@@ -311,7 +317,18 @@ class Scan:
             cardinality=dv["cardinality"],
             offset=dv.get("offset"),
         )
-        rows = read_deletion_vector(self.snapshot.store, descriptor, data_file=plan.location)
+        try:
+            rows = read_deletion_vector(self.snapshot.store, descriptor, data_file=plan.location)
+        except CorruptDeletionVectorError as e:
+            if not isinstance(e.__cause__, ObjectNotFoundError):
+                raise
+            raise DataFileError(
+                f"deletion vector file {e.path} of data file {plan.location} of "
+                f"{self.snapshot.store.root} (version {self.snapshot.version}) is missing; it may have "
+                "been removed by VACUUM (versions older than the VACUUM retention cannot be read) "
+                "or deleted outside Delta",
+                e.path,
+            ) from e
         self._count(deleted=len(rows))
         return rows
 

@@ -102,6 +102,12 @@ class ObjectStore(Protocol):
         """Remove the object; deleting an absent key is not an error."""
         ...
 
+    def remove_empty_directories(self, keys: list[str]) -> int:
+        """After deleting ``keys``, remove the directories that left empty (deepest first; a
+        directory a writer has just put a file in stays); returns how many. Object stores have
+        no directories and return 0."""
+        ...
+
     def open_input(self, key: str) -> pa.NativeFile:
         """A random-access file for readers such as Parquet that seek."""
         ...

@@ -141,6 +141,20 @@ class LocalStore:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path(key))
 
+    def remove_empty_directories(self, keys: list[str]) -> int:
+        directories: set[str] = set()
+        for key in keys:
+            parts = key.split("/")[:-1]
+            directories |= {"/".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        removed = 0
+        for directory in sorted(directories, key=lambda d: (-d.count("/"), d)):  # deepest first
+            try:
+                os.rmdir(self._path(directory))  # only ever removes an empty directory
+            except OSError:
+                continue  # not empty, or already gone
+            removed += 1
+        return removed
+
     def open_output(self, key: str) -> LocalPendingFile:
         return LocalPendingFile(self._path(key))
 

@@ -86,6 +86,9 @@ class MemoryStore:
     def open_input(self, key: str) -> pa.NativeFile:
         return pa.BufferReader(self.get(key))
 
+    def remove_empty_directories(self, keys: list[str]) -> int:
+        return 0  # no directories
+
     def open_output(self, key: str) -> BufferedPendingObject:
         return BufferedPendingObject(self, key)
 

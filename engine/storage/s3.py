@@ -329,5 +329,8 @@ class S3Store:
             if not self._missing(e):
                 raise StorageError(f"cannot delete {self.uri(key)}: {e}") from e
 
+    def remove_empty_directories(self, keys: list[str]) -> int:
+        return 0  # no directories
+
     def open_output(self, key: str) -> BufferedPendingObject:
         return BufferedPendingObject(self, key)
