@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.actions import Metadata, Protocol, Remove
+from engine.commands.manifest import check_manifest_compatible
 from engine.enforcement import check_constraints, conform_table, table_constraints
 from engine.errors import (
     ConstraintViolationError,
@@ -107,6 +108,7 @@ def execute_create(
         created_time=int(time.time() * 1000),
     )
     table_constraints(delta_schema, configuration)  # refuse constraints we cannot evaluate, now
+    check_manifest_compatible(metadata, None, store.root)  # no manifest property with DVs/mapping
     txn = Transaction(
         store,
         None,
@@ -264,7 +266,7 @@ class WriteContext:
         )
         self.txn.update_metadata(self.metadata)
         needed = minimal_protocol(new_schema, configuration)
-        upgraded = _union_protocol(self.protocol, needed)
+        upgraded = union_protocol(self.protocol, needed)
         if upgraded != self.protocol:
             self.protocol = upgraded
             self.txn.update_protocol(upgraded)
@@ -372,7 +374,7 @@ def _dv(value):
     )
 
 
-def _union_protocol(current: Protocol, needed: Protocol) -> Protocol:
+def union_protocol(current: Protocol, needed: Protocol) -> Protocol:
     """The smallest protocol that has everything ``current`` has and ``needed`` asks for."""
     readers = set(reader_features(current)) | set(reader_features(needed))
     writers = set(writer_features(current)) | set(writer_features(needed))
