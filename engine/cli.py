@@ -236,6 +236,88 @@ def cmd_health(args) -> int:
     return 0
 
 
+def cmd_vacuum(args) -> int:
+    _progress_logging()
+    files = _open(args).vacuum(
+        retention_hours=args.retention_hours,
+        dry_run=not args.execute,
+        enforce_retention=not args.no_enforce_retention,
+        mode=args.mode,
+    )
+    if args.json:
+        metrics = files.metrics.to_dict() if files.metrics is not None else None
+        print(
+            _dump(
+                {
+                    "dry_run": not args.execute,
+                    "plan": files.plan.describe(),
+                    "metrics": metrics,
+                    "files": files,
+                }
+            )
+        )
+        return 0
+    for f in files:
+        print(f)
+    size = files.plan.size_of_data_to_delete
+    verb = "deleted" if args.execute else "would delete (run with --execute to delete)"
+    print(f"{verb} {len(files):,} files, {size:,} bytes", file=sys.stderr)
+    return 0
+
+
+def cmd_cleanup_log(args) -> int:
+    _progress_logging()
+    result = _open(args).cleanup_log(dry_run=args.dry_run)
+    info = result.describe() if args.dry_run else result.to_dict()
+    if args.json:
+        print(_dump(info))
+        return 0
+    count = result.num_files if args.dry_run else result.num_deleted_files
+    if result.skipped_reason or not count:
+        why = result.skipped_reason or "no log files older than the retention precede a checkpoint"
+        print(f"nothing deleted: {why}")
+        return 0
+    if args.dry_run:
+        readable = result.checkpoint_version
+        print(f"would delete {result.num_files:,} log files; earliest readable version {readable}")
+    else:
+        readable = result.earliest_version
+        print(f"deleted {result.num_deleted_files:,} log files; earliest readable version {readable}")
+    return 0
+
+
+def cmd_generate_manifest(args) -> int:
+    metrics = _open(args).generate_manifest()
+    info = metrics.as_dict()
+    if args.json:
+        print(_dump(info))
+        return 0
+    written, stale = metrics.manifests_written, metrics.manifests_deleted
+    print(f"wrote {written:,} manifests ({metrics.data_files:,} data files), deleted {stale:,} stale")
+    return 0
+
+
+def cmd_restore(args) -> int:
+    table = _open(args)
+    result = table.restore(version=args.to_version, timestamp=args.to_timestamp, dry_run=args.dry_run)
+    if args.dry_run:
+        info = result.describe()
+        print(_dump(info) if args.json else "\n".join(f"{k}: {v}" for k, v in info.items()))
+        return 0
+    if args.json:
+        print(_dump({"version": result.version, "skipped": result.skipped, **result.operation_metrics}))
+        return 0
+    if result.skipped:
+        print(f"already at that state (version {result.version}): nothing committed")
+        return 0
+    m = result.operation_metrics
+    print(
+        f"version {result.version}: restored {m.get('numRestoredFiles')} files, removed "
+        f"{m.get('numRemovedFiles')}; {m.get('numOfFilesAfterRestore')} files after the restore"
+    )
+    return 0
+
+
 def cmd_demo(args) -> int:
     from engine.demo import run_demo
 
@@ -289,6 +371,41 @@ def build_parser() -> argparse.ArgumentParser:
     common(p, time_travel=True)
     p.add_argument("--small-file-size", help="files under this size count as small (default 128MB)")
     p.set_defaults(func=cmd_health)
+
+    p = sub.add_parser(
+        "vacuum", help="delete files no version within the retention needs (lists unless --execute)"
+    )
+    common(p, time_travel=False)
+    p.add_argument(
+        "--retention-hours", type=float, help="default: delta.deletedFileRetentionDuration (7 days)"
+    )
+    p.add_argument(
+        "--mode", choices=["full", "lite"], default="full", help="lite: from the log only, no listing"
+    )
+    p.add_argument(
+        "--no-enforce-retention", action="store_true", help="allow a retention shorter than the table's"
+    )
+    p.add_argument("--execute", action="store_true", help="delete (default: only list what would go)")
+    p.set_defaults(func=cmd_vacuum)
+
+    p = sub.add_parser(
+        "cleanup-log", help="delete commits and checkpoints older than delta.logRetentionDuration"
+    )
+    common(p, time_travel=False)
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.set_defaults(func=cmd_cleanup_log)
+
+    p = sub.add_parser("generate-manifest", help="write symlink manifests for Presto/Trino/Athena")
+    common(p, time_travel=False)
+    p.set_defaults(func=cmd_generate_manifest)
+
+    p = sub.add_parser("restore", help="make an earlier version current again (a new commit)")
+    common(p, time_travel=False)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-version", type=int, help="the version to restore")
+    target.add_argument("--to-timestamp", help="restore the version current at this time (ISO-8601)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.set_defaults(func=cmd_restore)
 
     p = sub.add_parser("demo", help="create a demo table, read it back and describe it")
     p.add_argument("path", nargs="?", default="./demo-table", help="folder for the demo table")

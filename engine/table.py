@@ -14,6 +14,18 @@ from engine.checkpoint_writer import CheckpointInfo, write_checkpoint
 from engine.commands.changes import read_changes
 from engine.commands.dml import execute_delete, execute_update
 from engine.commands.history import load_history
+from engine.commands.log_cleanup import (
+    LogCleanupMetrics,
+    LogCleanupPlan,
+    execute_log_cleanup,
+    plan_log_cleanup,
+)
+from engine.commands.manifest import (
+    ManifestMetrics,
+    execute_manifest,
+    plan_manifest,
+    refresh_manifest_after_commit,
+)
 from engine.commands.merge import MergeBuilder
 from engine.commands.optimize import (
     DEFAULT_MAX_DELETED_ROWS_RATIO,
@@ -23,6 +35,14 @@ from engine.commands.optimize import (
     execute_optimize,
     plan_optimize,
 )
+from engine.commands.restore import (
+    RestorePlan,
+    execute_restore,
+    load_restore_target,
+    plan_restore,
+    restore_target_version,
+)
+from engine.commands.vacuum import FULL, VacuumMetrics, VacuumPlan, execute_vacuum, plan_vacuum
 from engine.commands.write import execute_append, execute_create, execute_overwrite
 from engine.errors import DeltaError
 from engine.expressions.tree import Expr
@@ -34,6 +54,16 @@ from engine.snapshot import Snapshot, load_snapshot, load_table_config, update_s
 from engine.storage import ObjectStore, open_store
 from engine.table_properties import TableProperties
 from engine.transaction import CommitResult
+
+
+class VacuumFiles(list):
+    """The files a VACUUM deleted (or would delete), with its ``plan`` and, when it ran, its
+    ``metrics`` (Delta Spark's numbers, the START/END commit versions)."""
+
+    def __init__(self, files, *, plan: VacuumPlan, metrics: VacuumMetrics | None = None):
+        super().__init__(files)
+        self.plan = plan
+        self.metrics = metrics
 
 
 class DeltaTable:
@@ -151,7 +181,7 @@ class DeltaTable:
         the put-if-absent of version 0).
         """
         store = open_store(uri, storage_options)
-        execute_create(
+        result = execute_create(
             store,
             schema,
             partition_by=partition_by,
@@ -159,6 +189,7 @@ class DeltaTable:
             name=name,
             description=description,
         )
+        refresh_manifest_after_commit(store, None, result)  # an (empty) manifest from version 0
         return cls(uri, storage_options=storage_options)
 
     def _latest_for_write(self) -> Snapshot:
@@ -183,16 +214,17 @@ class DeltaTable:
     ) -> CommitResult:
         """Add rows. With ``app_id``/``app_version``, a version already recorded for that
         application commits nothing (``result.skipped``): retries of the same job are safe."""
+        read = self._latest_for_write()
         result = execute_append(
             self._store,
-            self._latest_for_write(),
+            read,
             data,
             app_id=app_id,
             app_version=app_version,
             schema_mode=schema_mode,
             target_file_size=target_file_size,
         )
-        self._after_commit(result)
+        self._after_commit(result, read=read)
         return result
 
     def overwrite(
@@ -208,9 +240,10 @@ class DeltaTable:
     ) -> CommitResult:
         """Replace all rows, the rows matching ``predicate`` (replaceWhere), or, with
         ``dynamic_partitions``, the partitions the new data touches."""
+        read = self._latest_for_write()
         result = execute_overwrite(
             self._store,
-            self._latest_for_write(),
+            read,
             data,
             predicate=predicate,
             dynamic_partitions=dynamic_partitions,
@@ -219,19 +252,24 @@ class DeltaTable:
             schema_mode=schema_mode,
             target_file_size=target_file_size,
         )
-        self._after_commit(result)
+        self._after_commit(result, read=read)
         return result
 
-    def _after_commit(self, result: CommitResult, *, data_write: bool = True) -> None:
+    def _after_commit(self, result: CommitResult, *, read: Snapshot | None, data_write: bool = True) -> None:
+        """Post-commit hooks: adopt the new snapshot, keep symlink manifests current (when
+        enabled), and auto-compact (when enabled) after data writes. ``read`` is the snapshot
+        the commit was planned on."""
         if result.snapshot is not None:
             self._snapshot, self._stale = result.snapshot, False
         else:
             self._stale = True  # read the new version only when it is next needed
+        result.manifest = refresh_manifest_after_commit(self._store, read, result)  # None unless enabled
         if data_write and not result.skipped and auto_compact_enabled(self.snapshot):
-            compaction = auto_compact_after_commit(self._store, self.snapshot)
+            before = self.snapshot
+            compaction = auto_compact_after_commit(self._store, before)
             if compaction is not None and compaction.commit is not None:
                 result.auto_compaction = compaction
-                self._after_commit(compaction.commit, data_write=False)
+                self._after_commit(compaction.commit, read=before, data_write=False)
 
     def delete(
         self,
@@ -246,10 +284,9 @@ class DeltaTable:
         ``"copy_on_write"``; files whose deleted fraction passes ``rewrite_threshold`` are
         rewritten either way. Metrics use Delta Spark's names (``numDeletedRows``, ...).
         """
-        result = execute_delete(
-            self._store, self._latest_for_write(), predicate, strategy=strategy, threshold=rewrite_threshold
-        )
-        self._after_commit(result)
+        read = self._latest_for_write()
+        result = execute_delete(self._store, read, predicate, strategy=strategy, threshold=rewrite_threshold)
+        self._after_commit(result, read=read)
         return result
 
     def update(
@@ -261,15 +298,11 @@ class DeltaTable:
         rewrite_threshold: float | None = None,
     ) -> CommitResult:
         """Set columns to SQL expressions (``{"price": "price * 1.1"}``) on matching rows."""
+        read = self._latest_for_write()
         result = execute_update(
-            self._store,
-            self._latest_for_write(),
-            updates,
-            predicate,
-            strategy=strategy,
-            threshold=rewrite_threshold,
+            self._store, read, updates, predicate, strategy=strategy, threshold=rewrite_threshold
         )
-        self._after_commit(result)
+        self._after_commit(result, read=read)
         return result
 
     def merge(
@@ -312,8 +345,9 @@ class DeltaTable:
         ``max_deleted_rows_ratio`` of their rows are rewritten to purge them (all such files
         with ``purge=True``). ``dry_run`` returns the plan and changes nothing.
         """
+        read = self._latest_for_write()
         plan = plan_optimize(
-            self._latest_for_write(),
+            read,
             target_file_size=target_file_size,
             zorder_by=zorder_by,
             filter=filter,
@@ -325,8 +359,82 @@ class DeltaTable:
             return plan
         metrics = execute_optimize(self._store, plan, max_concurrent_bins=max_concurrent_bins)
         if metrics.commit is not None:
-            self._after_commit(metrics.commit, data_write=False)
+            self._after_commit(metrics.commit, read=read, data_write=False)
         return metrics
+
+    def generate_manifest(self) -> ManifestMetrics:
+        """Write ``_symlink_format_manifest/`` (one Hive-style manifest per partition listing the
+        live Parquet files) for Presto/Trino/Athena; a full regeneration that also deletes stale
+        manifests. Refused (``UnsupportedOperationError``) with deletion vectors or column mapping."""
+        snapshot = self._latest_for_write()
+        return execute_manifest(self._store, plan_manifest(self._store, snapshot))
+
+    def restore(
+        self,
+        version: int | None = None,
+        timestamp: str | int | dt.datetime | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> CommitResult | RestorePlan:
+        """Make ``version`` (or the version current at ``timestamp``) the current state again,
+        as a new RESTORE commit that rewrites no data. Restoring the current version commits
+        nothing (``skipped``); ``FilesMissingError`` (nothing committed) if VACUUM removed files
+        it needs. ``dry_run`` returns the plan."""
+        current = self._latest_for_write()
+        target_version = restore_target_version(self._store, current, version=version, timestamp=timestamp)
+        target = load_restore_target(self._store, current, target_version)
+        plan = plan_restore(self._store, current, target, timestamp=timestamp)
+        if dry_run:
+            return plan
+        result = execute_restore(self._store, plan)
+        self._after_commit(result, read=current, data_write=False)
+        return result
+
+    def vacuum(
+        self,
+        retention_hours: float | None = None,
+        dry_run: bool = True,
+        enforce_retention: bool = True,
+        *,
+        mode: str = FULL,
+        max_workers: int | None = None,
+    ) -> VacuumFiles:
+        """Delete files no version inside the retention window needs; returns the sorted
+        table-relative paths deleted (with ``dry_run``, the default: that would be deleted), as a
+        list that also carries ``.plan`` and ``.metrics``.
+
+        ``retention_hours`` defaults to ``delta.deletedFileRetentionDuration`` (7 days); a shorter
+        one raises ``RetentionTooShortError`` unless ``enforce_retention=False``. ``mode="full"``
+        lists the table (also reclaiming files no commit referenced); ``"lite"`` reads only the log.
+        """
+        snapshot = self._latest_for_write()
+        plan = plan_vacuum(
+            self._store,
+            snapshot,
+            retention_hours=retention_hours,
+            enforce_retention=enforce_retention,
+            mode=mode,
+        )
+        if dry_run:
+            return VacuumFiles(plan.files, plan=plan)
+        metrics = execute_vacuum(self._store, plan, snapshot=snapshot, max_workers=max_workers)
+        if metrics.commit is not None:
+            self._after_commit(metrics.commit, read=snapshot, data_write=False)
+        return VacuumFiles(metrics.files, plan=plan, metrics=metrics)
+
+    def cleanup_log(
+        self, *, dry_run: bool = False, retention_ms: int | None = None, enforce_retention: bool = True
+    ) -> LogCleanupMetrics | LogCleanupPlan:
+        """Delete log files older than ``delta.logRetentionDuration`` (30 days) up to the newest
+        expired checkpoint; every version from that checkpoint on stays readable. ``dry_run``
+        returns the plan."""
+        plan = plan_log_cleanup(
+            self._store,
+            self._latest_for_write(),
+            retention_ms=retention_ms,
+            enforce_retention=enforce_retention,
+        )
+        return plan if dry_run else execute_log_cleanup(self._store, plan)
 
     def changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
         """The change data feed: changed rows with ``_change_type``, ``_commit_version`` and

@@ -83,6 +83,8 @@ class CommitResult:
     snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
     # Set by the table facade when delta.autoOptimize.autoCompact compacted after this commit.
     auto_compaction: Any = field(default=None, repr=False, compare=False)
+    # Set by the table facade when it refreshed the symlink manifest after this commit.
+    manifest: Any = field(default=None, repr=False, compare=False)
 
 
 class Transaction:

@@ -123,9 +123,10 @@ class MergeBuilder:
     def execute(self) -> CommitResult:
         if not self._clauses:
             raise MergeError("MERGE needs at least one WHEN clause")
+        read = self._table._latest_for_write()
         result = execute_merge(
             self._table._store,
-            self._table._latest_for_write(),
+            read,
             self._source,
             self._predicate,
             self._clauses,
@@ -134,7 +135,7 @@ class MergeBuilder:
             strategy=self._strategy,
             threshold=self._threshold,
         )
-        self._table._after_commit(result)
+        self._table._after_commit(result, read=read)
         return result
 
 

@@ -115,3 +115,27 @@ def test_optimize_dry_run_then_run_and_health(path, capsys):
     assert main(["optimize", path, "--zorder-by", "city"]) == 2
     assert "partition column" in capsys.readouterr().err
     assert main(["optimize", path, "--target-file-size", "lots"]) == 2
+
+
+def test_vacuum_restore_manifest_and_cleanup_log(path, capsys):
+    from engine import DeltaTable
+
+    table = DeltaTable(path)
+    table.overwrite(pa.table({"id": pa.array([9], pa.int64()), "city": ["Oslo"]}))  # v2 removes 3 files
+    assert main(["vacuum", path, "--retention-hours", "0"]) == 2
+    assert "retention" in capsys.readouterr().err
+    assert main(["vacuum", path, "--retention-hours", "0", "--no-enforce-retention", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["dry_run"] and len(listed["files"]) == 3 and listed["metrics"] is None
+    assert main(["restore", path, "--to-version", "1", "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["targetVersion"] == 1 and plan["numRestoredFiles"] == 3
+    assert main(["restore", path, "--to-version", "1"]) == 0
+    assert "restored 3 files" in capsys.readouterr().out
+    assert sorted(DeltaTable(path).to_arrow().column("id").to_pylist()) == [1, 2, 3, 4]
+    assert main(["vacuum", path, "--retention-hours", "0", "--no-enforce-retention", "--execute"]) == 0
+    assert "deleted 1 files" in capsys.readouterr().err  # v2's file, removed again by the restore
+    assert main(["generate-manifest", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["filesWritten"] == 3
+    assert main(["cleanup-log", path, "--dry-run"]) == 0
+    assert "nothing deleted" in capsys.readouterr().out  # no checkpoint older than 30 days
