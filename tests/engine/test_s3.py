@@ -95,6 +95,22 @@ def test_row_level_changes_on_s3_with_deletion_vectors(s3_server):
     assert sorted(feed.column("id").to_pylist()) == list(range(0, 2000, 100))
 
 
+def test_optimize_and_zorder_on_s3(s3_server):
+    uri = s3_server.uri()
+    table = DeltaTable.create(uri, SCHEMA, partition_by=["region"], storage_options=s3_server.options())
+    for i in range(5):
+        table.append(data(i * 10, 10))
+    before = table.to_arrow()
+    m = table.optimize()
+    assert m.num_files_removed == 10 and m.num_files_added == 2
+    m = table.optimize(zorder_by=["id"])
+    assert m.num_files_added == 2
+    ours = DeltaTable(uri, storage_options=s3_server.options())
+    assert_same_rows(ours.to_arrow(), before)
+    theirs = deltalake.DeltaTable(uri, storage_options=s3_server.delta_rs_options()).to_pyarrow_table()
+    assert_same_rows(ours.to_arrow(), theirs.select(SCHEMA.names).cast(SCHEMA))
+
+
 def test_a_lost_response_after_a_successful_commit_is_a_success(s3_server):
     """The PUT lands but the response never arrives; the retry sees 412 and recognises itself."""
     uri = s3_server.uri()
