@@ -184,6 +184,21 @@ class RowLevelChange:
             clustering_provider=row.get("clustering_provider"),
         )
 
+    def file_metrics(self) -> dict[str, int]:
+        """Delta Spark's file-level DML metrics, from what was staged."""
+        c = self.counters
+        return {
+            "numRemovedFiles": c.removed_files,
+            "numAddedFiles": c.added_files,
+            "numCopiedRows": c.copied_rows,
+            "numAddedChangeFiles": c.change_files,
+            "numDeletionVectorsAdded": c.dvs_added,
+            "numDeletionVectorsRemoved": c.dvs_removed,
+            "numDeletionVectorsUpdated": c.dvs_updated,
+            "numRemovedBytes": c.removed_bytes,
+            "numAddedBytes": c.added_bytes,
+        }
+
     def stage(self) -> None:
         """Publish DV, data and change files, and stage every action on the transaction."""
         txn = self.context.txn
@@ -281,22 +296,8 @@ def execute_delete(
     scan_ms = _ms(scan_start)
     rewrite_start = time.perf_counter()
     change.stage()
-    c = change.counters
-    metrics = {
-        "numRemovedFiles": c.removed_files,
-        "numAddedFiles": c.added_files,
-        "numDeletedRows": deleted,
-        "numCopiedRows": c.copied_rows,
-        "numAddedChangeFiles": c.change_files,
-        "numDeletionVectorsAdded": c.dvs_added,
-        "numDeletionVectorsRemoved": c.dvs_removed,
-        "numDeletionVectorsUpdated": c.dvs_updated,
-        "numRemovedBytes": c.removed_bytes,
-        "numAddedBytes": c.added_bytes,
-        "scanTimeMs": scan_ms,
-        "rewriteTimeMs": _ms(rewrite_start),
-        "executionTimeMs": _ms(start),
-    }
+    metrics = {"numDeletedRows": deleted, **change.file_metrics()}
+    metrics |= {"scanTimeMs": scan_ms, "rewriteTimeMs": _ms(rewrite_start), "executionTimeMs": _ms(start)}
     return context.txn.commit(metrics)
 
 
@@ -381,22 +382,8 @@ def execute_update(
     scan_ms = _ms(scan_start)
     rewrite_start = time.perf_counter()
     change.stage()
-    c = change.counters
-    metrics = {
-        "numRemovedFiles": c.removed_files,
-        "numAddedFiles": c.added_files,
-        "numUpdatedRows": updated,
-        "numCopiedRows": c.copied_rows,
-        "numAddedChangeFiles": c.change_files,
-        "numDeletionVectorsAdded": c.dvs_added,
-        "numDeletionVectorsRemoved": c.dvs_removed,
-        "numDeletionVectorsUpdated": c.dvs_updated,
-        "numRemovedBytes": c.removed_bytes,
-        "numAddedBytes": c.added_bytes,
-        "scanTimeMs": scan_ms,
-        "rewriteTimeMs": _ms(rewrite_start),
-        "executionTimeMs": _ms(start),
-    }
+    metrics = {"numUpdatedRows": updated, **change.file_metrics()}
+    metrics |= {"scanTimeMs": scan_ms, "rewriteTimeMs": _ms(rewrite_start), "executionTimeMs": _ms(start)}
     return context.txn.commit(metrics)
 
 
