@@ -82,6 +82,10 @@ class TimestampOutOfRangeError(DeltaError):
     """Time travel to a timestamp before the earliest or after the latest commit."""
 
 
+class InvalidTimestampError(DeltaError, ValueError):
+    """A timestamp (for time travel, RESTORE or the change feed) that cannot be understood."""
+
+
 class CorruptDeletionVectorError(DeltaError):
     """A deletion vector failed its size, magic or CRC checks; ``path`` names the file."""
 
@@ -171,6 +175,16 @@ class ConcurrentTransactionError(CommitConflictError):
 
 class DomainMetadataConflictError(CommitConflictError):
     """Both transactions changed the same metadata domain."""
+
+
+class ConcurrentVacuumError(CommitConflictError):
+    """A VACUUM that committed while this transaction was open deleted files the transaction
+    wrote (it outlived the retention period); committing would have made the table unreadable.
+    ``paths`` lists the missing files. Nothing was committed; run the write again."""
+
+    def __init__(self, message: str, paths: list[str] | None = None):
+        super().__init__(message)
+        self.paths = list(paths or [])
 
 
 class CommitOutcomeUnknownError(DeltaError):

@@ -44,8 +44,10 @@ from engine.conflicts import (
     TransactionSummary,
     check_conflicts,
 )
+from engine.deletion_vectors import dv_file_key
 from engine.errors import (
     CommitConflictError,
+    ConcurrentVacuumError,
     DeltaError,
     ObjectExistsError,
     ObjectNotFoundError,
@@ -56,6 +58,7 @@ from engine.log.commits import LogActions, parse_log_json
 from engine.log.files import LOG_DIR, LogFile, LogFileKind, commit_key, parse_log_file_name
 from engine.log.replay import canonical_paths
 from engine.snapshot import Snapshot, advance_snapshot, update_snapshot
+from engine.storage import missing_objects
 from engine.storage.base import ObjectStore
 from engine.table_properties import TableProperties
 
@@ -66,6 +69,8 @@ ENGINE_INFO = f"deltaplane/{ENGINE_VERSION}"
 # Appends cannot conflict, so losing a race only costs a retry; many writers on a slow store can
 # lose often. Delta Spark effectively never gives up on them either.
 MAX_ATTEMPTS = 500
+# Clocks of the writer and of a VACUUM on another machine may differ by this much.
+_CLOCK_SKEW_MS = 5 * 60 * 1000
 
 
 @dataclass
@@ -116,6 +121,12 @@ class Transaction:
         self.summary = TransactionSummary()
         self._winners: list[LogActions] = []
         self._committed_body: bytes | None = None
+        self._started = time.time()
+        # VACUUM commits among the winners that may have deleted files this transaction wrote:
+        # the version of one still running (START without END), and whether one has finished.
+        self._vacuum_running: int | None = None
+        self._vacuum_done = False
+        self._verified_ms: int | None = None
         level = isolation_level
         if level is None and snapshot is not None:
             level = snapshot.properties.isolation_level
@@ -220,6 +231,7 @@ class Transaction:
         self.summary.isolation_level = self._effective_isolation()
         version = self.read_version + 1
         for attempt in range(1, MAX_ATTEMPTS + 1):
+            self._check_files_survived_vacuum()
             body = self._render(version, metrics)
             self._committed_body = body
             try:
@@ -301,7 +313,102 @@ class Transaction:
             )
             if winner.commit_info is not None:
                 self._last_winner_ict = winner.commit_info.in_commit_timestamp
+                self._note_vacuum(winner)
         return latest + 1
+
+    def _note_vacuum(self, winner: LogActions) -> None:
+        """Remember a winning VACUUM START/END that could have deleted our files: one whose
+        cut-off (its time minus its retention) is after this transaction started writing."""
+        info = winner.commit_info
+        operation = str(info.operation or "").upper() if info is not None else ""
+        if operation == "VACUUM END":
+            if self._vacuum_running is not None:
+                self._vacuum_running, self._vacuum_done = None, True
+            return
+        if operation != "VACUUM START":
+            return
+        params = info.values.get("operationParameters") or {}
+        retention = params.get("specifiedRetentionMillis", params.get("defaultRetentionMillis"))
+        try:
+            cutoff = int(info.values.get("timestamp")) - int(json.loads(str(retention)))
+        except (TypeError, ValueError):
+            cutoff = None  # a writer that does not say: assume the worst
+        if cutoff is None or self._oldest_write_ms() - _CLOCK_SKEW_MS < cutoff:
+            self._vacuum_running = winner.version
+
+    def _check_files_survived_vacuum(self) -> None:
+        """Before committing, make sure VACUUM has not deleted the files this transaction wrote.
+
+        A writer paused between writing its data files and committing for longer than the
+        retention period has files that look untracked and old to a concurrent VACUUM, which
+        deletes them; committing them would make the latest version unreadable. Checked when
+        such a VACUUM is among the winners this transaction rebased over (one still running is a
+        conflict: its deletes cannot be checked yet), and when the transaction has been open
+        longer than half the table's retention (a VACUUM that records no commits leaves nothing
+        to see).
+        """
+        written = None
+        if self._vacuum_running is not None:
+            written = self._written_locations()
+            if written:
+                raise ConcurrentVacuumError(
+                    f"a VACUUM of {self.store.root} started at version {self._vacuum_running} while "
+                    f"this {self.operation} was open longer than the retention period, and has not "
+                    f"finished: it may delete the {len(written)} file(s) this {self.operation} wrote. "
+                    f"Nothing was committed; run the {self.operation} again.",
+                    written,
+                )
+            self._vacuum_running = None
+        retention_ms = TableProperties(self.metadata.configuration).deleted_file_retention_ms
+        if not self._vacuum_done and time.time() * 1000 - self._oldest_write_ms() < retention_ms / 2:
+            return
+        self._vacuum_done = False
+        written = self._written_locations() if written is None else written
+        gone = missing_objects(self.store, written) if written else []
+        if gone:
+            shown = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+            raise ConcurrentVacuumError(
+                f"a concurrent VACUUM of {self.store.root} deleted {len(gone)} file(s) this "
+                f"{self.operation} wrote before it could commit (it was open longer than the "
+                f"retention period): {shown}. Nothing was committed; run the {self.operation} again.",
+                gone,
+            )
+
+    def _new_files(self) -> list[tuple[Add, str]]:
+        """Adds of files this transaction wrote, with their keys (not a file re-added with a
+        new deletion vector, which was already live)."""
+        if not self._adds:
+            return []
+        keys = canonical_paths(pa.array([a.path for a in self._adds], pa.string()), self.store.root)
+        removed = self.summary.removed_file_keys
+        return [(a, k) for a, k in zip(self._adds, keys.to_pylist(), strict=True) if k not in removed]
+
+    def _oldest_write_ms(self) -> int:
+        """When the oldest file this transaction wrote was written: adds carry their files'
+        modification times (files may be written long before the transaction exists, by Spark
+        tasks or an OPTIMIZE rewrite); change-data files were written after it began."""
+        oldest = int(self._started * 1000)
+        for add, _ in self._new_files():
+            oldest = min(oldest, int(add.modification_time or oldest))
+        return oldest if self._verified_ms is None else max(oldest, self._verified_ms)
+
+    def mark_files_verified(self) -> None:
+        """The caller has just checked that the files it adds exist (RESTORE re-adding old
+        files): they count as written now for the VACUUM check."""
+        self._verified_ms = int(time.time() * 1000)
+
+    def _written_locations(self) -> list[str]:
+        """Files this transaction wrote and references: new data files, new deletion-vector
+        files and change-data files."""
+        out = [key for _, key in self._new_files()]
+        for add in self._adds:
+            dv = add.deletion_vector
+            if dv is not None and dv.storage_type in ("u", "p"):
+                out.append(dv_file_key(dv))
+        if self._cdc:
+            paths = pa.array([c.path for c in self._cdc], pa.string())
+            out += canonical_paths(paths, self.store.root).to_pylist()
+        return out
 
     def _latest_version(self, at_least: int) -> int:
         latest = at_least

@@ -21,6 +21,8 @@ def _commit_info(store: ObjectStore, key: str) -> dict[str, Any]:
         data = store.get(key)
     except ObjectNotFoundError:
         return {}
+    if not data.strip():
+        raise CorruptLogError(f"{key} is empty ({len(data)} bytes): a torn or truncated write", key)
     for line in data.split(b"\n"):
         if b'"commitInfo"' not in line:
             continue

@@ -44,7 +44,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +56,6 @@ from engine.commands.write import WriteContext, union_protocol
 from engine.deletion_vectors import dv_file_key
 from engine.errors import (
     FilesMissingError,
-    ObjectNotFoundError,
     TableReadOnlyError,
     TimestampOutOfRangeError,
     VersionNotFoundError,
@@ -66,7 +64,7 @@ from engine.log.replay import canonical_paths, file_keys
 from engine.log.timestamps import to_millis, version_at_timestamp
 from engine.schema import parse_schema
 from engine.snapshot import Snapshot, load_snapshot
-from engine.storage import resolve_location
+from engine.storage import missing_objects
 from engine.storage.base import ObjectStore
 from engine.table_features import check_write_supported
 from engine.table_properties import TableProperties
@@ -76,7 +74,6 @@ log = logging.getLogger(__name__)
 
 OPERATION = "RESTORE"
 # Existence checks are one HEAD each; on S3 that is a round trip, so run them concurrently.
-_HEAD_WORKERS = 16
 # How many missing paths an error message names (the exception carries them all).
 _SHOWN_MISSING = 5
 _KEEP_FROM_CURRENT = (
@@ -286,6 +283,7 @@ def execute_restore(store: ObjectStore, plan: RestorePlan) -> CommitResult:
     if plan.protocol is not None:
         write.txn.update_protocol(plan.protocol)
     write.txn.add_files([add_action(row) for row in plan.files_to_add.to_pylist()])
+    write.txn.mark_files_verified()  # old files, just checked: not "written long ago" by us
     result = write.txn.commit(plan.metrics)
     log.info(
         "restored %s to version %d as version %d: %d file(s) re-added, %d removed",
@@ -329,22 +327,9 @@ def check_files_exist(store: ObjectStore, files: pa.Table, version: int) -> None
         if dv and dv.get("storageType") in ("u", "p"):
             descriptor = DeletionVectorDescriptor.from_json({k: v for k, v in dv.items() if v is not None})
             dv_keys.add(dv_file_key(descriptor))
-    targets = list(dict.fromkeys([*locations, *sorted(dv_keys)]))
-
-    def missing(location: str) -> str | None:
-        try:
-            owner, key = resolve_location(store, location)
-            owner.head(key)
-        except ObjectNotFoundError:
-            return location
-        return None
-
+    targets = [*locations, *sorted(dv_keys)]
     started = time.monotonic()
-    if len(targets) > 1:
-        with ThreadPoolExecutor(min(_HEAD_WORKERS, len(targets))) as pool:
-            gone = [m for m in pool.map(missing, targets) if m is not None]
-    else:
-        gone = [m for m in map(missing, targets) if m is not None]
+    gone = missing_objects(store, targets)
     log.debug("checked %d file(s) of %s in %.3fs", len(targets), root, time.monotonic() - started)
     if gone:
         shown = ", ".join(gone[:_SHOWN_MISSING]) + (

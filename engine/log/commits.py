@@ -187,6 +187,15 @@ def parse_log_json(
     ``partition_keys`` is the set of partitionValues keys known to be strings; it is shared by
     the commits of one load and grows when a file reveals new ones.
     """
+    if not data.strip():
+        # A commit always holds commitInfo or an action. An empty file is the torn write of a
+        # writer that did not fsync; reading it as an empty commit would silently undo the
+        # commit it should have been (deleted rows would come back).
+        raise CorruptLogError(
+            f"{source} is empty ({len(data)} bytes): a torn or truncated write; the log cannot be "
+            "read past it until the file is restored",
+            source,
+        )
     keys = partition_keys if partition_keys is not None else set()
     # Threads pay off on big commits; on small ones their start-up is most of the cost.
     read_options = pj.ReadOptions(use_threads=len(data) > _THREADED_PARSE_BYTES)

@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 
-from engine.errors import TimestampOutOfRangeError
+from engine.errors import InvalidTimestampError, TimestampOutOfRangeError
 from engine.log.files import LogFile
 from engine.log.segment import LogListing, earliest_available_version, list_log
 from engine.storage.base import ObjectStore
@@ -24,7 +24,7 @@ from engine.table_properties import TableProperties
 def to_millis(value: str | int | float | dt.datetime | dt.date) -> int:
     """Milliseconds since the epoch: ints are milliseconds, zone-less datetimes are UTC."""
     if isinstance(value, bool):
-        raise TypeError("a timestamp cannot be a boolean")
+        raise InvalidTimestampError("a timestamp cannot be a boolean")
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -34,14 +34,20 @@ def to_millis(value: str | int | float | dt.datetime | dt.date) -> int:
         try:
             value = dt.datetime.fromisoformat(text)
         except ValueError:
-            raise ValueError(f"cannot parse timestamp {value!r} (use ISO-8601)") from None
+            raise InvalidTimestampError(
+                f"cannot parse timestamp {value!r}: use ISO-8601 (2026-01-02T10:00:00Z, 2026-01-02), "
+                "a datetime, or milliseconds since the epoch"
+            ) from None
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.UTC)
         return int(value.timestamp() * 1000)
     if isinstance(value, dt.date):
         return int(dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp() * 1000)
-    raise TypeError(f"unsupported timestamp {value!r}")
+    raise InvalidTimestampError(
+        f"unsupported timestamp {value!r} of type {type(value).__name__}: use an ISO-8601 string, a "
+        "datetime, or milliseconds since the epoch"
+    )
 
 
 def monotonize(times: np.ndarray) -> np.ndarray:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import unquote, urlsplit
 
-from engine.errors import UnsupportedStorageError
+from engine.errors import ObjectNotFoundError, UnsupportedStorageError
 from engine.storage.base import ObjectMeta, ObjectStore, PutMode
 from engine.storage.local import LocalStore
 from engine.storage.memory import MemoryStore, named_memory_store
@@ -16,6 +17,7 @@ __all__ = [
     "ObjectMeta",
     "ObjectStore",
     "PutMode",
+    "missing_objects",
     "open_store",
     "resolve_location",
 ]
@@ -48,3 +50,28 @@ def resolve_location(store: ObjectStore, location: str) -> tuple[ObjectStore, st
         return store, location[len(root) :]
     head, _, name = location.rpartition("/")
     return open_store(head or "/", getattr(store, "options", None)), name
+
+
+_HEAD_WORKERS = 16
+
+
+def missing_objects(store: ObjectStore, locations: Iterable[str]) -> list[str]:
+    """The locations (keys under ``store`` or absolute URIs) that do not exist, in input order.
+
+    One ``head`` per location, in parallel: what RESTORE and a committing transaction ask
+    before they reference files that VACUUM may have deleted.
+    """
+    targets = list(dict.fromkeys(locations))
+
+    def missing(location: str) -> str | None:
+        try:
+            owner, key = resolve_location(store, location)
+            owner.head(key)
+        except ObjectNotFoundError:
+            return location
+        return None
+
+    if len(targets) <= 1:
+        return [m for m in map(missing, targets) if m is not None]
+    with ThreadPoolExecutor(min(_HEAD_WORKERS, len(targets))) as pool:
+        return [m for m in pool.map(missing, targets) if m is not None]

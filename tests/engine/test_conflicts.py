@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 
 import pyarrow.compute as pc
 import pytest
@@ -44,7 +45,8 @@ def new_add(region: str, data_change: bool = True) -> Add:
     stats = json.dumps(
         {"numRecords": 1, "minValues": {"id": lo}, "maxValues": {"id": lo}, "nullCount": {"id": 0}}
     )
-    return Add(f"region={region}/new-{lo}.parquet", {"region": region}, 10, 1, data_change, stats)
+    now = int(time.time() * 1000)  # written just now, as a writer's own files are
+    return Add(f"region={region}/new-{lo}.parquet", {"region": region}, 10, now, data_change, stats)
 
 
 def make_table() -> MemoryStore:

@@ -1,0 +1,193 @@
+"""Faults that used to lose or resurrect committed data: a writer outliving the VACUUM retention,
+torn commit files. Each test here failed before its fix.
+
+A writer "paused" between writing its files and committing is simulated with a store that runs a
+callback (a concurrent VACUUM, say) just before the first commit put: the same moment a real
+writer would wake up after a long GC pause or a stalled network.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from engine import DeltaTable
+from engine.commands.dml import execute_delete
+from engine.commands.vacuum import execute_vacuum, plan_vacuum
+from engine.commands.write import WriteContext, execute_append
+from engine.errors import ConcurrentVacuumError, CorruptLogError, DeltaError, InvalidTimestampError
+from engine.storage import LocalStore
+from engine.transaction import Transaction
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+
+def rows(start: int, n: int) -> pa.Table:
+    return pa.table(
+        {"id": pa.array(range(start, start + n), pa.int64()), "name": [f"n{i}" for i in range(n)]}
+    )
+
+
+class PausingStore(LocalStore):
+    """A local store that runs ``before_commit`` once, just before the first commit put."""
+
+    def __init__(self, root: str, before_commit):
+        super().__init__(root)
+        self._before_commit = before_commit
+
+    def put(self, key, data, *, mode="overwrite"):
+        if self._before_commit is not None and key.startswith("_delta_log/") and key.endswith(".json"):
+            callback, self._before_commit = self._before_commit, None
+            callback()
+        return super().put(key, data, mode=mode)
+
+
+def vacuum_with_zero_retention(root: Path) -> None:
+    """What an operator does with ``enforce_retention=False``: every untracked file is old."""
+    table = DeltaTable(str(root))
+    plan = plan_vacuum(table._store, table.snapshot, retention_hours=0, enforce_retention=False)
+    execute_vacuum(table._store, plan, snapshot=table.snapshot)
+
+
+def data_files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*.parquet")}
+
+
+def test_append_whose_files_a_concurrent_vacuum_deleted_fails_and_leaves_the_table_readable(tmp_path):
+    root = tmp_path / "t"
+    DeltaTable.create(str(root), SCHEMA).append(rows(0, 3))
+    store = PausingStore(str(root), lambda: vacuum_with_zero_retention(root))
+    with pytest.raises(ConcurrentVacuumError) as caught:
+        execute_append(store, DeltaTable(str(root)).snapshot, rows(100, 5))
+    assert caught.value.paths and all(p.endswith(".parquet") for p in caught.value.paths)
+    assert str(root) in str(caught.value)
+    table = DeltaTable(str(root))
+    assert [h["operation"] for h in table.history()][:2] == ["VACUUM END", "VACUUM START"]
+    assert sorted(table.to_arrow().column("id").to_pylist()) == [0, 1, 2]
+
+
+def test_delete_with_deletion_vectors_checks_its_new_dv_file(tmp_path):
+    root = tmp_path / "t"
+    table = DeltaTable.create(str(root), SCHEMA, properties={"delta.enableDeletionVectors": "true"})
+    table.append(rows(0, 1000))
+    store = PausingStore(str(root), lambda: vacuum_with_zero_retention(root))
+    with pytest.raises(ConcurrentVacuumError) as caught:  # a third of the rows: a DV file, not inline
+        execute_delete(store, DeltaTable(str(root)).snapshot, "id % 3 = 0")
+    assert [p for p in caught.value.paths if "deletion_vector_" in p]
+    assert DeltaTable(str(root)).to_arrow().num_rows == 1000
+
+
+def test_a_vacuum_still_running_among_the_winners_is_a_conflict(tmp_path):
+    root = tmp_path / "t"
+    DeltaTable.create(str(root), SCHEMA).append(rows(0, 3))
+
+    def start_vacuum():  # VACUUM START committed, deletes not finished: cannot be checked yet
+        snapshot = DeltaTable(str(root)).snapshot
+        txn = Transaction(
+            LocalStore(str(root)),
+            snapshot,
+            operation="VACUUM START",
+            operation_parameters={"retentionCheckEnabled": False, "specifiedRetentionMillis": 0},
+        )
+        txn.commit({})
+
+    store = PausingStore(str(root), start_vacuum)
+    with pytest.raises(ConcurrentVacuumError, match="has not finished"):
+        execute_append(store, DeltaTable(str(root)).snapshot, rows(3, 2))
+    assert DeltaTable(str(root)).to_arrow().num_rows == 3
+
+
+def test_a_vacuum_with_the_normal_retention_does_not_stop_a_fresh_writer(tmp_path):
+    root = tmp_path / "t"
+    DeltaTable.create(str(root), SCHEMA).append(rows(0, 3))
+
+    def vacuum_default():
+        table = DeltaTable(str(root))
+        execute_vacuum(table._store, plan_vacuum(table._store, table.snapshot), snapshot=table.snapshot)
+
+    store = PausingStore(str(root), vacuum_default)
+    result = execute_append(store, DeltaTable(str(root)).snapshot, rows(3, 2))
+    table = DeltaTable(str(root))
+    assert result.version == table.version and table.history(1)[0]["operation"] == "WRITE"
+    assert table.to_arrow().num_rows == 5
+
+
+def test_a_transaction_open_longer_than_the_retention_checks_its_files_without_a_vacuum_commit(tmp_path):
+    # A VACUUM by a writer that records no commits leaves nothing among the winners to see.
+    root = tmp_path / "t"
+    DeltaTable.create(
+        str(root), SCHEMA, properties={"delta.deletedFileRetentionDuration": "interval 1 seconds"}
+    )
+
+    write = WriteContext(
+        LocalStore(str(root)), DeltaTable(str(root)).snapshot, {}, target_file_size=None, schema_mode=None
+    )
+    write.write_data(pa.RecordBatchReader.from_batches(SCHEMA, rows(0, 2).to_batches()))
+    time.sleep(0.6)  # paused longer than half the retention, meanwhile:
+    for name in data_files(root):
+        (root / name).unlink()
+    with pytest.raises(ConcurrentVacuumError, match="deleted 1 file"):
+        write.txn.commit({})
+    assert DeltaTable(str(root)).version == 0
+
+
+# --- torn commit files ------------------------------------------------------------------------
+
+
+def test_an_empty_commit_file_is_corrupt_not_an_empty_commit(tmp_path):
+    root = tmp_path / "t"
+    table = DeltaTable.create(str(root), SCHEMA)
+    table.append(rows(0, 3))
+    table.delete("id = 1")
+    torn = root / "_delta_log" / f"{table.version:020d}.json"
+    torn.write_bytes(b"")
+    for read in (lambda: DeltaTable(str(root)), lambda: DeltaTable(str(root), version=2).history()):
+        with pytest.raises(CorruptLogError) as caught:
+            read()
+        assert caught.value.path.endswith(torn.name) and torn.name in str(caught.value)
+    assert DeltaTable(str(root), version=1).to_arrow().num_rows == 3  # earlier versions still read
+
+
+def test_a_whitespace_only_commit_file_is_corrupt(tmp_path):
+    root = tmp_path / "t"
+    table = DeltaTable.create(str(root), SCHEMA)
+    table.append(rows(0, 3))
+    (root / "_delta_log" / f"{table.version:020d}.json").write_bytes(b"\n\n  \n")
+    with pytest.raises(CorruptLogError, match="empty"):
+        DeltaTable(str(root))
+
+
+def test_a_commit_cut_in_the_middle_of_a_line_is_corrupt_and_named(tmp_path):
+    root = tmp_path / "t"
+    table = DeltaTable.create(str(root), SCHEMA)
+    table.append(rows(0, 3))
+    table.delete("id = 1")
+    path = root / "_delta_log" / f"{table.version:020d}.json"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 40])
+    with pytest.raises(CorruptLogError) as caught:
+        DeltaTable(str(root)).to_arrow()
+    assert path.name in str(caught.value)
+
+
+def test_a_writer_never_commits_over_an_empty_commit_file(tmp_path):
+    root = tmp_path / "t"
+    table = DeltaTable.create(str(root), SCHEMA)
+    (root / "_delta_log" / f"{1:020d}.json").write_bytes(b"")
+    with pytest.raises(CorruptLogError):
+        table.append(rows(0, 1))
+
+
+# --- time-travel arguments --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("when", ["garbage", "2020-13-45", "", object()])
+def test_an_unparseable_time_travel_timestamp_is_a_delta_error(tmp_path, when):
+    root = tmp_path / "t"
+    DeltaTable.create(str(root), SCHEMA)
+    with pytest.raises(InvalidTimestampError) as caught:
+        DeltaTable(str(root), timestamp=when)
+    assert isinstance(caught.value, DeltaError) and "<class" not in str(caught.value)
