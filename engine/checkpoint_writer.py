@@ -103,7 +103,9 @@ def write_checkpoint(store: ObjectStore, version: int, snapshot: Snapshot | None
     pending = store.open_output(key)
     written = True
     try:
-        with pq.ParquetWriter(pending.sink, plan.schema, compression="zstd") as writer:
+        with pq.ParquetWriter(
+            pending.sink, plan.schema, compression="zstd", write_page_checksum=True
+        ) as writer:
             for batch in plan.batches():
                 writer.write_batch(batch, row_group_size=max(batch.num_rows, 1))
         size = pending.commit()

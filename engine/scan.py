@@ -241,7 +241,7 @@ class Scan:
                     yield pa.RecordBatch.from_arrays([pa.nulls(n)], names=["__rows"])
                     remaining -= n
         except (pa.ArrowInvalid, OSError) as e:
-            raise DataFileError(f"cannot read data file {plan.location}: {e}", plan.location) from e
+            raise self._unreadable(plan, e) from e
 
     def read_files_with_positions(self) -> Iterator[tuple[int, FileRows]]:
         """Each planned file's surviving rows with their physical row positions, in order.
@@ -277,7 +277,7 @@ class Scan:
             else:
                 table = pa.table({"__rows": pa.nulls(pf.metadata.num_rows)})
         except (pa.ArrowInvalid, OSError) as e:
-            raise DataFileError(f"cannot read data file {plan.location}: {e}", plan.location) from e
+            raise self._unreadable(plan, e) from e
         self._count(files=1, rows=table.num_rows)
         if deleted is False:
             deleted = self._deleted_rows(plan)
@@ -295,7 +295,8 @@ class Scan:
         try:
             store, key = resolve_location(self.snapshot.store, location)
             source = store.open_input(key)
-            return pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+            # Pages written with a CRC are checked: a flipped bit is an error, never wrong rows.
+            return pq.ParquetFile(source, coerce_int96_timestamp_unit="us", page_checksum_verification=True)
         except ObjectNotFoundError as e:
             raise DataFileError(
                 f"data file {location} of {self.snapshot.store.root} "
@@ -304,7 +305,19 @@ class Scan:
                 location,
             ) from e
         except (pa.ArrowInvalid, OSError) as e:
-            raise DataFileError(f"data file {location} is not readable Parquet: {e}", location) from e
+            raise self._unreadable(plan, e) from e
+
+    def _unreadable(self, plan: _FilePlan, error: Exception) -> DataFileError:
+        """The error for a data file that is present but cannot be decoded."""
+        where = f"data file {plan.location} of {self.snapshot.store.root} (version {self.snapshot.version})"
+        if "checksum" in str(error).lower() or "crc" in str(error).lower():
+            why = (
+                "is corrupt: a page failed its CRC check (the bytes changed after they were written); "
+                "restore the file from a backup or a replica"
+            )
+        else:
+            why = "is not readable Parquet"
+        return DataFileError(f"{where} {why}: {error}", plan.location)
 
     def _deleted_rows(self, plan: _FilePlan) -> np.ndarray | None:
         if plan.deletion_vector is None:

@@ -272,6 +272,8 @@ class DataFileWriter:
             compression=config.compression,
             write_statistics=True,
             use_dictionary=True if self._dictionary is None else self._dictionary,
+            # A CRC per page: bit rot in a data file becomes an error on read, not wrong rows.
+            write_page_checksum=True,
         )
         return _OpenFile(
             values=values,

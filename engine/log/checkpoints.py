@@ -231,7 +231,9 @@ def _read_parquet(
     try:
         # pre_buffer would cache whole column chunks for the life of the reader: with a
         # million-row row group that is hundreds of MB held for nothing.
-        pf = pq.ParquetFile(store.open_input(key), pre_buffer=False, buffer_size=_READ_BUFFER)
+        pf = pq.ParquetFile(
+            store.open_input(key), pre_buffer=False, buffer_size=_READ_BUFFER, page_checksum_verification=True
+        )
         schema = pf.schema_arrow
         names = set(schema.names)
         if non_file:
