@@ -120,12 +120,21 @@ class LogCleanupPlan:
     checkpoints: tuple[str, ...] = ()  # every part of every older checkpoint; deleted after commits
     sidecars: tuple[str, ...] = ()  # unreferenced V2 sidecars; deleted last
     side_files: tuple[str, ...] = ()  # Hadoop ``.<name>.crc`` companions of the files above
+    # Temporary files of log writes that never finished (writers killed mid-write), expired.
+    temporaries: tuple[str, ...] = ()
     skipped_reason: str | None = None  # why nothing may be deleted, when that is the case
 
     @property
     def files(self) -> tuple[str, ...]:
         """Every key to delete, in deletion order."""
-        return self.commits + self.checksums + self.checkpoints + self.sidecars + self.side_files
+        return (
+            self.commits
+            + self.checksums
+            + self.checkpoints
+            + self.sidecars
+            + self.side_files
+            + self.temporaries
+        )
 
     @property
     def num_files(self) -> int:
@@ -144,6 +153,7 @@ class LogCleanupPlan:
             "numCheckpointFilesToDelete": len(self.checkpoints),
             "numChecksumsToDelete": len(self.checksums),
             "numSidecarsToDelete": len(self.sidecars),
+            "numTemporaryFilesToDelete": len(self.temporaries),
             "numFilesToDelete": self.num_files,
             "skippedReason": self.skipped_reason,
         }
@@ -158,6 +168,7 @@ class LogCleanupMetrics:
     num_deleted_checkpoint_files: int = 0
     num_deleted_checksums: int = 0
     num_deleted_sidecars: int = 0
+    num_deleted_temporary_files: int = 0
     earliest_version: int | None = None  # the earliest version still readable afterwards
     skipped_reason: str | None = None
     seconds: float = 0.0
@@ -214,6 +225,10 @@ def plan_log_cleanup(
         return dataclasses.replace(
             plan, skipped_reason="delta.enableExpiredLogCleanup is false: the table keeps its whole log"
         )
+
+    # Left by log writers killed mid-write; not part of the log, so expired ones always go.
+    temporaries = tuple(m.key for m in store.list_temporary(f"{LOG_DIR}/") if m.last_modified < cutoff)
+    plan = dataclasses.replace(plan, temporaries=temporaries)
 
     listed = list(store.list(f"{LOG_DIR}/"))
     files = [f for m in listed if (f := parse_log_file_name(m.key, m.size, m.last_modified)) is not None]
@@ -380,6 +395,9 @@ def execute_log_cleanup(store: ObjectStore, plan: LogCleanupPlan) -> LogCleanupM
     start = time.perf_counter()
     metrics = LogCleanupMetrics(earliest_version=plan.checkpoint_version, skipped_reason=plan.skipped_reason)
     if plan.skipped_reason is not None or not plan.files:
+        if plan.temporaries:
+            metrics.files = _delete_all(store, plan.temporaries)
+            metrics.num_deleted_temporary_files = metrics.num_deleted_files = len(metrics.files)
         if plan.skipped_reason:
             log.info("log cleanup of %s skipped: %s", plan.table_root, plan.skipped_reason)
         else:
@@ -401,6 +419,7 @@ def execute_log_cleanup(store: ObjectStore, plan: LogCleanupPlan) -> LogCleanupM
         (plan.checkpoints, "num_deleted_checkpoint_files"),
         (plan.sidecars, "num_deleted_sidecars"),
         (plan.side_files, None),
+        (plan.temporaries, "num_deleted_temporary_files"),
     ):
         if not phase:
             continue

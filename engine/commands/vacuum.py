@@ -20,7 +20,9 @@ is the one irreversible step in Delta, so VACUUM keeps anything that may still b
 Two ways to find candidates, as Delta Spark has them:
 
 * **full** lists every object under the table root: it also reclaims files that no commit ever
-  referenced (failed writes);
+  referenced (failed writes) and the temporary files (``.<name>.<uuid>.tmp``) of data writes
+  killed before they published, once older than the retention (``_delta_log/``'s own temporary
+  files are log cleanup's);
 * **lite** reads only the log: files of tombstones that expired, from the snapshot and from the
   commits since the last VACUUM (recorded in ``_delta_log/_last_vacuum_info``, Delta Spark's file).
   It needs those commits: when log cleanup removed them, it refuses and asks for full mode.
@@ -382,6 +384,15 @@ def _plan_full(store: ObjectStore, snapshot: Snapshot, cutoff: int, base: dict) 
         window = [commits[v] for v in sorted(commits) if outside is None or v > outside]
         referenced = _referenced_by(store, window)
         old = [m for m in old if m.key not in referenced]
+    # Temporary files of data writes killed mid-write (the log's own are log cleanup's).
+    old += [
+        m
+        for m in store.list_temporary("")
+        if m.last_modified < cutoff
+        and vacuumable(
+            m.key.rpartition("/")[0] + "/x" if "/" in m.key else "x", partition_dirs, iceberg=iceberg
+        )
+    ]
     old.sort(key=lambda m: m.key)
     return VacuumPlan(
         **base,

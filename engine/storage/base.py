@@ -102,6 +102,13 @@ class ObjectStore(Protocol):
         """Remove the object; deleting an absent key is not an error."""
         ...
 
+    def list_temporary(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        """Temporary files of unfinished writes under ``prefix`` (recursively), which ``list``
+        never shows: left behind by writers killed mid-write, they are reclaimed by VACUUM and
+        log cleanup once older than the retention. Stores that publish objects atomically
+        without temporaries (S3, memory) have none."""
+        ...
+
     def remove_empty_directories(self, keys: list[str]) -> int:
         """After deleting ``keys``, remove the directories that left empty (deepest first; a
         directory a writer has just put a file in stays); returns how many. Object stores have

@@ -91,6 +91,21 @@ class LocalStore:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
 
+    def list_temporary(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        dir_key, _ = split_prefix(prefix)
+        found: list[ObjectMeta] = []
+        for dirpath, _dirnames, filenames in os.walk(self._path(dir_key)):
+            rel = os.path.relpath(dirpath, self._root).replace(os.sep, "/")
+            rel = "" if rel == "." else rel + "/"
+            for name in filenames:
+                key = rel + name
+                if key.startswith(prefix) and _is_temporary(name):
+                    meta = self._meta(os.path.join(dirpath, name), key)
+                    if meta is not None:
+                        found.append(meta)
+        found.sort(key=lambda m: m.key)
+        return iter(found)
+
     def list(
         self, prefix: str, *, start_after: str | None = None, recursive: bool = False
     ) -> Iterator[ObjectMeta]:

@@ -86,6 +86,9 @@ class MemoryStore:
     def open_input(self, key: str) -> pa.NativeFile:
         return pa.BufferReader(self.get(key))
 
+    def list_temporary(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        return iter(())  # objects are published whole, with no temporary files
+
     def remove_empty_directories(self, keys: list[str]) -> int:
         return 0  # no directories
 

@@ -329,6 +329,9 @@ class S3Store:
             if not self._missing(e):
                 raise StorageError(f"cannot delete {self.uri(key)}: {e}") from e
 
+    def list_temporary(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        return iter(())  # objects are published whole, with no temporary files
+
     def remove_empty_directories(self, keys: list[str]) -> int:
         return 0  # no directories
 

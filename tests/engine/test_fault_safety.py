@@ -282,3 +282,60 @@ def test_a_corrupt_checkpoint_page_falls_back_to_the_commits(tmp_path, caplog):
     reopened = DeltaTable(str(root))
     assert reopened.to_arrow().num_rows == 1010
     assert "unreadable" in caplog.text
+
+
+# --- temporary files of killed writers ------------------------------------------------------------
+
+DAY = 86_400_000
+
+
+def age(path: Path, days: float) -> None:
+    import os
+
+    when = time.time() - days * 86_400
+    os.utime(path, (when, when))
+
+
+def plant_temporaries(root: Path) -> dict[str, Path]:
+    """What writers killed mid-write leave: a data file's and a commit's temporary files."""
+    hex32 = "0123456789abcdef" * 2
+    planted = {
+        "data_old": root / "part=a" / f".part-00000-x.c000.zstd.parquet.{hex32}.tmp",
+        "data_young": root / f".part-00001-y.c000.zstd.parquet.{hex32}.tmp",
+        "root_old": root / f".part-00002-z.c000.zstd.parquet.{hex32}.tmp",
+        "hidden_old": root / "_other_tool" / f".state.json.{hex32}.tmp",
+        "log_old": root / "_delta_log" / f".{5:020d}.json.{hex32}.tmp",
+        "log_young": root / "_delta_log" / f".{6:020d}.json.{hex32}.tmp",
+    }
+    for name, path in planted.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half a file")
+        if name.endswith("_old"):
+            age(path, 40)
+    return planted
+
+
+def test_full_vacuum_removes_expired_temporary_data_files_only(tmp_path):
+    root = tmp_path / "t"
+    table = DeltaTable.create(str(root), SCHEMA)
+    table.append(rows(0, 3))
+    planted = plant_temporaries(root)
+    deleted = table.vacuum(dry_run=False)
+    assert sorted(deleted) == sorted(["part=a/" + planted["data_old"].name, planted["root_old"].name])
+    assert not planted["data_old"].exists() and planted["hidden_old"].exists()
+    assert planted["data_young"].exists() and planted["log_old"].exists() and planted["log_young"].exists()
+    assert DeltaTable(str(root)).to_arrow().num_rows == 3
+
+
+def test_log_cleanup_removes_expired_temporary_log_files(tmp_path):
+    root = tmp_path / "t"
+    table = DeltaTable.create(str(root), SCHEMA)
+    table.append(rows(0, 3))
+    planted = plant_temporaries(root)
+    plan = table.cleanup_log(dry_run=True)
+    assert plan.temporaries == (f"_delta_log/{planted['log_old'].name}",)
+    metrics = table.cleanup_log()
+    assert metrics.num_deleted_temporary_files == 1
+    assert not planted["log_old"].exists() and planted["log_young"].exists()
+    assert planted["data_old"].exists()  # VACUUM's to reclaim
+    assert DeltaTable(str(root)).to_arrow().num_rows == 3
