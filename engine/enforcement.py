@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from engine.errors import ConstraintViolationError, DeltaError, SchemaMismatchError
 from engine.expressions.arrow import evaluate
-from engine.expressions.bind import bind
+from engine.expressions.bind import bind_predicate
 from engine.expressions.parser import parse_predicate
 from engine.expressions.tree import Expr
 from engine.schema import (
@@ -54,10 +54,44 @@ _SAFE_UPCASTS = {
 }
 
 
+def check_unique_names(schema: pa.Schema) -> None:
+    """Column names (and struct field names, at any depth) must be unique ignoring case: Delta
+    resolves names case-insensitively, so ``id`` and ``ID`` would be one column."""
+
+    def check(names: list[str], where: str) -> None:
+        seen: dict[str, str] = {}
+        for name in names:
+            other = seen.setdefault(name.lower(), name)
+            if other is name:
+                continue
+            if other == name:
+                raise SchemaMismatchError(f"the data has two {where} named {name!r}")
+            raise SchemaMismatchError(
+                f"the data has {where} {other!r} and {name!r}, which Delta treats as one "
+                "(column names are case-insensitive)"
+            )
+
+    def walk(t: pa.DataType, where: str) -> None:
+        if pa.types.is_struct(t):
+            check([t.field(i).name for i in range(t.num_fields)], f"fields in struct column {where!r}")
+            for i in range(t.num_fields):
+                walk(t.field(i).type, f"{where}.{t.field(i).name}")
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            walk(t.value_type, f"{where}.element")
+        elif pa.types.is_map(t):
+            walk(t.key_type, f"{where}.key")
+            walk(t.item_type, f"{where}.value")
+
+    check(schema.names, "columns")
+    for f in schema:
+        walk(f.type, f.name)
+
+
 def conform_table(data: pa.Table | pa.RecordBatch, schema: StructType) -> pa.Table:
     """``data`` as a table of exactly the table's logical Arrow schema, or a clear error."""
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
+    check_unique_names(data.schema)
     names = data.schema.names
     lowered = {n.lower(): n for n in names}
     used = set()
@@ -221,7 +255,7 @@ def table_constraints(schema: StructType, configuration: dict[str, str]) -> list
 
 def _bind(sql: str, schema: StructType, what: str) -> Expr:
     try:
-        return bind(parse_predicate(sql), schema)
+        return bind_predicate(parse_predicate(sql), schema)
     except DeltaError as e:
         raise ConstraintViolationError(f"{what} ({sql}) cannot be evaluated by deltaplane: {e}") from e
 

@@ -36,8 +36,8 @@ from engine.errors import (
     ObjectNotFoundError,
     SchemaError,
 )
-from engine.expressions.arrow import to_arrow_expression
-from engine.expressions.bind import bind
+from engine.expressions.arrow import evaluation_error, to_arrow_expression
+from engine.expressions.bind import bind_predicate
 from engine.expressions.parser import parse_predicate
 from engine.expressions.skipping import SkippingContext, files_to_keep
 from engine.expressions.tree import Column, Expr, columns
@@ -128,7 +128,7 @@ class Scan:
         self.metrics = ScanMetrics(files_in_snapshot=snapshot.num_files)
         self._metrics_lock = threading.Lock()
         self.output_fields = self._resolve_projection(columns_)
-        self.predicate = bind(predicate, self.schema) if predicate is not None else None
+        self.predicate = bind_predicate(predicate, self.schema) if predicate is not None else None
         self._partition_fields = {f.name: f for f in snapshot.partition_fields}
 
         files = snapshot.files if files is None else files
@@ -212,7 +212,7 @@ class Scan:
     def _iter_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
         for plan in self._plans():
             pf = self._open(plan)
-            deleted = self._deleted_rows(plan)
+            deleted = self._deleted_rows(plan, pf.metadata.num_rows)
             offset = 0
             names = self._file_columns(pf)
             self._count(files=1)
@@ -260,7 +260,7 @@ class Scan:
     def _read_with_positions(self, plan: _FilePlan) -> FileRows:
         pf = self._open(plan)
         physical_rows = pf.metadata.num_rows
-        deleted = self._deleted_rows(plan)
+        deleted = self._deleted_rows(plan, physical_rows)
         table = self._read_whole(plan, pf=pf, deleted=deleted)
         if deleted is None:
             positions = np.arange(physical_rows)
@@ -280,7 +280,7 @@ class Scan:
             raise self._unreadable(plan, e) from e
         self._count(files=1, rows=table.num_rows)
         if deleted is False:
-            deleted = self._deleted_rows(plan)
+            deleted = self._deleted_rows(plan, pf.metadata.num_rows)
         mask = keep_mask(table.num_rows, deleted) if deleted is not None else None
         return self._finish(table, plan, mask)
 
@@ -319,7 +319,7 @@ class Scan:
             why = "is not readable Parquet"
         return DataFileError(f"{where} {why}: {error}", plan.location)
 
-    def _deleted_rows(self, plan: _FilePlan) -> np.ndarray | None:
+    def _deleted_rows(self, plan: _FilePlan, physical_rows: int) -> np.ndarray | None:
         if plan.deletion_vector is None:
             return None
         dv = plan.deletion_vector
@@ -342,6 +342,13 @@ class Scan:
                 "or deleted outside Delta",
                 e.path,
             ) from e
+        if len(rows) and int(rows[-1]) >= physical_rows:
+            raise CorruptDeletionVectorError(
+                f"the deletion vector of data file {plan.location} of {self.snapshot.store.root} "
+                f"(version {self.snapshot.version}) deletes row {int(rows[-1])}, but the file has "
+                f"{physical_rows} rows: the deletion vector does not belong to this file",
+                plan.location,
+            )
         self._count(deleted=len(rows))
         return rows
 
@@ -381,8 +388,9 @@ class Scan:
         if self._filter_expr is not None:
             try:
                 full = full.filter(self._filter_expr)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise DeltaError(f"cannot apply filter {self.predicate} to {plan.location}: {e}") from e
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                where = f"data file {plan.location} of {self.snapshot.store.root}"
+                raise evaluation_error(self.predicate, e, where) from None
         return pa.Table.from_arrays(
             [_as_type(full.column(f.name), to_arrow_type(f.type)) for f in self.output_fields],
             schema=self.arrow_schema,

@@ -30,9 +30,9 @@ from engine.actions import Add, AddCDCFile
 from engine.commands.write import CHANGE_TYPE, WriteContext, remove_action
 from engine.deletion_vectors import DeletionVectorWriter, union_rows
 from engine.enforcement import check_constraints, conform_table, table_constraints
-from engine.errors import DeltaError
+from engine.errors import DeltaError, InvalidPredicateError
 from engine.expressions.arrow import evaluate
-from engine.expressions.bind import bind
+from engine.expressions.bind import bind, bind_predicate
 from engine.expressions.parser import parse_expression, parse_predicate
 from engine.expressions.tree import Expr, columns
 from engine.scan import FileRows, Scan, file_keep_mask
@@ -233,10 +233,19 @@ def _partition_only(snapshot: Snapshot, predicate: Expr | None) -> bool:
     return predicate is None or all(len(c.path) == 1 and c.path[0] in names for c in columns(predicate))
 
 
-def _matches(table: pa.Table, predicate: Expr | None) -> np.ndarray:
+def _matches(table: pa.Table, predicate: Expr | None, where: str) -> np.ndarray:
     if predicate is None:
         return np.ones(table.num_rows, dtype=bool)
-    return pc.fill_null(evaluate(table, predicate), False).to_numpy(zero_copy_only=False).astype(bool)
+    value = evaluate(table, predicate, where)
+    if not pa.types.is_boolean(value.type) and not pa.types.is_null(value.type):
+        raise InvalidPredicateError(
+            f"the predicate {predicate} is not a condition: its values are {value.type}"
+        )
+    return pc.fill_null(value, False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _where(store: ObjectStore, row: dict) -> str:
+    return f"data file {row['path']} of {store.root}"
 
 
 def _ms(start: float) -> int:
@@ -257,9 +266,9 @@ def execute_delete(
         store, snapshot, params, target_file_size=None, schema_mode=None, operation="DELETE"
     )
     bound = (
-        bind(parse_predicate(predicate), snapshot.schema)
+        bind_predicate(parse_predicate(predicate), snapshot.schema)
         if isinstance(predicate, str)
-        else (bind(predicate, snapshot.schema) if predicate is not None else None)
+        else (bind_predicate(predicate, snapshot.schema) if predicate is not None else None)
     )
     change = RowLevelChange(
         context, snapshot, choose_strategy(snapshot, strategy), rewrite_threshold(snapshot, threshold)
@@ -283,7 +292,7 @@ def execute_delete(
         scan = Scan(snapshot, needed, None, files=candidates)
         rows_of = candidates.to_pylist()
         for i, rows in scan.read_files_with_positions():
-            mask = _matches(rows.table, bound)
+            mask = _matches(rows.table, bound, _where(store, rows_of[i]))
             if (
                 needed is not None
                 and mask.any()
@@ -357,9 +366,9 @@ def execute_update(
         store, snapshot, params, target_file_size=None, schema_mode=None, operation="UPDATE"
     )
     bound = (
-        bind(parse_predicate(predicate), schema)
+        bind_predicate(parse_predicate(predicate), schema)
         if isinstance(predicate, str)
-        else (bind(predicate, schema) if predicate is not None else None)
+        else (bind_predicate(predicate, schema) if predicate is not None else None)
     )
     change = RowLevelChange(
         context, snapshot, choose_strategy(snapshot, strategy), rewrite_threshold(snapshot, threshold)
@@ -370,11 +379,12 @@ def execute_update(
     scan_start = time.perf_counter()
     rows_of = candidates.to_pylist()
     for i, rows in Scan(snapshot, None, None, files=candidates).read_files_with_positions():
-        mask = _matches(rows.table, bound)
+        where = _where(store, rows_of[i])
+        mask = _matches(rows.table, bound, where)
         if not mask.any():
             continue
         before = rows.table.filter(pa.array(mask))
-        after = apply_assignments(before, assignments, schema)
+        after = apply_assignments(before, assignments, schema, where)
         updated += change.delete_rows(rows_of[i], rows, mask)
         change.add_rows(after)
         change.record_change(before, "update_preimage")
@@ -387,13 +397,15 @@ def execute_update(
     return context.txn.commit(metrics)
 
 
-def apply_assignments(rows: pa.Table, assignments: dict[str, Expr], schema) -> pa.Table:
+def apply_assignments(
+    rows: pa.Table, assignments: dict[str, Expr], schema, where: str | None = None
+) -> pa.Table:
     """``rows`` with each assigned column replaced by its expression's value (SET semantics:
     every expression sees the row as it was before the update)."""
     columns_out = []
     for f in schema.fields:
         if f.name in assignments:
-            value = evaluate(rows, assignments[f.name])
+            value = evaluate(rows, assignments[f.name], where)
             columns_out.append(value)
         else:
             columns_out.append(rows.column(f.name))

@@ -36,7 +36,7 @@ from engine.commands.dml import RowLevelChange, _ms, choose_strategy, rewrite_th
 from engine.commands.write import WriteContext, as_reader
 from engine.errors import DeltaError, InvalidPredicateError
 from engine.expressions.arrow import evaluate
-from engine.expressions.bind import bind
+from engine.expressions.bind import bind, require_condition
 from engine.expressions.parser import parse_expression, parse_predicate
 from engine.expressions.tree import (
     And,
@@ -253,7 +253,7 @@ def execute_merge(
     target_schema = snapshot.schema
     source_schema = from_arrow_schema(source.schema)
     scope = _Scope(target_schema, source_schema, target_alias, source_alias)
-    bound_condition = scope.qualify(parse_predicate(condition), "the merge condition")
+    bound_condition = require_condition(scope.qualify(parse_predicate(condition), "the merge condition"))
     keys, residual = _join_keys(bound_condition, scope)
     if not keys:
         raise MergeError(
@@ -303,9 +303,10 @@ def execute_merge(
     tid = joined.column("__tid").combine_chunks() if joined.num_rows else pa.array([], pa.int64())
     sid = joined.column("__sid").combine_chunks() if joined.num_rows else pa.array([], pa.int64())
     pairs = _pairs(target.take(tid), source.take(sid), scope)
+    where = f"the MERGE source and the target rows of {store.root}"
     if residual and pairs.num_rows:
         keep = pc.fill_null(
-            evaluate(pairs, And(tuple(residual)) if len(residual) > 1 else residual[0]), False
+            evaluate(pairs, And(tuple(residual)) if len(residual) > 1 else residual[0], where), False
         )
         tid, sid, pairs = tid.filter(keep), sid.filter(keep), pairs.filter(keep)
     scan_ms = _ms(scan_start)
@@ -333,7 +334,7 @@ def execute_merge(
                 continue
             hit = pending.copy()
             if cond is not None:
-                hit &= pc.fill_null(evaluate(rows, cond), False).to_numpy(zero_copy_only=False)
+                hit &= pc.fill_null(evaluate(rows, cond, where), False).to_numpy(zero_copy_only=False)
             if not hit.any():
                 continue
             pending &= ~hit
@@ -351,7 +352,7 @@ def execute_merge(
             elif clause.action in ("update", "update_all"):
                 touched[ids[hit]] = True
                 before = _side(chosen, scope.t)
-                after = _assign(chosen, before, assignments, target_schema)
+                after = _assign(chosen, before, assignments, target_schema, where)
                 new_rows.append(after)
                 change.record_change(before, "update_preimage")
                 change.record_change(after, "update_postimage")
@@ -362,7 +363,7 @@ def execute_merge(
                     else "numTargetRowsNotMatchedBySourceUpdated"
                 ] += count
             else:  # insert / insert_all
-                inserted = _assign(chosen, None, assignments, target_schema)
+                inserted = _assign(chosen, None, assignments, target_schema, where)
                 new_rows.append(inserted)
                 change.record_change(inserted, "insert")
                 m["numTargetRowsInserted"] += count
@@ -425,14 +426,14 @@ def _side(pairs: pa.Table, alias: str) -> pa.Table:
 
 
 def _assign(
-    pairs: pa.Table, base: pa.Table | None, assignments: dict[str, Expr], schema: StructType
+    pairs: pa.Table, base: pa.Table | None, assignments: dict[str, Expr], schema: StructType, where: str
 ) -> pa.Table:
     """Target rows: each assigned column from its expression, the others from ``base`` (or null)."""
     out = []
     n = pairs.num_rows
     for f in schema.fields:
         if f.name in assignments:
-            out.append(evaluate(pairs, assignments[f.name]))
+            out.append(evaluate(pairs, assignments[f.name], where))
         elif base is not None:
             out.append(base.column(f.name))
         else:
@@ -449,7 +450,7 @@ def _compile(clauses: list[_Clause], scope: _Scope, snapshot: Snapshot):
             expr = (
                 parse_predicate(clause.predicate) if isinstance(clause.predicate, str) else clause.predicate
             )
-            cond = scope.qualify(expr, where)
+            cond = require_condition(scope.qualify(expr, where))
         assignments: dict[str, Expr] = {}
         if clause.action in ("update_all", "insert_all"):
             for f in scope.target.fields:

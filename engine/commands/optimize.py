@@ -43,7 +43,7 @@ from engine.actions import Add, Remove
 from engine.commands.write import WriteContext, remove_action
 from engine.commands.zorder import cut_points, key_bits, zorder_sort
 from engine.errors import DeltaError, InvalidPredicateError
-from engine.expressions.bind import bind
+from engine.expressions.bind import bind_predicate
 from engine.expressions.parser import parse_predicate
 from engine.expressions.tree import Expr, columns
 from engine.scan import Scan, file_keep_mask
@@ -266,7 +266,9 @@ def _plan(snapshot, target, zorder, filter, bins, considered, files, auto) -> Op
 def _partition_filter(snapshot: Snapshot, filter: str | Expr | None) -> Expr | None:
     if filter is None:
         return None
-    predicate = bind(parse_predicate(filter) if isinstance(filter, str) else filter, snapshot.schema)
+    predicate = bind_predicate(
+        parse_predicate(filter) if isinstance(filter, str) else filter, snapshot.schema
+    )
     names = {n.lower() for n in snapshot.partition_columns}
     others = sorted({c.path[0] for c in columns(predicate) if c.path[0].lower() not in names})
     if others:

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from engine.actions import Metadata, Protocol, Remove
 from engine.commands.manifest import check_manifest_compatible
-from engine.enforcement import check_constraints, conform_table, table_constraints
+from engine.enforcement import check_constraints, check_unique_names, conform_table, table_constraints
 from engine.errors import (
     ConstraintViolationError,
     SchemaError,
@@ -27,7 +27,7 @@ from engine.errors import (
     TableReadOnlyError,
 )
 from engine.expressions.arrow import evaluate
-from engine.expressions.bind import bind
+from engine.expressions.bind import bind_predicate
 from engine.expressions.parser import parse_predicate
 from engine.expressions.tree import And, Column, Comparison, Expr, IsNull, Literal, Or, columns
 from engine.log.segment import list_log
@@ -231,6 +231,10 @@ class WriteContext:
 
     def evolve(self, incoming: pa.Schema) -> None:
         """Apply ``schema_mode`` to the incoming data's schema (new metadata if it changes)."""
+        try:
+            check_unique_names(incoming)
+        except SchemaMismatchError as e:
+            raise SchemaMismatchError(f"cannot write to {self.store.root}: {e}") from None
         if self.schema_mode is None:
             return
         data_schema = from_arrow_schema(incoming)
@@ -309,7 +313,10 @@ class WriteContext:
         writer = self.writer()
         try:
             for batch in reader:
-                table = conform_table(batch, self.schema)
+                try:
+                    table = conform_table(batch, self.schema)
+                except SchemaMismatchError as e:
+                    raise SchemaMismatchError(f"cannot write to {self.store.root}: {e}") from None
                 check_constraints(table, self.schema, constraints)
                 if extra_check is not None:
                     extra_check(table)
@@ -473,7 +480,9 @@ def execute_overwrite(
             _metrics(writer, numRemovedFiles=files.num_rows, numRemovedBytes=removed_bytes)
         )
 
-    bound = bind(parse_predicate(predicate) if isinstance(predicate, str) else predicate, write.schema)
+    bound = bind_predicate(
+        parse_predicate(predicate) if isinstance(predicate, str) else predicate, write.schema
+    )
     partition_only = all(
         c.path[0] in set(snapshot.partition_columns) and len(c.path) == 1 for c in columns(bound)
     )

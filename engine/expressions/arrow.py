@@ -227,8 +227,27 @@ def result_type(expr: Expr, schema):
     return from_arrow_type(out)
 
 
-def evaluate(table: pa.Table, expr: Expr) -> pa.ChunkedArray:
-    """The predicate's value (true/false/null) for every row of ``table``."""
+def evaluate(table: pa.Table, expr: Expr, where: str | None = None) -> pa.ChunkedArray:
+    """The expression's value for every row of ``table``.
+
+    Arrow's errors on the data (overflow, division by zero, a string that does not cast) become
+    ``InvalidPredicateError`` naming the expression and ``where`` the rows came from (a file).
+    """
     import pyarrow.dataset as ds
 
-    return ds.dataset(table).to_table(columns={"value": to_arrow_expression(expr)}).column("value")
+    try:
+        return ds.dataset(table).to_table(columns={"value": to_arrow_expression(expr)}).column("value")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise evaluation_error(expr, e, where) from None
+
+
+def evaluation_error(expr: Expr, error: Exception, where: str | None) -> InvalidPredicateError:
+    """The error for an expression that fails on some rows' values."""
+    place = f" on the rows of {where}" if where else ""
+    return InvalidPredicateError(f"cannot evaluate {expr}{place}: {_arrow_message(error)}")
+
+
+def _arrow_message(error: Exception) -> str:
+    """Arrow's message without its C++ source locations."""
+    lines = [line for line in str(error).splitlines() if not line.lstrip().startswith("/")]
+    return " ".join(line.strip() for line in lines if line.strip()) or type(error).__name__

@@ -45,6 +45,22 @@ def bind(expr: Expr, schema: StructType) -> Expr:
     return _Binder(schema).bind(expr)
 
 
+def bind_predicate(expr: Expr, schema: StructType) -> Expr:
+    """``bind`` for a filter or condition: its value must be a boolean (``delete("price")`` on a
+    numeric column is a mistake, refused before any file is read)."""
+    return require_condition(bind(expr, schema))
+
+
+def require_condition(bound: Expr) -> Expr:
+    """``bound`` unless its type is known and not boolean."""
+    dtype = _type_of(bound)
+    if dtype is not None and dtype != PrimitiveType("boolean"):
+        raise InvalidPredicateError(
+            f"{bound} is not a condition: its values are of type {dtype.to_json()}, not boolean"
+        )
+    return bound
+
+
 def resolve_column(schema: StructType, path: tuple[str, ...]) -> Column:
     current: DataType = schema
     resolved = []
@@ -294,7 +310,9 @@ def coerce_literal(value, dtype: DataType, target: str) -> Literal:
             if isinstance(value, str):
                 return Literal(value.encode("utf-8"), dtype)
             raise bad()
-    except (ValueError, TypeError, InvalidOperation, OverflowError) as e:
+    except InvalidOperation:
+        raise bad("not a number") from None
+    except (ValueError, TypeError, OverflowError) as e:
         raise bad(str(e)) from None
     raise bad()
 

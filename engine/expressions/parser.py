@@ -164,6 +164,8 @@ class _Converter:
         if isinstance(node, exp.Column | exp.Dot | exp.Boolean | exp.Func | exp.Case):
             # A bare boolean column, TRUE/FALSE, or a boolean-valued function used as a predicate.
             return self.value(node)
+        if isinstance(node, exp.Binary | exp.Literal | exp.Neg | exp.Cast):
+            raise self.fail(node, "is not a condition: a predicate must be true or false for each row")
         raise self.fail(node)
 
     def _flatten(self, kind: type, node: exp.Expression) -> tuple[Expr, ...]:

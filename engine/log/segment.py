@@ -43,6 +43,8 @@ class LogListing:
     commits: dict[int, LogFile]
     checkpoints: dict[int, list[Checkpoint]]
     complete_from_zero: bool  # listed from the start of the log, not from a hint
+    # Multi-part checkpoints missing parts: version -> (number of parts, the parts found).
+    incomplete_checkpoints: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     @property
     def max_version(self) -> int | None:
@@ -82,14 +84,19 @@ def list_log(store: ObjectStore, start_version: int = 0) -> LogListing:
             assert f.num_parts is not None and f.part is not None
             parts[(f.version, f.num_parts)][f.part] = f
     checkpoints: dict[int, list[Checkpoint]] = defaultdict(list)
+    incomplete: dict[int, tuple[int, tuple[int, ...]]] = {}
     for version, files in singles.items():
         checkpoints[version].extend(Checkpoint(version, (f,)) for f in files)
     for (version, num_parts), found in parts.items():
         if len(found) == num_parts:  # an incomplete set is not a checkpoint
             checkpoints[version].append(Checkpoint(version, tuple(found[i] for i in range(1, num_parts + 1))))
+        else:
+            incomplete[version] = (num_parts, tuple(sorted(found)))
     for version in checkpoints:
         checkpoints[version].sort(key=lambda c: _CHECKPOINT_PREFERENCE[c.kind])
-    return LogListing(commits, dict(checkpoints), complete_from_zero=start_version == 0)
+    return LogListing(
+        commits, dict(checkpoints), complete_from_zero=start_version == 0, incomplete_checkpoints=incomplete
+    )
 
 
 def build_log_segment(
@@ -133,7 +140,7 @@ def build_log_segment(
             if earliest is None:
                 raise MissingLogVersionError(
                     f"{store.root}: the log has neither version 0 nor a checkpoint to start from "
-                    f"(missing {commit_key(0)})",
+                    f"(missing {commit_key(0)}){_incomplete_note(listing, target)}",
                     commit_key(0),
                 )
             raise VersionNotFoundError(
@@ -146,11 +153,29 @@ def build_log_segment(
         if f is None:
             raise MissingLogVersionError(
                 f"{store.root}: commit {commit_key(v)} is missing; versions {start}..{target} "
-                f"must all be present to read version {target}",
+                f"must all be present to read version {target}{_incomplete_note(listing, target, v)}",
                 commit_key(v),
             )
         commits.append(f)
     return LogSegment(target, checkpoint, tuple(commits), listing)
+
+
+def _incomplete_note(listing: LogListing, target: int, missing: int | None = None) -> str:
+    """Why no checkpoint covered the gap, when an incomplete multi-part checkpoint is the reason."""
+    versions = [
+        v for v in listing.incomplete_checkpoints if v <= target and (missing is None or v >= missing - 1)
+    ]
+    if not versions:
+        return ""
+    version = max(versions)
+    num_parts, found = listing.incomplete_checkpoints[version]
+    lost = [p for p in range(1, num_parts + 1) if p not in found]
+    return (
+        f". It cannot be skipped because the multi-part checkpoint at version {version} is incomplete: "
+        f"{len(found)} of its {num_parts} parts are present (missing part "
+        f"{', '.join(str(p) for p in lost)}, e.g. "
+        f"{version:020d}.checkpoint.{lost[0]:010d}.{num_parts:010d}.parquet)"
+    )
 
 
 def _list_with_hint(store: ObjectStore, version: int | None) -> LogListing:
