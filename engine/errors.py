@@ -35,6 +35,14 @@ class UnsupportedStorageError(StorageError):
     """No object store implementation for this URI scheme."""
 
 
+# --- arguments -------------------------------------------------------------------------------
+
+
+class InvalidArgumentError(DeltaError, ValueError):
+    """An argument to an engine call is out of range or inconsistent (a negative retention, a
+    version and a timestamp together, an unknown mode); nothing was read or written."""
+
+
 # --- table and log ---------------------------------------------------------------------------
 
 

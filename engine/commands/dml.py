@@ -30,7 +30,7 @@ from engine.actions import Add, AddCDCFile
 from engine.commands.write import CHANGE_TYPE, WriteContext, remove_action
 from engine.deletion_vectors import DeletionVectorWriter, union_rows
 from engine.enforcement import check_constraints, conform_table, table_constraints
-from engine.errors import DeltaError, InvalidPredicateError
+from engine.errors import DeltaError, InvalidArgumentError, InvalidPredicateError
 from engine.expressions.arrow import evaluate
 from engine.expressions.bind import bind, bind_predicate
 from engine.expressions.parser import parse_expression, parse_predicate
@@ -58,7 +58,9 @@ def choose_strategy(snapshot: Snapshot, requested: str | None) -> str:
     if choice is None:
         return DELETION_VECTORS if enabled else COPY_ON_WRITE
     if choice not in (DELETION_VECTORS, COPY_ON_WRITE):
-        raise ValueError(f"strategy must be {DELETION_VECTORS!r} or {COPY_ON_WRITE!r}, got {choice!r}")
+        raise InvalidArgumentError(
+            f"strategy must be {DELETION_VECTORS!r} or {COPY_ON_WRITE!r}, got {choice!r}"
+        )
     if choice == DELETION_VECTORS and not enabled:
         raise DeltaError(
             f"{snapshot.store.root} does not enable deletion vectors (delta.enableDeletionVectors=true "
@@ -71,7 +73,7 @@ def rewrite_threshold(snapshot: Snapshot, requested: float | None) -> float:
     value = requested if requested is not None else snapshot.metadata.configuration.get(THRESHOLD_PROPERTY)
     threshold = DEFAULT_REWRITE_THRESHOLD if value is None else float(value)
     if not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"the rewrite threshold is a fraction of a file's rows, got {threshold}")
+        raise InvalidArgumentError(f"the rewrite threshold is a fraction of a file's rows, got {threshold}")
     return threshold
 
 
@@ -350,7 +352,7 @@ def execute_update(
 ) -> CommitResult:
     start = time.perf_counter()
     if not updates:
-        raise ValueError("update() needs at least one column to set")
+        raise InvalidArgumentError("update() needs at least one column to set")
     schema = snapshot.schema
     assignments: dict[str, Expr] = {}
     for name, value in updates.items():

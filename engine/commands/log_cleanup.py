@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.errors import CorruptLogError, ObjectNotFoundError, RetentionTooShortError
+from engine.errors import CorruptLogError, InvalidArgumentError, ObjectNotFoundError, RetentionTooShortError
 from engine.log.checkpoints import Checkpoint, read_checkpoint_config
 from engine.log.files import LOG_DIR, SIDECAR_DIR, LogFile, LogFileKind, parse_log_file_name
 from engine.log.timestamps import monotonize, read_in_commit_timestamp
@@ -203,7 +203,7 @@ def plan_log_cleanup(
     table_retention = props.log_retention_ms
     retention = table_retention if retention_ms is None else int(retention_ms)
     if retention < 0:
-        raise ValueError(f"the log retention cannot be negative, got {retention} ms")
+        raise InvalidArgumentError(f"the log retention cannot be negative, got {retention} ms")
     if enforce_retention and retention < table_retention:
         raise RetentionTooShortError(
             f"log cleanup of {store.root} with a retention of {_duration(retention)} is shorter than "

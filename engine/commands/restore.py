@@ -56,6 +56,7 @@ from engine.commands.write import WriteContext, union_protocol
 from engine.deletion_vectors import dv_file_key
 from engine.errors import (
     FilesMissingError,
+    InvalidArgumentError,
     TableReadOnlyError,
     TimestampOutOfRangeError,
     VersionNotFoundError,
@@ -134,10 +135,12 @@ def restore_target_version(
     ``timestamp``. A timestamp after the latest commit means the latest version (Delta Spark's
     ``canReturnLastCommit``); one before the earliest available commit is an error."""
     if (version is None) == (timestamp is None):
-        raise ValueError("give the version or the timestamp to restore, one of them")
+        raise InvalidArgumentError("give the version or the timestamp to restore, one of them")
     if version is not None:
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise ValueError(f"a version to restore must be a non-negative integer, got {version!r}")
+            raise InvalidArgumentError(
+                f"a version to restore must be a non-negative integer, got {version!r}"
+            )
         if version > current.version:
             raise VersionNotFoundError(
                 f"cannot restore {store.root} to version {version}: its latest version is {current.version}"

@@ -56,6 +56,7 @@ from engine.errors import (
     CommitConflictError,
     CorruptDeletionVectorError,
     DeltaError,
+    InvalidArgumentError,
     ObjectNotFoundError,
     ProtocolError,
     RetentionTooShortError,
@@ -267,7 +268,7 @@ def plan_vacuum(
     on an old snapshot could delete a file a newer commit brought back.
     """
     if mode not in VACUUM_MODES:
-        raise ValueError(f"VACUUM mode must be {FULL!r} or {LITE!r}, got {mode!r}")
+        raise InvalidArgumentError(f"VACUUM mode must be {FULL!r} or {LITE!r}, got {mode!r}")
     snapshot = update_snapshot(snapshot)
     root = store.root
     features = reader_features(snapshot.protocol) | writer_features(snapshot.protocol)
@@ -290,7 +291,9 @@ def plan_vacuum(
     specified_ms = None
     if retention_hours is not None:
         if retention_hours < 0:
-            raise ValueError(f"the VACUUM retention cannot be negative, got {retention_hours} hours")
+            raise InvalidArgumentError(
+                f"the VACUUM retention cannot be negative, got {retention_hours} hours"
+            )
         specified_ms = round(retention_hours * HOUR_MS)
         if enforce_retention and specified_ms < default_ms:
             raise RetentionTooShortError(
@@ -558,7 +561,7 @@ def execute_vacuum(
     if base is None or (snapshot is not None and snapshot.version > base.version):
         base = snapshot
     if base is None:
-        raise ValueError("execute_vacuum needs the snapshot the plan was made on")
+        raise InvalidArgumentError("execute_vacuum needs the snapshot the plan was made on")
     metrics = VacuumMetrics(files=[])
     if not plan.files:
         log.info("VACUUM %s: nothing to delete", plan.table_root)

@@ -19,13 +19,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.errors import InvalidArgumentError
+
 MAX_KEY_BITS = 64
 
 
 def bits_per_column(num_columns: int) -> int:
     """Bits each column contributes to a 64-bit key (at most 32: ranks beyond that add nothing)."""
     if num_columns < 1:
-        raise ValueError("Z-order needs at least one column")
+        raise InvalidArgumentError("Z-order needs at least one column")
     return min(32, MAX_KEY_BITS // num_columns)
 
 
@@ -51,7 +53,7 @@ def rank_codes(values: pa.Array | pa.ChunkedArray, bits: int) -> np.ndarray:
 def interleave(codes: list[np.ndarray], bits: int) -> np.ndarray:
     """Morton key: the most significant bit of every column first, then the next, and so on."""
     if not codes:
-        raise ValueError("Z-order needs at least one column")
+        raise InvalidArgumentError("Z-order needs at least one column")
     n = len(codes[0])
     key = np.zeros(n, dtype=np.uint64)
     one = np.uint64(1)
