@@ -50,3 +50,11 @@ def test_optimize_benchmark_runs_and_both_engines_keep_every_row(tmp_path):
     )
     assert result["deltaplane_ids_match"] and result["deltalake_ids_match"]
     assert result["deltaplane"]["files_removed"] == 6 and result["deltaplane"]["files_added"] == 1
+
+
+def test_page_checksum_benchmark_runs(tmp_path):
+    from benchmarks.page_checksums import main as page_checksums
+
+    result = page_checksums(["--gb", "0.02", "--repeat", "1", "--out", str(tmp_path / "c.json")])
+    assert result["rows"] > 0 and result["files"] >= 1
+    assert result["write_checksum_cost"] > 0 and result["scan_ratio_vs_deltalake"] > 0
