@@ -50,6 +50,10 @@ class TableNotFoundError(DeltaError):
     """There is no Delta table at the URI (no ``_delta_log`` or no commits in it)."""
 
 
+class BucketNotFoundError(StorageError, TableNotFoundError):
+    """The bucket a table URI names does not exist (so neither does the table)."""
+
+
 class TableExistsError(DeltaError):
     """Creating a table where one already exists."""
 

@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from engine.errors import (
+    DeltaError,
     MissingLogVersionError,
     TableNotFoundError,
     VersionNotFoundError,
@@ -115,7 +116,7 @@ def build_log_segment(
         listing = _list_with_hint(store, version)
     latest = listing.max_version
     if latest is None:
-        raise TableNotFoundError(f"no Delta table at {store.root}: _delta_log has no commits")
+        raise TableNotFoundError(f"no Delta table at {store.root}: {_why_no_commits(store)}")
     target = latest if version is None else version
     if version is not None and version > latest:
         raise VersionNotFoundError(
@@ -158,6 +159,25 @@ def build_log_segment(
             )
         commits.append(f)
     return LogSegment(target, checkpoint, tuple(commits), listing)
+
+
+def _why_no_commits(store: ObjectStore) -> str:
+    """What is at the location instead of a log, in the words a person would look for."""
+    for key, what in (
+        ("", "it is a file, not a directory"),
+        (LOG_DIR, f"{LOG_DIR} is a file, not a directory"),
+    ):
+        try:
+            store.head(key)
+            return what
+        except DeltaError:
+            continue  # absent (the usual case), or a store that cannot say: fall through
+    try:
+        if next(iter(store.list(f"{LOG_DIR}/")), None) is None:
+            return f"there is no {LOG_DIR} directory"
+    except DeltaError:
+        pass
+    return f"{LOG_DIR} has no commits"
 
 
 def _incomplete_note(listing: LogListing, target: int, missing: int | None = None) -> str:

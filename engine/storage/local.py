@@ -9,6 +9,7 @@ filesystem that implements link atomically.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -41,30 +42,30 @@ class LocalStore:
         try:
             with open(self._path(key), "rb") as f:
                 return f.read()
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"no such object: {self._path(key)}") from None
-        except IsADirectoryError:
-            raise ObjectNotFoundError(f"not a file: {self._path(key)}") from None
+        except OSError as e:
+            raise _read_error(e, self._path(key)) from None
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         try:
             with open(self._path(key), "rb") as f:
                 f.seek(start)
                 return f.read(length)
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"no such object: {self._path(key)}") from None
+        except OSError as e:
+            raise _read_error(e, self._path(key)) from None
 
     def head(self, key: str) -> ObjectMeta:
         try:
             st = os.stat(self._path(key))
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"no such object: {self._path(key)}") from None
+        except OSError as e:
+            raise _read_error(e, self._path(key)) from None
+        if not stat.S_ISREG(st.st_mode):  # a directory is not an object
+            raise ObjectNotFoundError(f"not a file: {self._path(key)}")
         return ObjectMeta(key, st.st_size, st.st_mtime_ns // 1_000_000)
 
     def put(self, key: str, data: bytes, *, mode: PutMode = "overwrite") -> None:
         path = self._path(key)
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
+        _make_directory(directory, path)
         tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
         try:
             with open(tmp, "wb") as f:
@@ -85,7 +86,7 @@ class LocalStore:
         except OSError as e:
             if isinstance(e, FileExistsError | ObjectExistsError):
                 raise
-            raise StorageError(f"cannot write {path}: {e}") from e
+            raise _write_error(e, path) from e
         finally:
             if tmp:
                 with contextlib.suppress(FileNotFoundError):
@@ -126,7 +127,9 @@ class LocalStore:
             try:
                 entries = list(os.scandir(base))
             except (FileNotFoundError, NotADirectoryError):
-                return iter(())
+                return iter(())  # as an object store lists a prefix nothing is under
+            except OSError as e:
+                raise StorageError(f"cannot list {base}: {e.strerror or e}") from None
             key_dir = dir_key + "/" if dir_key else ""
             for entry in entries:
                 key = key_dir + entry.name
@@ -176,11 +179,53 @@ class LocalStore:
     def open_input(self, key: str) -> pa.NativeFile:
         try:
             return pa.OSFile(self._path(key), "rb")
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"no such object: {self._path(key)}") from None
+        except OSError as e:
+            raise _read_error(e, self._path(key)) from None
 
 
 _TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
+
+
+def _read_error(error: OSError, path: str) -> StorageError:
+    """A read that failed: absent (also under a file, or a directory where a file should be) or
+    unreadable, said in words rather than errno."""
+    if isinstance(error, FileNotFoundError | NotADirectoryError):
+        return ObjectNotFoundError(f"no such object: {path}")
+    if isinstance(error, IsADirectoryError):
+        return ObjectNotFoundError(f"not a file: {path} is a directory")
+    if isinstance(error, PermissionError):
+        return StorageError(f"permission denied reading {path}")
+    return StorageError(f"cannot read {path}: {error.strerror or error}")
+
+
+def _write_error(error: OSError, path: str) -> StorageError:
+    if isinstance(error, PermissionError):
+        return StorageError(f"permission denied writing {path}")
+    if error.errno == errno.ENOSPC:
+        return StorageError(f"no space left on the device writing {path}")
+    if isinstance(error, NotADirectoryError):
+        return StorageError(f"cannot write {path}: {_file_in_the_way(path)} is a file, not a directory")
+    return StorageError(f"cannot write {path}: {error.strerror or error}")
+
+
+def _file_in_the_way(path: str) -> str:
+    """The nearest ancestor of ``path`` that exists and is not a directory."""
+    parent = os.path.dirname(path)
+    while parent and parent != os.path.dirname(parent):
+        if os.path.exists(parent) and not os.path.isdir(parent):
+            return parent
+        parent = os.path.dirname(parent)
+    return os.path.dirname(path)
+
+
+def _make_directory(directory: str, path: str) -> None:
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except FileExistsError:
+        in_the_way = _file_in_the_way(os.path.join(directory, "x"))
+        raise StorageError(f"cannot write {path}: {in_the_way} is a file, not a directory") from None
+    except OSError as e:
+        raise _write_error(e, path) from None
 
 
 def _is_temporary(name: str) -> bool:
@@ -208,9 +253,12 @@ class LocalPendingFile:
     def __init__(self, path: str):
         self._path = path
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
+        _make_directory(directory, path)
         self._tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-        self._sink = pa.OSFile(self._tmp, "wb")
+        try:
+            self._sink = pa.OSFile(self._tmp, "wb")
+        except OSError as e:
+            raise _write_error(e, path) from None
 
     @property
     def sink(self) -> pa.NativeFile:
@@ -232,6 +280,10 @@ class LocalPendingFile:
                 raise ObjectExistsError(f"object already exists: {self._path}") from None
             _fsync_dir(os.path.dirname(self._path))
             return size
+        except ObjectExistsError:
+            raise
+        except OSError as e:
+            raise _write_error(e, self._path) from e
         finally:
             self.abort()
 

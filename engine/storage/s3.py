@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from engine.errors import (
+    BucketNotFoundError,
     CommitOutcomeUnknownError,
     ObjectExistsError,
     ObjectNotFoundError,
@@ -40,6 +41,10 @@ from engine.storage.base import BufferedPendingObject, ObjectMeta, PutMode
 _PROBED: dict[tuple[str | None, str], bool] = {}
 _PROBE_LOCK = threading.Lock()
 _PUT_ATTEMPTS = 8
+_READ_BACK_ATTEMPTS = 6  # reads that settle a commit's outcome, with backoff (about 3 s in all)
+_CREDENTIAL_CODES = frozenset(
+    {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
+)
 
 
 def _option(options: Mapping[str, str], *names: str) -> str | None:
@@ -48,6 +53,26 @@ def _option(options: Mapping[str, str], *names: str) -> str | None:
         if name.lower() in lowered:
             return lowered[name.lower()]
     return None
+
+
+def _unsent(error: Exception | None) -> bool:
+    """An attempt that failed before its request could reach the server."""
+    from botocore.exceptions import (
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        ParamValidationError,
+        PartialCredentialsError,
+    )
+
+    return isinstance(
+        error,
+        EndpointConnectionError
+        | ConnectTimeoutError
+        | NoCredentialsError
+        | PartialCredentialsError
+        | ParamValidationError,
+    )
 
 
 class S3Store:
@@ -64,6 +89,9 @@ class S3Store:
         self._client = None
         self._arrow_fs = None
         self._lock = threading.Lock()
+        # botocore's own attempts of the current PutObject in this thread (its retries are
+        # invisible otherwise): an error, or None for an attempt the server answered.
+        self._put_attempts = threading.local()
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -104,6 +132,7 @@ class S3Store:
                         region_name=_option(self.options, "aws_region", "region") or "us-east-1",
                         config=config,
                     )
+                    self._client.meta.events.register("needs-retry.s3.PutObject", self._record_put_attempt)
         return self._client
 
     def _full(self, key: str) -> str:
@@ -125,20 +154,57 @@ class S3Store:
         status, code = self._status(error)
         return status == 404 or code in ("NoSuchKey", "404", "NotFound")
 
+    # --- errors ------------------------------------------------------------------------------
+
+    def _error(self, error: Exception, action: str, key: str | None = None) -> StorageError:
+        """botocore's exceptions as engine errors that say what to fix, naming the location."""
+        from botocore.exceptions import (
+            ClientError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
+
+        where = self.uri(key) if key is not None else self.root
+        if isinstance(error, ClientError):
+            status, code = self._status(error)
+            message = str((getattr(error, "response", None) or {}).get("Error", {}).get("Message") or "")
+            if code == "NoSuchBucket":
+                return BucketNotFoundError(
+                    f"cannot {action} {where}: the bucket {self.bucket!r} does not exist"
+                )
+            if self._missing(error):
+                return ObjectNotFoundError(f"no such object: {where}")
+            if status == 403 or code in _CREDENTIAL_CODES:
+                return StorageError(
+                    f"cannot {action} {where}: access denied ({code or status}); check the credentials "
+                    "and the bucket policy"
+                )
+            detail = f"{code} (HTTP {status})" + (f": {message}" if message else "")
+            return StorageError(f"cannot {action} {where}: {detail}")
+        if isinstance(error, NoCredentialsError | PartialCredentialsError):
+            return StorageError(
+                f"cannot {action} {where}: no AWS credentials found; pass aws_access_key_id and "
+                "aws_secret_access_key in storage_options, or configure the environment"
+            )
+        if isinstance(error, EndpointConnectionError | ConnectTimeoutError):
+            endpoint = self.endpoint or "AWS S3"
+            return StorageError(f"cannot {action} {where}: cannot reach the S3 endpoint {endpoint}")
+        return StorageError(f"cannot {action} {where}: {error}")
+
     # --- reading -------------------------------------------------------------------------------
 
     def get(self, key: str) -> bytes:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             return self.client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"].read()
-        except ClientError as e:
-            if self._missing(e):
-                raise ObjectNotFoundError(f"no such object: {self.uri(key)}") from None
-            raise StorageError(f"cannot read {self.uri(key)}: {e}") from e
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "read", key) from None
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         if length <= 0:
             return b""
@@ -148,21 +214,21 @@ class S3Store:
             )
             return response["Body"].read()
         except ClientError as e:
-            if self._missing(e):
-                raise ObjectNotFoundError(f"no such object: {self.uri(key)}") from None
             if self._status(e)[0] == 416:
                 return b""
-            raise StorageError(f"cannot read {self.uri(key)}: {e}") from e
+            raise self._error(e, "read", key) from None
+        except BotoCoreError as e:
+            raise self._error(e, "read", key) from None
 
     def head(self, key: str) -> ObjectMeta:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
+        if not self._full(key):
+            raise ObjectNotFoundError(f"no such object: {self.root} (a bucket is not an object)")
         try:
             response = self.client.head_object(Bucket=self.bucket, Key=self._full(key))
-        except ClientError as e:
-            if self._missing(e):
-                raise ObjectNotFoundError(f"no such object: {self.uri(key)}") from None
-            raise StorageError(f"cannot stat {self.uri(key)}: {e}") from e
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "stat", key) from None
         return ObjectMeta(
             key, int(response["ContentLength"]), int(response["LastModified"].timestamp() * 1000)
         )
@@ -170,6 +236,8 @@ class S3Store:
     def list(
         self, prefix: str, *, start_after: str | None = None, recursive: bool = False
     ) -> Iterator[ObjectMeta]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
         kwargs = {"Bucket": self.bucket, "Prefix": self._full(prefix)}
         if not recursive:
             kwargs["Delimiter"] = "/"
@@ -177,15 +245,18 @@ class S3Store:
             kwargs["StartAfter"] = self._full(start_after)
         paginator = self.client.get_paginator("list_objects_v2")
         found = []
-        for page in paginator.paginate(**kwargs):
-            for item in page.get("Contents", []):
-                found.append(
-                    ObjectMeta(
-                        self._relative(item["Key"]),
-                        int(item["Size"]),
-                        int(item["LastModified"].timestamp() * 1000),
+        try:
+            for page in paginator.paginate(**kwargs):
+                for item in page.get("Contents", []):
+                    found.append(
+                        ObjectMeta(
+                            self._relative(item["Key"]),
+                            int(item["Size"]),
+                            int(item["LastModified"].timestamp() * 1000),
+                        )
                     )
-                )
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "list", prefix) from None
         found.sort(key=lambda m: m.key)
         return iter(found)
 
@@ -198,7 +269,7 @@ class S3Store:
             except FileNotFoundError:
                 raise ObjectNotFoundError(f"no such object: {self.uri(key)}") from None
             except OSError:
-                pass  # fall back to a whole-object read below
+                pass  # fall back to a whole-object read below, which says what is wrong
         return pa.BufferReader(self.get(key))
 
     def _arrow_filesystem(self):
@@ -227,44 +298,57 @@ class S3Store:
     # --- writing -------------------------------------------------------------------------------
 
     def put(self, key: str, data: bytes, *, mode: PutMode = "overwrite") -> None:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         if mode == "overwrite":
             try:
                 self.client.put_object(Bucket=self.bucket, Key=self._full(key), Body=data)
-            except ClientError as e:
-                raise StorageError(f"cannot write {self.uri(key)}: {e}") from e
+            except (ClientError, BotoCoreError) as e:
+                raise self._error(e, "write", key) from None
             return
         if mode != "create":
             raise ValueError(f"unknown put mode {mode!r}")
         self._check_conditional_put()
         self._put_if_absent(key, data)
 
+    def _record_put_attempt(self, caught_exception=None, **kwargs) -> None:
+        attempts = getattr(self._put_attempts, "log", None)
+        if attempts is not None:
+            attempts.append(caught_exception)
+
     def _put_if_absent(self, key: str, data: bytes) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 
         full = self._full(key)
         delay = 0.05
+        maybe_sent = False  # some attempt may have reached the server: the key may hold our data
         for _ in range(_PUT_ATTEMPTS):
+            self._put_attempts.log = []
             try:
                 self.client.put_object(Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*")
                 return
             except ClientError as e:
                 status, code = self._status(e)
                 if status == 412 or code == "PreconditionFailed":
-                    if self._holds(key, data):
-                        return  # our own earlier attempt landed; its response was lost
-                    raise ObjectExistsError(f"object already exists: {self.uri(key)}") from None
+                    # Taken: by another writer, or by an earlier attempt of ours whose response
+                    # was lost (botocore retries too). Only the bytes can tell.
+                    if self._settle(key, data):
+                        return
+                    continue  # gone again (deleted in between): try once more
                 if status == 409 or code == "ConditionalRequestConflict":
                     time.sleep(delay)
                     delay = min(delay * 2, 2.0)
                     continue
-                if status < 500:
-                    raise StorageError(f"cannot write {self.uri(key)}: {e}") from e
-            except BotoCoreError:
-                pass  # timeout or dropped connection: the outcome is unknown
+                if status < 500 and not maybe_sent:
+                    raise self._error(e, "write", key) from None
+            except BotoCoreError as e:
+                attempts = self._put_attempts.log or [e]
+                if not maybe_sent and all(_unsent(a) for a in attempts):
+                    raise self._error(e, "write", key) from None  # nothing left this machine
+                # timeout or dropped connection: the outcome is unknown
             # Unknown outcome: settle it by reading, never by assuming.
-            if self._resolve(key, data):
+            maybe_sent = True
+            if self._settle(key, data):
                 return
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
@@ -273,23 +357,32 @@ class S3Store:
             "its data files are kept, and reading the table shows whether the commit exists"
         )
 
-    def _holds(self, key: str, data: bytes) -> bool:
-        try:
-            return self.get(key) == data
-        except ObjectNotFoundError:
-            return False
-
-    def _resolve(self, key: str, data: bytes) -> bool:
-        """True if ``key`` now holds ``data``; ObjectExistsError if it holds something else."""
-        try:
-            current = self.get(key)
-        except ObjectNotFoundError:
-            return False
-        except StorageError:
-            return False
-        if current == data:
-            return True
-        raise ObjectExistsError(f"object already exists: {self.uri(key)}")
+    def _settle(self, key: str, data: bytes) -> bool:
+        """Whether ``key`` holds ``data`` (True) or nothing (False); ``ObjectExistsError`` if it
+        holds other bytes. Reads are retried; when none succeeds the outcome of our own put is
+        unknown, which is ``CommitOutcomeUnknownError``, never "not written": a caller that took
+        it for a failure would write the same data again."""
+        delay = 0.1
+        last: Exception | None = None
+        for attempt in range(_READ_BACK_ATTEMPTS):
+            try:
+                current = self.get(key)
+            except ObjectNotFoundError:
+                return False
+            except StorageError as e:
+                last = e
+                if attempt + 1 < _READ_BACK_ATTEMPTS:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                continue
+            if current == data:
+                return True
+            raise ObjectExistsError(f"object already exists: {self.uri(key)}")
+        raise CommitOutcomeUnknownError(
+            f"the write of {self.uri(key)} may have succeeded, but reading it back failed "
+            f"{_READ_BACK_ATTEMPTS} times ({last}); its data files are kept, and reading the table "
+            "shows whether the commit exists. Do not simply retry a non-idempotent write."
+        )
 
     def _check_conditional_put(self) -> None:
         cache_key = (self.endpoint, self.bucket)
@@ -306,28 +399,35 @@ class S3Store:
             )
 
     def _probe(self) -> bool:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
-        key = self._full(f"_delta_log/.deltaplane-probe-{uuid.uuid4().hex}")
+        name = f"_delta_log/.deltaplane-probe-{uuid.uuid4().hex}"
+        key = self._full(name)
         try:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=b"1", IfNoneMatch="*")
             try:
                 self.client.put_object(Bucket=self.bucket, Key=key, Body=b"2", IfNoneMatch="*")
             except ClientError as e:
-                return self._status(e)[0] == 412 or self._status(e)[1] == "PreconditionFailed"
+                if self._status(e)[0] == 412 or self._status(e)[1] == "PreconditionFailed":
+                    return True
+                raise
             return False
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "write", name) from None
         finally:
-            with contextlib.suppress(ClientError):
+            with contextlib.suppress(ClientError, BotoCoreError):
                 self.client.delete_object(Bucket=self.bucket, Key=key)
 
     def delete(self, key: str) -> None:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self._full(key))
         except ClientError as e:
             if not self._missing(e):
-                raise StorageError(f"cannot delete {self.uri(key)}: {e}") from e
+                raise self._error(e, "delete", key) from None
+        except BotoCoreError as e:
+            raise self._error(e, "delete", key) from None
 
     def list_temporary(self, prefix: str = "") -> Iterator[ObjectMeta]:
         return iter(())  # objects are published whole, with no temporary files

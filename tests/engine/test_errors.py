@@ -13,6 +13,8 @@ from engine.errors import (
     InvalidPredicateError,
     MissingLogVersionError,
     SchemaMismatchError,
+    StorageError,
+    TableNotFoundError,
 )
 from engine.storage import LocalStore
 from tests.engine.test_log_cleanup import write_multipart
@@ -170,3 +172,35 @@ def test_an_incomplete_multi_part_checkpoint_is_named_instead_of_a_missing_commi
         DeltaTable(str(root))
     message = str(caught.value)
     assert "multi-part checkpoint at version 2 is incomplete" in message and "missing part 2" in message
+
+
+# --- local paths that are not tables ------------------------------------------------------------
+
+
+def test_opening_a_path_that_is_a_file_or_holds_a_file_named_delta_log(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "_delta_log").write_text("x")
+    cases = {
+        tmp_path / "nope": "there is no _delta_log directory",
+        tmp_path / "afile": "it is a file, not a directory",
+        tmp_path / "t": "_delta_log is a file, not a directory",
+    }
+    for path, why in cases.items():
+        with pytest.raises(TableNotFoundError) as caught:
+            DeltaTable(str(path))
+        assert str(caught.value) == f"no Delta table at {path}: {why}"
+
+
+def test_creating_a_table_where_a_file_is_in_the_way(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "_delta_log").write_text("x")
+    cases = {
+        tmp_path / "afile": tmp_path / "afile",
+        tmp_path / "afile" / "sub": tmp_path / "afile",
+        tmp_path / "t": tmp_path / "t" / "_delta_log",
+    }
+    for path, in_the_way in cases.items():
+        with pytest.raises(StorageError, match=f"{in_the_way} is a file, not a directory"):
+            DeltaTable.create(str(path), SCHEMA)

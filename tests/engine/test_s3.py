@@ -7,6 +7,8 @@ connection (the classic lost response).
 
 from __future__ import annotations
 
+import uuid
+
 import botocore.awsrequest
 import botocore.exceptions
 import deltalake
@@ -14,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from engine import DeltaTable
-from engine.errors import CommitOutcomeUnknownError, StorageError
+from engine.errors import CommitOutcomeUnknownError, StorageError, TableNotFoundError
 from engine.storage import open_store
 from engine.storage.s3 import _PROBED
 from tests.engine.test_concurrency import assert_exactly_once, run_concurrent_appends
@@ -227,3 +229,112 @@ def test_eight_writers_on_s3(s3_server):
     )
     versions = run_concurrent_appends(uri, workers=8, appends=25, storage_options=s3_server.options())
     assert_exactly_once(uri, 8, 25, versions, storage_options=s3_server.options())
+
+
+def _land_then_drop(s3_server, fired: list):
+    """A before-send hook: the commit PUT lands (through a side client), then the connection
+    drops, so the writer never learns it succeeded."""
+    side = s3_server.client()
+
+    def hook(request, **kwargs):
+        if is_commit_put(request) and not fired:
+            fired.append(request.url)
+            bucket, key = request.url.split(f"{s3_server.endpoint}/", 1)[1].split("/", 1)
+            side.put_object(Bucket=bucket, Key=key, Body=request.body, IfNoneMatch="*")
+            raise botocore.exceptions.ConnectionClosedError(endpoint_url=request.url)
+        return None
+
+    return hook
+
+
+def _failing_reads(of: str, times: int | None):
+    """A before-send hook: GETs of keys containing ``of`` answer 503 (``times`` times, or forever)."""
+    failed = []
+
+    def hook(request, **kwargs):
+        if request.method == "GET" and of in request.url and (times is None or len(failed) < times):
+            failed.append(request.url)
+            return fake_response(request, 503, "SlowDown")
+        return None
+
+    return hook, failed
+
+
+def test_a_lost_response_whose_read_back_fails_for_a_while_is_still_one_commit(s3_server):
+    uri = s3_server.uri()
+    options = {**s3_server.options(), "max_attempts": "1"}
+    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
+    fired: list = []
+    events = table._store.client.meta.events
+    events.register("before-send.s3.PutObject", _land_then_drop(s3_server, fired))
+    reads, failed = _failing_reads("00000000000000000001.json", times=3)
+    events.register("before-send.s3.GetObject", reads)
+    result = table.append(data(0, 5))
+    assert fired and len(failed) == 3 and result.version == 1
+    fresh = DeltaTable(uri, storage_options=s3_server.options())
+    assert fresh.version == 1 and fresh.to_arrow().num_rows == 5
+
+
+def test_a_lost_response_whose_read_back_keeps_failing_is_an_unknown_outcome_never_a_failure(s3_server):
+    """Before the fix this was a plain StorageError: a caller retrying wrote the batch twice."""
+    uri = s3_server.uri()
+    options = {**s3_server.options(), "max_attempts": "1"}
+    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
+    fired: list = []
+    events = table._store.client.meta.events
+    events.register("before-send.s3.PutObject", _land_then_drop(s3_server, fired))
+    reads, failed = _failing_reads("00000000000000000001.json", times=None)
+    events.register("before-send.s3.GetObject", reads)
+    with pytest.raises(CommitOutcomeUnknownError, match="may have succeeded"):
+        table.append(data(0, 5), app_id="job", app_version=1)
+    assert len(failed) >= 2
+    # The commit did land once; a retry of the same idempotent write commits nothing more.
+    again = DeltaTable(uri, storage_options=s3_server.options())
+    assert again.version == 1
+    assert again.append(data(0, 5), app_id="job", app_version=1).skipped
+    assert DeltaTable(uri, storage_options=s3_server.options()).to_arrow().num_rows == 5
+
+
+def test_an_unreachable_endpoint_is_a_storage_error_that_says_so(s3_server):
+    options = {**s3_server.options(), "endpoint_url": "http://127.0.0.1:9", "max_attempts": "1"}
+    for call in (
+        lambda: DeltaTable(s3_server.uri(), storage_options=options),
+        lambda: DeltaTable.create(s3_server.uri(), SCHEMA, storage_options=options),
+    ):
+        with pytest.raises(StorageError, match=r"cannot reach the S3 endpoint http://127.0.0.1:9") as caught:
+            call()
+        assert not isinstance(caught.value, CommitOutcomeUnknownError)
+
+
+def test_a_missing_bucket_is_table_not_found(s3_server):
+    uri = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/t"
+    with pytest.raises(TableNotFoundError, match=r"bucket .* does not exist") as caught:
+        DeltaTable(uri, storage_options=s3_server.options())
+    assert uri.split("/")[2] in str(caught.value)
+    with pytest.raises(StorageError, match="does not exist"):
+        DeltaTable.create(uri, SCHEMA, storage_options=s3_server.options())
+
+
+def test_missing_credentials_are_a_storage_error_that_says_so(s3_server, monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    options = {"endpoint_url": s3_server.endpoint, "aws_region": "us-east-1", "max_attempts": "1"}
+    with pytest.raises(StorageError, match="no AWS credentials found"):
+        DeltaTable(s3_server.uri(), storage_options=options)
+
+
+def test_access_denied_is_a_storage_error_that_says_so(s3_server):
+    uri = s3_server.uri()
+    DeltaTable.create(uri, SCHEMA, storage_options=s3_server.options())
+    table = DeltaTable(uri, storage_options=s3_server.options())
+
+    def deny(request, **kwargs):
+        return fake_response(request, 403, "AccessDenied")
+
+    table._store.client.meta.events.register("before-send.s3", deny)
+    with pytest.raises(StorageError, match="access denied") as caught:
+        table.refresh()
+    assert uri in str(caught.value)
