@@ -1,7 +1,10 @@
 """The ``deltaplane`` command line: the engine's verbs for people and scripts.
 
-Every command takes ``--json`` for machine-readable output. Errors the engine raises on purpose
-print one line on stderr and exit with status 2; anything else is a bug and shows a traceback.
+Every command takes ``--json`` for machine-readable output. A user error (a bad argument, a
+missing table, unreachable storage, anything the engine raises on purpose) prints one line on
+stderr and exits with status 2; an interrupt exits 130; a reader that closes the pipe early
+(``deltaplane read T | head``) ends the command quietly. Anything else is a bug and shows a
+traceback.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from typing import Any
 import pyarrow as pa
 
 from engine.describe import describe_snapshot
-from engine.errors import DeltaError
+from engine.errors import DeltaError, InvalidArgumentError
 from engine.table import DeltaTable
+from engine.transaction import ENGINE_VERSION
 
 
 def _json_default(value: Any):
@@ -38,8 +42,8 @@ def _storage_options(pairs: list[str] | None) -> dict[str, str]:
     out = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--storage-option expects KEY=VALUE, got {pair!r}")
+        if not sep or not key:
+            raise InvalidArgumentError(f"--storage-option expects KEY=VALUE, got {pair!r}")
         out[key] = value
     return out
 
@@ -104,20 +108,24 @@ def cmd_history(args) -> int:
 def cmd_read(args) -> int:
     table = _open(args)
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
+    if args.limit is not None and args.limit < 0:
+        raise InvalidArgumentError(f"--limit must not be negative, got {args.limit}")
     reader = table.to_batches(columns=columns, filter=args.filter)
     batches, count = [], 0
     for batch in reader:
         if args.limit is not None and count + batch.num_rows >= args.limit:
-            batches.append(batch.slice(0, args.limit - count))
-            count = args.limit
-            break
-        batches.append(batch)
+            batch = batch.slice(0, args.limit - count)
         count += batch.num_rows
-    result = pa.Table.from_batches(batches, schema=reader.schema)
+        if args.json:  # one object per line, streamed: a reader may stop early
+            for row in batch.to_pylist():
+                print(_dump(row))
+        else:
+            batches.append(batch)
+        if args.limit is not None and count >= args.limit:
+            break
     if args.json:
-        for row in result.to_pylist():
-            print(_dump(row))
         return 0
+    result = pa.Table.from_batches(batches, schema=reader.schema)
     _print_rows(result)
     print(f"({result.num_rows} row{'s' if result.num_rows != 1 else ''})", file=sys.stderr)
     return 0
@@ -145,7 +153,7 @@ def parse_size(text: str) -> int:
     digits = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = raw[len(digits) :]
     if not digits or unit not in _SIZE_UNITS:
-        raise ValueError(f"not a size: {text!r} (use bytes or a unit: 512KB, 128MB, 1GB)")
+        raise InvalidArgumentError(f"not a size: {text!r} (use bytes or a unit: 512KB, 128MB, 1GB)")
     return int(float(digits) * _SIZE_UNITS[unit])
 
 
@@ -324,14 +332,42 @@ def cmd_demo(args) -> int:
     return run_demo(args.path, as_json=args.json)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the usage is one ``--help`` away."""
+
+    def error(self, message: str):
+        raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
+class _UsageError(Exception):
+    pass
+
+
+_DESCRIPTION = """\
+Delta Lake tables from the command line: inspect (describe, history, read, health), maintain
+(optimize, vacuum, cleanup-log, generate-manifest) and recover (restore) tables on a local
+disk or S3. Every command prints JSON with --json; errors print one line and exit with 2."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="deltaplane", description="Delta Lake tables from the command line")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(
+        prog="deltaplane", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"deltaplane {ENGINE_VERSION}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser, *, time_travel: bool) -> None:
-        p.add_argument("uri", help="table location: a path, file://, memory:// (s3:// arrives with writes)")
+        p.add_argument(
+            "uri", help="table location: a path, file:///path, s3://bucket/prefix or memory://name"
+        )
         p.add_argument("--json", action="store_true", help="machine-readable output")
-        p.add_argument("--storage-option", action="append", metavar="KEY=VALUE", help="object store option")
+        p.add_argument(
+            "--storage-option",
+            action="append",
+            metavar="KEY=VALUE",
+            help="object store option, repeatable (S3: endpoint_url, aws_access_key_id, "
+            "aws_secret_access_key, aws_region)",
+        )
         if time_travel:
             group = p.add_mutually_exclusive_group()
             group.add_argument("--version", type=int, help="read this version")
@@ -409,18 +445,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="create a demo table, read it back and describe it")
     p.add_argument("path", nargs="?", default="./demo-table", help="folder for the demo table")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_demo)
     return parser
 
 
+def _fail(message: str, status: int = 2) -> int:
+    """One line on stderr, whatever the message holds."""
+    line = " ".join(str(message).split())
+    print(f"deltaplane: error: {line}", file=sys.stderr)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
+    except _UsageError as e:
+        return _fail(str(e))
+    except BrokenPipeError:
+        # The reader closed the pipe (``| head``): stop quietly, and keep Python from complaining
+        # about the unflushable stdout at exit.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
     except (DeltaError, ValueError) as e:  # ValueError: malformed arguments, e.g. a timestamp
-        print(f"deltaplane: error: {e}", file=sys.stderr)
-        return 2
+        return _fail(str(e))
+    except OSError as e:  # the machine, not the table: a full disk, a closed terminal
+        return _fail(f"{e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None) else ""))
 
 
 if __name__ == "__main__":

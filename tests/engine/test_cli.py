@@ -139,3 +139,85 @@ def test_vacuum_restore_manifest_and_cleanup_log(path, capsys):
     assert json.loads(capsys.readouterr().out)["filesWritten"] == 3
     assert main(["cleanup-log", path, "--dry-run"]) == 0
     assert "nothing deleted" in capsys.readouterr().out  # no checkpoint older than 30 days
+
+
+# --- user errors: one line, status 2, never a traceback -------------------------------------------
+
+
+def run_cli(*args: str, stdin=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, timeout=120, stdin=stdin
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, fragment: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("deltaplane: error: "), result.stderr
+    assert "Traceback" not in result.stderr and fragment in lines[0], lines[0]
+
+
+def test_user_errors_print_one_line_and_exit_2(path, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    cases = [
+        (("describe", str(tmp_path / "missing")), "no Delta table at"),
+        (("describe", str(tmp_path / "afile")), "it is a file, not a directory"),
+        (("read", path, "--filter", "id >"), "cannot parse predicate"),
+        (("read", path, "--filter", "nope = 1"), "unknown column 'nope'"),
+        (("read", path, "--version", "9"), "version 9"),
+        (("read", path, "--timestamp", "yesterday"), "cannot parse timestamp 'yesterday'"),
+        (("read", path, "--limit", "-1"), "--limit must not be negative"),
+        (("read", path, "--version", "x"), "invalid int value: 'x'"),
+        (("optimize", path, "--target-file-size", "big"), "not a size: 'big'"),
+        (("describe", path, "--storage-option", "novalue"), "--storage-option expects KEY=VALUE"),
+        (("describe",), "the following arguments are required: uri"),
+        (("frobnicate", path), "invalid choice: 'frobnicate'"),
+        ((), "the following arguments are required: COMMAND"),
+        (
+            (
+                "describe",
+                "s3://bucket/t",
+                "--storage-option",
+                "endpoint_url=http://127.0.0.1:9",
+                "--storage-option",
+                "aws_access_key_id=a",
+                "--storage-option",
+                "aws_secret_access_key=b",
+                "--storage-option",
+                "max_attempts=1",
+            ),
+            "cannot reach the S3 endpoint http://127.0.0.1:9",
+        ),
+    ]
+    for args, fragment in cases:
+        assert_one_line_error(run_cli(*args), fragment)
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(tmp_path):
+    p = str(tmp_path / "big")
+    write_deltalake(p, pa.table({"id": pa.array(range(300_000), pa.int64())}))
+    for fmt in ((), ("--json",)):
+        result = subprocess.run(
+            f"{sys.executable} -m engine.cli read {p} {' '.join(fmt)} | head -n 2",
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            executable="/bin/bash",
+        )
+        assert result.returncode == 0 and len(result.stdout.splitlines()) == 2
+        assert result.stderr == "", result.stderr
+
+
+def test_version_and_help(path):
+    from engine import __version__
+
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"deltaplane {__version__}"
+    top = run_cli("--help")
+    assert top.returncode == 0
+    for verb in ("describe", "history", "read", "optimize", "health", "vacuum", "cleanup-log", "restore"):
+        assert verb in top.stdout
+        sub = run_cli(verb, "--help")
+        assert sub.returncode == 0 and "s3://bucket/prefix" in sub.stdout
+    assert "arrives with writes" not in run_cli("read", "--help").stdout
