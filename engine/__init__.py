@@ -1,4 +1,4 @@
-"""deltaplane's Delta Lake engine: the transaction log, snapshots, scans (and, later, writes).
+"""deltaplane's Delta Lake engine: the transaction log, snapshots, scans, writes and maintenance.
 
 The engine never imports Airflow or Spark; the platform layers (``operators``, ``spark_jobs``)
 sit on top of it.
@@ -8,5 +8,6 @@ from engine.errors import DeltaError
 from engine.table import DeltaTable
 from engine.transaction import ENGINE_VERSION as __version__
 from engine.transaction import CommitResult
+from engine.write_table import write_table
 
-__all__ = ["CommitResult", "DeltaError", "DeltaTable", "__version__"]
+__all__ = ["CommitResult", "DeltaError", "DeltaTable", "__version__", "write_table"]

@@ -209,6 +209,10 @@ class Scan:
     def to_batches(self, batch_size: int = _BATCH_ROWS) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.arrow_schema, self._iter_batches(batch_size))
 
+    def __arrow_c_stream__(self, requested_schema=None):
+        """The scan's rows as an Arrow C stream (DuckDB, Polars and pyarrow read it directly)."""
+        return self.to_batches().__arrow_c_stream__(requested_schema)
+
     def _iter_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
         for plan in self._plans():
             pf = self._open(plan)

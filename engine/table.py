@@ -1,4 +1,9 @@
-"""The ``DeltaTable`` facade: the public API over snapshots, scans and (later) commands."""
+"""The ``DeltaTable`` facade: the public API over snapshots, scans and commands.
+
+Every writing method takes ``commit_metadata`` (user fields for the commit's ``commitInfo``, such
+as an Airflow run id); it applies to every commit the call makes, through
+``transaction.commit_metadata_scope``, so the commands below need not pass it along.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ import pyarrow as pa
 from engine.actions import Metadata, Protocol
 from engine.auto_optimize import auto_compact_after_commit, auto_compact_enabled
 from engine.checkpoint_writer import CheckpointInfo, write_checkpoint
-from engine.commands.changes import read_changes
+from engine.commands import alter as alter_commands
+from engine.commands.changes import iter_changes, read_changes
 from engine.commands.dml import execute_delete, execute_update
 from engine.commands.history import load_history
 from engine.commands.log_cleanup import (
@@ -35,6 +41,7 @@ from engine.commands.optimize import (
     execute_optimize,
     plan_optimize,
 )
+from engine.commands.repair import RepairPlan, execute_repair, plan_repair
 from engine.commands.restore import (
     RestorePlan,
     execute_restore,
@@ -44,16 +51,17 @@ from engine.commands.restore import (
 )
 from engine.commands.vacuum import FULL, VacuumMetrics, VacuumPlan, execute_vacuum, plan_vacuum
 from engine.commands.write import execute_append, execute_create, execute_overwrite
-from engine.errors import DeltaError
+from engine.errors import DeltaError, InvalidArgumentError, TableNotFoundError
 from engine.expressions.tree import Expr
 from engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth, table_health
+from engine.interop import add_actions_table, pyarrow_dataset
 from engine.log.timestamps import version_at_timestamp
 from engine.scan import Scan, ScanBuilder
 from engine.schema import StructType
 from engine.snapshot import Snapshot, load_snapshot, load_table_config, update_snapshot
 from engine.storage import ObjectStore, open_store
 from engine.table_properties import TableProperties
-from engine.transaction import CommitResult
+from engine.transaction import CommitResult, commit_metadata_scope
 
 
 class VacuumFiles(list):
@@ -77,7 +85,7 @@ class DeltaTable:
         storage_options: Mapping[str, str] | None = None,
     ):
         if version is not None and timestamp is not None:
-            raise ValueError("give a version or a timestamp, not both")
+            raise InvalidArgumentError(f"open {uri} at a version or at a timestamp, not both")
         self.uri = uri
         self.storage_options = dict(storage_options or {})
         self._store: ObjectStore = open_store(uri, self.storage_options)
@@ -161,36 +169,116 @@ class DeltaTable:
         """Live data files after partition pruning and statistics skipping."""
         return self.scan(None, filter).file_uris()
 
+    def to_pandas(self, columns: list[str] | None = None, filter: str | Expr | None = None):
+        """All rows (projected and filtered) as a pandas DataFrame (pandas must be installed)."""
+        return self.to_arrow(columns, filter).to_pandas()
+
+    def count(self, filter: str | Expr | None = None) -> int:
+        """The number of rows (matching ``filter``). Without a filter it comes from the files'
+        ``numRecords`` minus their deletion vectors' cardinality when every file has both; the
+        files are read only when some statistics are missing."""
+        if filter is None:
+            exact = self.snapshot_row_count()
+            if exact is not None:
+                return exact
+        first = self.snapshot.schema.fields[0].name  # the filter's own columns are read anyway
+        return sum(batch.num_rows for batch in self.to_batches(columns=[first], filter=filter))
+
+    def snapshot_row_count(self) -> int | None:
+        """Rows of the current version from the log alone; ``None`` if a file has no row count."""
+        files = add_actions_table(self.snapshot, flatten=True)
+        records = files.column("num_records")
+        if records.null_count:
+            return None
+        import pyarrow.compute as pc
+
+        total = pc.sum(records).as_py() or 0
+        return int(total - (pc.sum(files.column("num_deleted_records")).as_py() or 0))
+
+    def get_add_actions(self, flatten: bool = False) -> pa.Table:
+        """The live files with typed statistics, one row each (as delta-rs's ``get_add_actions``):
+        ``path``, ``size_bytes``, ``modification_time``, ``data_change``, ``num_records``,
+        ``num_deleted_records``, and partition values, null counts, minima and maxima as structs
+        or, with ``flatten``, as ``partition.<col>``, ``null_count.<col>``, ``min.<col>``,
+        ``max.<col>`` columns."""
+        return add_actions_table(self.snapshot, flatten=flatten)
+
+    def to_pyarrow_dataset(self):
+        """A ``pyarrow.dataset.Dataset`` of the live files (typed partition columns), for engines
+        that push filters into Parquet themselves. Refused (``UnsupportedOperationError``) when
+        files have deletion vectors or the table uses column mapping: use the Arrow stream."""
+        return pyarrow_dataset(self.snapshot)
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        """The Arrow C stream of every row (deletion vectors applied): ``duckdb.sql("select *
+        from t")`` with ``t`` a DeltaTable, ``polars.DataFrame(t)``, ``pa.table(t)``."""
+        return self.to_batches().__arrow_c_stream__(requested_schema)
+
+    @staticmethod
+    def is_deltatable(uri: str, storage_options: Mapping[str, str] | None = None) -> bool:
+        """Whether ``uri`` holds a Delta table (a log with a commit); never raises for a missing
+        or non-table location (storage that cannot be reached still raises)."""
+        from engine.log.segment import list_log
+
+        try:
+            return list_log(open_store(uri, storage_options)).max_version is not None
+        except TableNotFoundError:
+            return False
+
     # --- writing -------------------------------------------------------------------------------
 
     @classmethod
     def create(
         cls,
         uri: str,
-        schema: pa.Schema | StructType,
+        schema: pa.Schema | StructType | None = None,
         *,
         partition_by: list[str] | None = None,
         properties: Mapping[str, str] | None = None,
         name: str | None = None,
         description: str | None = None,
         storage_options: Mapping[str, str] | None = None,
+        data: Any = None,
+        commit_metadata: Mapping[str, Any] | None = None,
     ) -> DeltaTable:
-        """Create an empty table (version 0) with the smallest protocol its properties need.
+        """Create a table (version 0) with the smallest protocol its properties need; with
+        ``data``, its rows are in version 0 too (``schema`` then defaults to the data's).
 
         ``TableExistsError`` if a table is already there (checked, and enforced atomically by
-        the put-if-absent of version 0).
+        the put-if-absent of version 0). Unknown ``delta.*`` property names are refused.
         """
-        store = open_store(uri, storage_options)
-        result = execute_create(
-            store,
+        table, _ = cls.create_with_result(
+            uri,
             schema,
             partition_by=partition_by,
             properties=properties,
             name=name,
             description=description,
+            storage_options=storage_options,
+            data=data,
+            commit_metadata=commit_metadata,
         )
-        refresh_manifest_after_commit(store, None, result)  # an (empty) manifest from version 0
-        return cls(uri, storage_options=storage_options)
+        return table
+
+    @classmethod
+    def create_with_result(
+        cls,
+        uri: str,
+        schema: pa.Schema | StructType | None = None,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> tuple[DeltaTable, CommitResult]:
+        """``create``, also returning version 0's ``CommitResult`` (its metrics, for callers that
+        report them: ``write_table``, operators)."""
+        if schema is None and options.get("data") is None:
+            raise InvalidArgumentError(f"create({uri!r}) needs a schema or data")
+        store = open_store(uri, storage_options)
+        with commit_metadata_scope(commit_metadata):
+            result = execute_create(store, schema, **options)
+        refresh_manifest_after_commit(store, None, result)  # a manifest from version 0
+        return cls(uri, storage_options=storage_options), result
 
     def _latest_for_write(self) -> Snapshot:
         """The latest version: writes are planned against it (and retried past newer ones)."""
@@ -211,20 +299,24 @@ class DeltaTable:
         app_version: int | None = None,
         schema_mode: str | None = None,
         target_file_size: int | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
     ) -> CommitResult:
-        """Add rows. With ``app_id``/``app_version``, a version already recorded for that
-        application commits nothing (``result.skipped``): retries of the same job are safe."""
-        read = self._latest_for_write()
-        result = execute_append(
-            self._store,
-            read,
-            data,
-            app_id=app_id,
-            app_version=app_version,
-            schema_mode=schema_mode,
-            target_file_size=target_file_size,
-        )
-        self._after_commit(result, read=read)
+        """Add rows (a pyarrow Table/RecordBatch/RecordBatchReader, a pandas DataFrame, or
+        anything with ``__arrow_c_stream__``). With ``app_id``/``app_version``, a version already
+        recorded for that application commits nothing (``result.skipped``): retries of the same
+        job are safe."""
+        with commit_metadata_scope(commit_metadata):
+            read = self._latest_for_write()
+            result = execute_append(
+                self._store,
+                read,
+                data,
+                app_id=app_id,
+                app_version=app_version,
+                schema_mode=schema_mode,
+                target_file_size=target_file_size,
+            )
+            self._after_commit(result, read=read)
         return result
 
     def overwrite(
@@ -237,22 +329,24 @@ class DeltaTable:
         app_version: int | None = None,
         schema_mode: str | None = None,
         target_file_size: int | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
     ) -> CommitResult:
         """Replace all rows, the rows matching ``predicate`` (replaceWhere), or, with
         ``dynamic_partitions``, the partitions the new data touches."""
-        read = self._latest_for_write()
-        result = execute_overwrite(
-            self._store,
-            read,
-            data,
-            predicate=predicate,
-            dynamic_partitions=dynamic_partitions,
-            app_id=app_id,
-            app_version=app_version,
-            schema_mode=schema_mode,
-            target_file_size=target_file_size,
-        )
-        self._after_commit(result, read=read)
+        with commit_metadata_scope(commit_metadata):
+            read = self._latest_for_write()
+            result = execute_overwrite(
+                self._store,
+                read,
+                data,
+                predicate=predicate,
+                dynamic_partitions=dynamic_partitions,
+                app_id=app_id,
+                app_version=app_version,
+                schema_mode=schema_mode,
+                target_file_size=target_file_size,
+            )
+            self._after_commit(result, read=read)
         return result
 
     def _after_commit(self, result: CommitResult, *, read: Snapshot | None, data_write: bool = True) -> None:
@@ -277,6 +371,7 @@ class DeltaTable:
         *,
         strategy: str | None = None,
         rewrite_threshold: float | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
     ) -> CommitResult:
         """Delete the rows matching ``predicate`` (all rows when ``None``).
 
@@ -284,9 +379,12 @@ class DeltaTable:
         ``"copy_on_write"``; files whose deleted fraction passes ``rewrite_threshold`` are
         rewritten either way. Metrics use Delta Spark's names (``numDeletedRows``, ...).
         """
-        read = self._latest_for_write()
-        result = execute_delete(self._store, read, predicate, strategy=strategy, threshold=rewrite_threshold)
-        self._after_commit(result, read=read)
+        with commit_metadata_scope(commit_metadata):
+            read = self._latest_for_write()
+            result = execute_delete(
+                self._store, read, predicate, strategy=strategy, threshold=rewrite_threshold
+            )
+            self._after_commit(result, read=read)
         return result
 
     def update(
@@ -296,13 +394,15 @@ class DeltaTable:
         *,
         strategy: str | None = None,
         rewrite_threshold: float | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
     ) -> CommitResult:
         """Set columns to SQL expressions (``{"price": "price * 1.1"}``) on matching rows."""
-        read = self._latest_for_write()
-        result = execute_update(
-            self._store, read, updates, predicate, strategy=strategy, threshold=rewrite_threshold
-        )
-        self._after_commit(result, read=read)
+        with commit_metadata_scope(commit_metadata):
+            read = self._latest_for_write()
+            result = execute_update(
+                self._store, read, updates, predicate, strategy=strategy, threshold=rewrite_threshold
+            )
+            self._after_commit(result, read=read)
         return result
 
     def merge(
@@ -314,8 +414,9 @@ class DeltaTable:
         target_alias: str = "target",
         strategy: str | None = None,
         rewrite_threshold: float | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
     ) -> MergeBuilder:
-        """Start a MERGE of ``source`` (a Table or RecordBatchReader) on ``predicate``; add
+        """Start a MERGE of ``source`` (any data ``append`` takes) on ``predicate``; add
         ``when_*`` clauses and call ``execute()``."""
         return MergeBuilder(
             self,
@@ -325,6 +426,7 @@ class DeltaTable:
             target_alias=target_alias,
             strategy=strategy,
             rewrite_threshold=rewrite_threshold,
+            commit_metadata=commit_metadata,
         )
 
     def optimize(
@@ -338,6 +440,7 @@ class DeltaTable:
         max_deleted_rows_ratio: float = DEFAULT_MAX_DELETED_ROWS_RATIO,
         purge: bool = False,
         max_concurrent_bins: int | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
     ) -> OptimizeMetrics | OptimizePlan:
         """Compact small files (or Z-order by ``zorder_by``) with ``dataChange=false``.
 
@@ -357,9 +460,10 @@ class DeltaTable:
         )
         if dry_run:
             return plan
-        metrics = execute_optimize(self._store, plan, max_concurrent_bins=max_concurrent_bins)
-        if metrics.commit is not None:
-            self._after_commit(metrics.commit, read=read, data_write=False)
+        with commit_metadata_scope(commit_metadata):
+            metrics = execute_optimize(self._store, plan, max_concurrent_bins=max_concurrent_bins)
+            if metrics.commit is not None:
+                self._after_commit(metrics.commit, read=read, data_write=False)
         return metrics
 
     def generate_manifest(self) -> ManifestMetrics:
@@ -375,6 +479,7 @@ class DeltaTable:
         timestamp: str | int | dt.datetime | None = None,
         *,
         dry_run: bool = False,
+        commit_metadata: Mapping[str, Any] | None = None,
     ) -> CommitResult | RestorePlan:
         """Make ``version`` (or the version current at ``timestamp``) the current state again,
         as a new RESTORE commit that rewrites no data. Restoring the current version commits
@@ -386,8 +491,9 @@ class DeltaTable:
         plan = plan_restore(self._store, current, target, timestamp=timestamp)
         if dry_run:
             return plan
-        result = execute_restore(self._store, plan)
-        self._after_commit(result, read=current, data_write=False)
+        with commit_metadata_scope(commit_metadata):
+            result = execute_restore(self._store, plan)
+            self._after_commit(result, read=current, data_write=False)
         return result
 
     def vacuum(
@@ -398,6 +504,7 @@ class DeltaTable:
         *,
         mode: str = FULL,
         max_workers: int | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
     ) -> VacuumFiles:
         """Delete files no version inside the retention window needs; returns the sorted
         table-relative paths deleted (with ``dry_run``, the default: that would be deleted), as a
@@ -417,9 +524,10 @@ class DeltaTable:
         )
         if dry_run:
             return VacuumFiles(plan.files, plan=plan)
-        metrics = execute_vacuum(self._store, plan, snapshot=snapshot, max_workers=max_workers)
-        if metrics.commit is not None:
-            self._after_commit(metrics.commit, read=snapshot, data_write=False)
+        with commit_metadata_scope(commit_metadata):
+            metrics = execute_vacuum(self._store, plan, snapshot=snapshot, max_workers=max_workers)
+            if metrics.commit is not None:
+                self._after_commit(metrics.commit, read=snapshot, data_write=False)
         return VacuumFiles(metrics.files, plan=plan, metrics=metrics)
 
     def cleanup_log(
@@ -436,10 +544,77 @@ class DeltaTable:
         )
         return plan if dry_run else execute_log_cleanup(self._store, plan)
 
-    def changes(self, start_version: int, end_version: int | None = None) -> pa.Table:
+    def changes(
+        self,
+        start_version: int | None = None,
+        end_version: int | None = None,
+        *,
+        starting_timestamp: str | int | dt.datetime | None = None,
+        ending_timestamp: str | int | dt.datetime | None = None,
+        columns: list[str] | None = None,
+    ) -> pa.Table:
         """The change data feed: changed rows with ``_change_type``, ``_commit_version`` and
-        ``_commit_timestamp`` (``delta.enableChangeDataFeed`` must be on)."""
-        return read_changes(self._store, start_version, end_version)
+        ``_commit_timestamp`` (``delta.enableChangeDataFeed`` must be on), for versions or for
+        the commits between two timestamps (the first at or after ``starting_timestamp``, the
+        last at or before ``ending_timestamp``); ``columns`` selects table columns."""
+        return read_changes(
+            self._store,
+            start_version,
+            end_version,
+            starting_timestamp=starting_timestamp,
+            ending_timestamp=ending_timestamp,
+            columns=columns,
+        )
+
+    def load_cdf(
+        self,
+        starting_version: int | None = None,
+        ending_version: int | None = None,
+        *,
+        starting_timestamp: str | int | dt.datetime | None = None,
+        ending_timestamp: str | int | dt.datetime | None = None,
+        columns: list[str] | None = None,
+    ) -> pa.RecordBatchReader:
+        """The change data feed as a stream of batches, one commit after another (delta-rs's
+        name); the same arguments as ``changes()``."""
+        if starting_version is None and starting_timestamp is None:
+            starting_version = 0
+        return iter_changes(
+            self._store,
+            starting_version,
+            ending_version,
+            starting_timestamp=starting_timestamp,
+            ending_timestamp=ending_timestamp,
+            columns=columns,
+        )
+
+    def repair(
+        self,
+        dry_run: bool = True,
+        *,
+        include_missing_deletion_vectors: bool = False,
+        commit_metadata: Mapping[str, Any] | None = None,
+    ) -> RepairPlan | CommitResult:
+        """Delta Spark's FSCK REPAIR TABLE: find live files whose data file is gone and, unless
+        ``dry_run`` (the default, returning the ``RepairPlan``), commit their removal so the
+        table reads again. Files whose deletion-vector file is gone are listed, and removed only
+        with ``include_missing_deletion_vectors`` (that also drops their undeleted rows)."""
+        snapshot = self._latest_for_write()
+        plan = plan_repair(
+            self._store, snapshot, include_missing_deletion_vectors=include_missing_deletion_vectors
+        )
+        if dry_run:
+            return plan
+        with commit_metadata_scope(commit_metadata):
+            result = execute_repair(self._store, plan)
+            if not result.skipped:
+                self._after_commit(result, read=snapshot, data_write=False)
+        return result
+
+    @property
+    def alter(self) -> TableAlterer:
+        """Schema, constraint, property and description changes, one commit each."""
+        return TableAlterer(self)
 
     def health(self, *, small_file_size: int | None = None) -> TableHealth:
         """Files, sizes, small files and deletion-vector ratio per partition, checkpoint lag, and
@@ -457,3 +632,69 @@ class DeltaTable:
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r}, version={self.version})"
+
+
+class TableAlterer:
+    """``dt.alter``: ALTER TABLE operations, each a commit on the latest version (as delta-rs's
+    ``TableAlterer``). Each takes ``commit_metadata``."""
+
+    def __init__(self, table: DeltaTable):
+        self._table = table
+
+    def _run(self, change, *args, commit_metadata: Mapping[str, Any] | None = None, **kwargs) -> CommitResult:
+        table = self._table
+        with commit_metadata_scope(commit_metadata):
+            read = table._latest_for_write()
+            result = change(table._store, read, *args, **kwargs)
+            if not result.skipped:
+                table._after_commit(result, read=read, data_write=False)
+        return result
+
+    def add_constraint(
+        self, constraints: Mapping[str, str], *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        """Add CHECK constraints (``{"positive_fare": "fare > 0"}``); every existing row is checked
+        first (``ConstraintViolationError``, nothing committed, if one fails)."""
+        return self._run(alter_commands.add_constraint, constraints, commit_metadata=commit_metadata)
+
+    def drop_constraint(
+        self, name: str, raise_if_not_exists: bool = True, *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        return self._run(
+            alter_commands.drop_constraint,
+            name,
+            raise_if_not_exists=raise_if_not_exists,
+            commit_metadata=commit_metadata,
+        )
+
+    def add_columns(self, fields, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
+        """Add nullable columns (pyarrow fields or a schema) at the end of the schema."""
+        return self._run(alter_commands.add_columns, fields, commit_metadata=commit_metadata)
+
+    def set_table_properties(
+        self, properties: Mapping[str, str], *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        """Set properties; one that enables a feature (``delta.enableDeletionVectors``,
+        ``delta.enableChangeDataFeed``, ``delta.feature.<name>=supported``, ...) upgrades the
+        protocol in the same commit. Unknown ``delta.*`` names are refused."""
+        return self._run(alter_commands.set_table_properties, properties, commit_metadata=commit_metadata)
+
+    def unset_table_properties(
+        self, keys, raise_if_not_exists: bool = True, *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        return self._run(
+            alter_commands.unset_table_properties,
+            keys,
+            raise_if_not_exists=raise_if_not_exists,
+            commit_metadata=commit_metadata,
+        )
+
+    def set_table_description(
+        self, description: str | None, *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        return self._run(alter_commands.set_table_description, description, commit_metadata=commit_metadata)
+
+    def set_table_name(
+        self, name: str | None, *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        return self._run(alter_commands.set_table_name, name, commit_metadata=commit_metadata)

@@ -188,6 +188,58 @@ def check_write_supported(
             )
 
 
+# Properties that set the protocol instead of being stored in the table's configuration.
+PROTOCOL_PROPERTY_PREFIX = "delta.feature."
+PROTOCOL_VERSION_PROPERTIES = ("delta.minReaderVersion", "delta.minWriterVersion")
+
+
+def requested_features(configuration: dict[str, str]) -> set[str]:
+    """Features asked for with ``delta.feature.<name> = supported`` (Delta Spark's syntax)."""
+    out = set()
+    for key, value in configuration.items():
+        if not key.startswith(PROTOCOL_PROPERTY_PREFIX):
+            continue
+        name = key[len(PROTOCOL_PROPERTY_PREFIX) :]
+        if str(value).strip().lower() not in ("supported", "enabled"):
+            raise ProtocolError(f"{key} must be 'supported', got {value!r}", feature=name)
+        if name not in FEATURES:
+            known = ", ".join(sorted(FEATURES))
+            raise ProtocolError(f"{key}: no table feature is named {name!r} (known: {known})", feature=name)
+        out.add(name)
+    return out
+
+
+def requested_versions(configuration: dict[str, str]) -> tuple[int, int]:
+    """``delta.minReaderVersion`` / ``delta.minWriterVersion``: legacy versions only (table
+    features are asked for by name)."""
+    out = []
+    for key, default, highest in zip(PROTOCOL_VERSION_PROPERTIES, (1, 2), (2, 6), strict=True):
+        value = configuration.get(key)
+        if value is None:
+            out.append(default)
+            continue
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise ProtocolError(f"{key} must be an integer, got {value!r}") from None
+        if not 1 <= number <= highest:
+            raise ProtocolError(
+                f"{key}={number}: deltaplane sets legacy versions up to {highest} this way; ask for "
+                "table features by name with delta.feature.<name>=supported"
+            )
+        out.append(number)
+    return out[0], out[1]
+
+
+def table_configuration(configuration: dict[str, str]) -> dict[str, str]:
+    """What is stored in ``metaData.configuration``: without the protocol-setting properties."""
+    return {
+        k: v
+        for k, v in configuration.items()
+        if not k.startswith(PROTOCOL_PROPERTY_PREFIX) and k not in PROTOCOL_VERSION_PROPERTIES
+    }
+
+
 def minimal_protocol(schema: StructType, configuration: dict[str, str]) -> Protocol:
     """The lowest protocol that supports what the schema and properties ask for.
 
@@ -220,6 +272,13 @@ def minimal_protocol(schema: StructType, configuration: dict[str, str]) -> Proto
         wanted.add("typeWidening")
     if props.checkpoint_policy == "v2":
         wanted.add("v2Checkpoint")
+    explicit = requested_features(configuration)
+    for name in sorted(explicit - WRITABLE_FEATURES):
+        raise ProtocolError(
+            f"deltaplane cannot create or upgrade tables to the {name!r} feature yet (delta.feature.{name})",
+            feature=name,
+        )
+    wanted |= explicit
     unsupported = {
         "delta.enableRowTracking": "rowTracking",
         "delta.enableIcebergCompatV2": "icebergCompatV2",
@@ -229,10 +288,11 @@ def minimal_protocol(schema: StructType, configuration: dict[str, str]) -> Proto
             message = f"deltaplane cannot create tables with {feature} yet ({key})"
             raise ProtocolError(message, feature=feature)
 
-    legacy_only = all(FEATURES[f].legacy_versions is not None for f in wanted)
+    legacy_only = not explicit and all(FEATURES[f].legacy_versions is not None for f in wanted)
+    at_least = requested_versions(configuration)
     if legacy_only:
-        reader = max([1, *(FEATURES[f].legacy_versions[0] for f in wanted)])
-        writer = max([2, *(FEATURES[f].legacy_versions[1] for f in wanted)])
+        reader = max([1, at_least[0], *(FEATURES[f].legacy_versions[0] for f in wanted)])
+        writer = max([2, at_least[1], *(FEATURES[f].legacy_versions[1] for f in wanted)])
         return Protocol(reader, writer)
     needs_reader_3 = any(f in _READER_WRITER_V3 for f in wanted)
     reader_side = sorted(f for f in wanted if FEATURES[f].reader_writer)

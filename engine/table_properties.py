@@ -30,7 +30,119 @@ _UNIT_MS = {
 
 
 class InvalidPropertyError(DeltaError):
-    """A ``delta.*`` table property has a value that cannot be parsed."""
+    """A ``delta.*`` table property has a value that cannot be parsed, or a name no Delta client
+    knows (a typo would otherwise silently do nothing)."""
+
+
+# Every table property the Delta protocol and Delta Spark define (names after ``delta.``), and
+# deltaplane's own. Checked when a table is created or altered, never when one is read: tables
+# from other writers may carry anything.
+KNOWN_DELTA_PROPERTIES = frozenset(
+    {
+        "appendOnly",
+        "autoOptimize",
+        "autoOptimize.autoCompact",
+        "autoOptimize.optimizeWrite",
+        "castIcebergTimeType",
+        "checkpoint.writeStatsAsJson",
+        "checkpoint.writeStatsAsStruct",
+        "checkpointInterval",
+        "checkpointPolicy",
+        "checkpointRetentionDuration",
+        "columnMapping.maxColumnId",
+        "columnMapping.mode",
+        "compatibility.symlinkFormatManifest.enabled",
+        "coordinatedCommits.commitCoordinator-preview",
+        "coordinatedCommits.commitCoordinatorConf-preview",
+        "coordinatedCommits.tableConf-preview",
+        "dataSkippingNumIndexedCols",
+        "dataSkippingStatsColumns",
+        "dataSkippingStringPrefixLength",
+        "deletedFileRetentionDuration",
+        "dropFeatureTruncateHistory.retentionDuration",
+        "enableChangeDataCapture",
+        "enableChangeDataFeed",
+        "enableDeletionVectors",
+        "enableExpiredLogCleanup",
+        "enableFullRetentionRollback",
+        "enableIcebergCompatV1",
+        "enableIcebergCompatV2",
+        "enableIcebergCompatV3",
+        "enableInCommitTimestamps",
+        "enableMaterializePartitionColumnsFeature",
+        "enableRowTracking",
+        "enableTypeWidening",
+        "enableVariantShredding",
+        "ignoreIcebergBucketPartition",
+        "ignoreProtocolDefaults",
+        "inCommitTimestampEnablementTimestamp",
+        "inCommitTimestampEnablementVersion",
+        "isolationLevel",
+        "lastCommitTimestamp",
+        "lastUpdateVersion",
+        "logRetentionDuration",
+        "minReaderVersion",
+        "minWriterVersion",
+        "parquet.compression.codec",
+        "parquet.format.version",
+        "randomPrefixLength",
+        "randomizeFilePrefixes",
+        "redirectReaderWriter-preview",
+        "redirectWriterOnly-preview",
+        "requireCheckpointProtectionBeforeVersion",
+        "rowTracking.materializedRowCommitVersionColumnName",
+        "rowTracking.materializedRowIdColumnName",
+        "rowTrackingSuspended",
+        "sampleRetentionDuration",
+        "setTransactionRetentionDuration",
+        "targetFileSize",
+        "tuneFileSizesForRewrites",
+        "universalFormat.enabledFormats",
+        "universalFormat.iceberg.atomicConversion.supported",
+        "writePartitionColumnsToParquet",
+    }
+)
+# Families of names: one property per constraint, per table feature, per UniForm setting.
+KNOWN_DELTA_PREFIXES = ("constraints.", "feature.", "universalFormat.config.")
+KNOWN_DELTAPLANE_PROPERTIES = frozenset(
+    {
+        "deltaplane.autoCompact.maxFileSize",
+        "deltaplane.autoCompact.minNumFiles",
+        "deltaplane.dml.rewriteThreshold",
+        "deltaplane.dml.strategy",
+    }
+)
+
+
+def check_property_names(configuration: Mapping[str, str], table: str) -> None:
+    """Refuse ``delta.*`` and ``deltaplane.*`` names that nothing reads (other namespaces are the
+    user's own and pass). The error suggests the closest known name."""
+    import difflib
+
+    for key in configuration:
+        lowered = key.lower()
+        if lowered.startswith("delta."):
+            name = key[len("delta.") :]
+            if name in KNOWN_DELTA_PROPERTIES or name.startswith(KNOWN_DELTA_PREFIXES):
+                if name.startswith(KNOWN_DELTA_PREFIXES) and name.endswith("."):
+                    raise InvalidPropertyError(
+                        f"table property {key!r} of {table} has no name after the prefix"
+                    )
+                continue
+            known = [f"delta.{n}" for n in sorted(KNOWN_DELTA_PROPERTIES)]
+        elif lowered.startswith("deltaplane."):
+            if key in KNOWN_DELTAPLANE_PROPERTIES:
+                continue
+            known = sorted(KNOWN_DELTAPLANE_PROPERTIES)
+        else:
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6) or difflib.get_close_matches(
+            key.lower(), [k.lower() for k in known], n=1, cutoff=0.6
+        )
+        if close:
+            close = [k for k in known if k.lower() == close[0].lower()][:1] or close
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InvalidPropertyError(f"unknown table property {key!r} for {table}{hint}")
 
 
 def parse_interval_ms(text: str) -> int:

@@ -15,11 +15,14 @@ a failure there is logged and does not undo the commit.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import random
 import time
 import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +52,7 @@ from engine.errors import (
     CommitConflictError,
     ConcurrentVacuumError,
     DeltaError,
+    InvalidArgumentError,
     ObjectExistsError,
     ObjectNotFoundError,
     TableExistsError,
@@ -71,6 +75,69 @@ ENGINE_INFO = f"deltaplane/{ENGINE_VERSION}"
 MAX_ATTEMPTS = 500
 # Clocks of the writer and of a VACUUM on another machine may differ by this much.
 _CLOCK_SKEW_MS = 5 * 60 * 1000
+
+
+# commitInfo fields the transaction writes itself; user metadata may not replace them.
+RESERVED_COMMIT_INFO_KEYS = frozenset(
+    {
+        "timestamp",
+        "inCommitTimestamp",
+        "operation",
+        "operationParameters",
+        "readVersion",
+        "isolationLevel",
+        "isBlindAppend",
+        "operationMetrics",
+        "engineInfo",
+        "txnId",
+        "version",
+    }
+)
+
+_COMMIT_METADATA: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "deltaplane_commit_metadata", default=None
+)
+
+
+def check_commit_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """User metadata for commitInfo: string keys, JSON values, none of the reserved fields."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidArgumentError(
+            f"commit_metadata must be a dict of JSON values, not {type(metadata).__name__}"
+        )
+    out = {}
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidArgumentError(f"commit_metadata keys must be non-empty strings, got {key!r}")
+        if key in RESERVED_COMMIT_INFO_KEYS:
+            raise InvalidArgumentError(
+                f"commit_metadata cannot set {key!r}: the commit writes it itself "
+                f"(reserved: {', '.join(sorted(RESERVED_COMMIT_INFO_KEYS))})"
+            )
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                f"commit_metadata[{key!r}] is not a JSON value ({type(value).__name__})"
+            ) from None
+        out[key] = value
+    return out
+
+
+@contextlib.contextmanager
+def commit_metadata_scope(metadata: Mapping[str, Any] | None) -> Iterator[None]:
+    """Every transaction begun inside the scope (in this thread or task) stamps ``metadata`` into
+    its commitInfo: how the table facade gives ``commit_metadata`` to every command without
+    threading it through each one. Nested scopes merge, inner keys winning."""
+    checked = check_commit_metadata(metadata)
+    outer = _COMMIT_METADATA.get() or {}
+    token = _COMMIT_METADATA.set({**outer, **checked})
+    try:
+        yield
+    finally:
+        _COMMIT_METADATA.reset(token)
 
 
 @dataclass
@@ -104,8 +171,11 @@ class Transaction:
         operation_parameters: dict[str, Any] | None = None,
         isolation_level: str | None = None,
         checkpoint: bool = True,
+        commit_metadata: Mapping[str, Any] | None = None,
     ):
         self.store = store
+        # User metadata for commitInfo (an Airflow run id, say): the scope's, then the caller's.
+        self.commit_metadata = {**(_COMMIT_METADATA.get() or {}), **check_commit_metadata(commit_metadata)}
         self.snapshot = snapshot
         self.operation = operation
         self.operation_parameters = dict(operation_parameters or {})
@@ -439,6 +509,7 @@ class Transaction:
                 "txnId": self.txn_id,
             }
         )
+        info.update(self.commit_metadata)  # reserved keys were refused when it was set
         if TableProperties(self.metadata.configuration).enable_in_commit_timestamps:
             previous = self._last_winner_ict
             if previous is None and self.snapshot is not None and version == self.read_version + 1:

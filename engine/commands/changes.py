@@ -20,28 +20,83 @@ import pyarrow.compute as pc
 from engine.actions import DeletionVectorDescriptor
 from engine.commands.write import CHANGE_TYPE
 from engine.deletion_vectors import keep_mask, read_deletion_vector
-from engine.errors import DeltaError, VersionNotFoundError
+from engine.errors import (
+    DeltaError,
+    InvalidArgumentError,
+    TimestampOutOfRangeError,
+    VersionNotFoundError,
+)
 from engine.log.commits import LogActions
 from engine.log.replay import canonical_paths, normalize_partition_values
-from engine.log.segment import list_log
-from engine.log.timestamps import file_timestamps
+from engine.log.segment import earliest_available_version, list_log
+from engine.log.timestamps import commit_timestamp, file_timestamps, to_millis, version_at_timestamp
 from engine.scan import Scan
 from engine.schema import PrimitiveType, StructField, StructType, partition_physical_names
 from engine.snapshot import Snapshot, load_snapshot, load_table_config, read_commit
 from engine.storage.base import ObjectStore
+from engine.table_properties import TableProperties
 
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 
 
-def read_changes(store: ObjectStore, start_version: int, end_version: int | None = None) -> pa.Table:
-    """The change data feed of versions ``start_version..end_version`` (inclusive)."""
+def read_changes(
+    store: ObjectStore,
+    start_version: int | None = None,
+    end_version: int | None = None,
+    *,
+    starting_timestamp=None,
+    ending_timestamp=None,
+    columns: list[str] | None = None,
+) -> pa.Table:
+    """The change data feed of versions ``start_version..end_version`` (inclusive) as one table."""
+    reader = iter_changes(
+        store,
+        start_version,
+        end_version,
+        starting_timestamp=starting_timestamp,
+        ending_timestamp=ending_timestamp,
+        columns=columns,
+    )
+    return reader.read_all()
+
+
+def iter_changes(
+    store: ObjectStore,
+    start_version: int | None = None,
+    end_version: int | None = None,
+    *,
+    starting_timestamp=None,
+    ending_timestamp=None,
+    columns: list[str] | None = None,
+) -> pa.RecordBatchReader:
+    """The change data feed as a stream, one commit's changes (file by file) at a time.
+
+    The range is given by versions or by timestamps (each end independently): a starting
+    timestamp begins at the first commit at or after it, an ending timestamp stops at the last
+    commit at or before it (or the latest commit, for a time after it), as Delta Spark reads
+    ``startingTimestamp``/``endingTimestamp``. ``columns`` selects table columns; the change
+    type, commit version and commit timestamp always come along.
+    """
+    if start_version is not None and starting_timestamp is not None:
+        raise InvalidArgumentError("give a starting version or a starting timestamp, not both")
+    if end_version is not None and ending_timestamp is not None:
+        raise InvalidArgumentError("give an ending version or an ending timestamp, not both")
     listing = list_log(store, 0)
     latest = listing.max_version
-    end = latest if end_version is None else end_version
     if latest is None:
         raise VersionNotFoundError(f"no commits at {store.root}")
-    if start_version < 0 or end is None or start_version > end or end > latest:
+    if starting_timestamp is not None or ending_timestamp is not None:
+        _, metadata = load_table_config(store)
+        properties = TableProperties(metadata.configuration)
+        if starting_timestamp is not None:
+            start_version = _first_version_at_or_after(store, starting_timestamp, properties, latest)
+        if ending_timestamp is not None:
+            end_version = _last_version_at_or_before(store, ending_timestamp, properties, latest)
+    if start_version is None:
+        raise InvalidArgumentError("the change data feed needs a starting version or timestamp")
+    end = latest if end_version is None else end_version
+    if start_version < 0 or start_version > end or end > latest:
         raise VersionNotFoundError(
             f"cannot read changes {start_version}..{end_version} of {store.root}: versions run 0..{latest}"
         )
@@ -57,25 +112,65 @@ def read_changes(store: ObjectStore, start_version: int, end_version: int | None
                 "(set delta.enableChangeDataFeed=true)"
             )
     snapshot = load_snapshot(store, end)
-    versions = list(range(start_version, end + 1))
     all_versions = sorted(listing.commits)
     stamps = dict(zip(all_versions, file_timestamps(listing, all_versions).tolist(), strict=True))
     schema = snapshot.schema
     change_schema = StructType((*schema.fields, StructField(CHANGE_TYPE, PrimitiveType("string"))))
     physical = partition_physical_names(schema, snapshot.metadata.partition_columns)
     out_schema = _output_schema(snapshot, change_schema)
-    tables = []
-    for version in versions:
-        f = listing.commits[version]
-        actions = read_commit(store, f.key, version)
-        when = stamps[version]
-        if actions.commit_info is not None and actions.commit_info.in_commit_timestamp is not None:
-            when = actions.commit_info.in_commit_timestamp
-        for table in _changes_of(snapshot, actions, change_schema, physical):
-            tables.append(_stamp(table, version, when))
-    if not tables:
-        return out_schema.empty_table()
-    return pa.concat_tables([t.select(out_schema.names).cast(out_schema) for t in tables])
+    if columns is not None:
+        names = [_column_name(schema, c, store.root) for c in columns]
+        keep = [*dict.fromkeys(names), CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP]
+        out_schema = pa.schema([out_schema.field(n) for n in keep])
+
+    def batches():
+        for version in range(start_version, end + 1):
+            f = listing.commits[version]
+            actions = read_commit(store, f.key, version)
+            when = stamps[version]
+            if actions.commit_info is not None and actions.commit_info.in_commit_timestamp is not None:
+                when = actions.commit_info.in_commit_timestamp
+            for table in _changes_of(snapshot, actions, change_schema, physical):
+                yield from _stamp(table, version, when).select(out_schema.names).cast(out_schema).to_batches()
+
+    return pa.RecordBatchReader.from_batches(out_schema, batches())
+
+
+def _column_name(schema: StructType, name: str, root: str) -> str:
+    field = schema.find(name)
+    if field is None:
+        raise InvalidArgumentError(
+            f"the change data feed of {root} has no column {name!r} (columns: {', '.join(schema.names)})"
+        )
+    return field.name
+
+
+def _first_version_at_or_after(store: ObjectStore, when, properties: TableProperties, latest: int) -> int:
+    target = to_millis(when)
+    try:
+        version = version_at_timestamp(store, target, properties)
+    except TimestampOutOfRangeError:
+        earliest = earliest_available_version(store)
+        if target <= commit_timestamp(store, earliest, properties):
+            return earliest  # before the first commit: the feed starts at the beginning
+        raise
+    if commit_timestamp(store, version, properties) == target:
+        return version
+    if version + 1 > latest:
+        raise TimestampOutOfRangeError(
+            f"no commit of {store.root} at or after {when}: the latest is version {latest}"
+        )
+    return version + 1
+
+
+def _last_version_at_or_before(store: ObjectStore, when, properties: TableProperties, latest: int) -> int:
+    target = to_millis(when)
+    try:
+        return version_at_timestamp(store, target, properties)
+    except TimestampOutOfRangeError:
+        if target >= commit_timestamp(store, latest, properties):
+            return latest  # after the latest commit: up to the latest
+        raise
 
 
 def _cdf_enabled(store: ObjectStore, version: int) -> bool:

@@ -25,6 +25,7 @@ How it runs:
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.commands.dml import RowLevelChange, _ms, choose_strategy, rewrite_threshold
-from engine.commands.write import WriteContext, as_reader
+from engine.commands.write import WriteContext
 from engine.errors import DeltaError, InvalidPredicateError
 from engine.expressions.arrow import evaluate
 from engine.expressions.bind import bind, require_condition
@@ -49,11 +50,12 @@ from engine.expressions.tree import (
     conjuncts,
     transform,
 )
+from engine.inputs import as_reader
 from engine.scan import Scan, file_keep_mask
 from engine.schema import StructField, StructType, from_arrow_schema, to_arrow_type
 from engine.snapshot import Snapshot
 from engine.storage.base import ObjectStore
-from engine.transaction import CommitResult
+from engine.transaction import CommitResult, check_commit_metadata, commit_metadata_scope
 
 MAX_IN_LIST = 1000  # above this many distinct source keys, pruning uses their range
 
@@ -83,9 +85,11 @@ class MergeBuilder:
         target_alias: str = "target",
         strategy: str | None = None,
         rewrite_threshold: float | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
     ):
         self._table = table
-        self._source = as_reader(source).read_all()
+        self._commit_metadata = check_commit_metadata(commit_metadata)
+        self._source = as_reader(source, table.snapshot.schema).read_all()
         self._predicate = predicate
         self._source_alias = source_alias
         self._target_alias = target_alias
@@ -120,22 +124,24 @@ class MergeBuilder:
     def when_not_matched_by_source_delete(self, predicate: str | None = None) -> MergeBuilder:
         return self._add("not_matched_by_source", "delete", predicate)
 
-    def execute(self) -> CommitResult:
+    def execute(self, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
+        """Run the merge as one commit; ``commit_metadata`` adds to the one given to ``merge()``."""
         if not self._clauses:
             raise MergeError("MERGE needs at least one WHEN clause")
-        read = self._table._latest_for_write()
-        result = execute_merge(
-            self._table._store,
-            read,
-            self._source,
-            self._predicate,
-            self._clauses,
-            source_alias=self._source_alias,
-            target_alias=self._target_alias,
-            strategy=self._strategy,
-            threshold=self._threshold,
-        )
-        self._table._after_commit(result, read=read)
+        with commit_metadata_scope({**self._commit_metadata, **check_commit_metadata(commit_metadata)}):
+            read = self._table._latest_for_write()
+            result = execute_merge(
+                self._table._store,
+                read,
+                self._source,
+                self._predicate,
+                self._clauses,
+                source_alias=self._source_alias,
+                target_alias=self._target_alias,
+                strategy=self._strategy,
+                threshold=self._threshold,
+            )
+            self._table._after_commit(result, read=read)
         return result
 
 

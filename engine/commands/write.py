@@ -21,6 +21,7 @@ from engine.commands.manifest import check_manifest_compatible
 from engine.enforcement import check_constraints, check_unique_names, conform_table, table_constraints
 from engine.errors import (
     ConstraintViolationError,
+    InvalidArgumentError,
     SchemaError,
     SchemaMismatchError,
     TableExistsError,
@@ -30,6 +31,7 @@ from engine.expressions.arrow import evaluate
 from engine.expressions.bind import bind_predicate
 from engine.expressions.parser import parse_predicate
 from engine.expressions.tree import And, Column, Comparison, Expr, IsNull, Literal, Or, columns
+from engine.inputs import as_reader
 from engine.log.segment import list_log
 from engine.partitions import parse_partition_values
 from engine.scan import Scan, file_keep_mask
@@ -43,31 +45,23 @@ from engine.schema import (
     StructType,
     from_arrow_schema,
     merge_schemas,
+    parse_schema,
 )
 from engine.snapshot import Snapshot
 from engine.stats import stats_leaves
 from engine.storage.base import ObjectStore
-from engine.table_features import check_write_supported, minimal_protocol, reader_features, writer_features
-from engine.table_properties import TableProperties
+from engine.table_features import (
+    check_write_supported,
+    minimal_protocol,
+    reader_features,
+    table_configuration,
+    writer_features,
+)
+from engine.table_properties import TableProperties, check_property_names
 from engine.transaction import CommitResult, Transaction
 from engine.writer import DEFAULT_TARGET_FILE_SIZE, DataFileWriter, WriterConfig
 
 CHANGE_TYPE = "_change_type"
-
-
-def as_reader(data: Any) -> pa.RecordBatchReader:
-    """Accept a Table, a RecordBatch, a RecordBatchReader, or anything with an Arrow C stream."""
-    if isinstance(data, pa.RecordBatchReader):
-        return data
-    if isinstance(data, pa.Table):
-        return data.to_reader()
-    if isinstance(data, pa.RecordBatch):
-        return pa.RecordBatchReader.from_batches(data.schema, [data])
-    if hasattr(data, "__arrow_c_stream__"):
-        return pa.RecordBatchReader.from_stream(data)
-    raise TypeError(
-        f"cannot write {type(data).__name__}: pass a pyarrow Table, RecordBatch or RecordBatchReader"
-    )
 
 
 # --- CREATE -----------------------------------------------------------------------------------
@@ -75,18 +69,33 @@ def as_reader(data: Any) -> pa.RecordBatchReader:
 
 def execute_create(
     store: ObjectStore,
-    schema: pa.Schema | StructType,
+    schema: pa.Schema | StructType | None,
     *,
     partition_by: list[str] | None = None,
     properties: Mapping[str, str] | None = None,
     name: str | None = None,
     description: str | None = None,
+    data: Any = None,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    target_file_size: int | None = None,
 ) -> CommitResult:
-    """Commit version 0 of a new table; ``TableExistsError`` if there is one already."""
+    """Commit version 0 of a new table; ``TableExistsError`` if there is one already.
+
+    With ``data`` (anything ``as_reader`` takes) its rows are written in the same commit
+    (``CREATE TABLE AS SELECT``), so a table never exists half-made; ``schema`` then defaults to
+    the data's.
+    """
+    reader = None
+    if data is not None:
+        reader = as_reader(data, _table_schema(schema) if schema is not None else None)
+        schema = reader.schema if schema is None else schema
+    delta_schema = _table_schema(schema)
     if list_log(store, 0).max_version is not None:
         raise TableExistsError(f"a Delta table already exists at {store.root}")
-    configuration = {str(k): str(v) for k, v in (properties or {}).items()}
-    delta_schema = schema if isinstance(schema, StructType) else from_arrow_schema(schema)
+    requested = {str(k): str(v) for k, v in (properties or {}).items()}
+    check_property_names(requested, store.root)
+    configuration = table_configuration(requested)
     if not delta_schema.fields:
         raise SchemaError("a table needs at least one column")
     _check_unique_names(delta_schema)
@@ -97,7 +106,7 @@ def execute_create(
     if props.column_mapping_mode != "none":
         delta_schema, max_id = assign_column_mapping(delta_schema, 0)
         configuration["delta.columnMapping.maxColumnId"] = str(max_id)
-    protocol = minimal_protocol(delta_schema, configuration)
+    protocol = minimal_protocol(delta_schema, {**requested, **configuration})
     metadata = Metadata(
         id=str(uuid.uuid4()),
         schema_string=delta_schema.to_json_string(),
@@ -109,15 +118,53 @@ def execute_create(
     )
     table_constraints(delta_schema, configuration)  # refuse constraints we cannot evaluate, now
     check_manifest_compatible(metadata, None, store.root)  # no manifest property with DVs/mapping
-    txn = Transaction(
+    params = {"partitionBy": metadata.partition_columns, "properties": configuration}
+    if reader is None:
+        txn = Transaction(store, None, operation="CREATE TABLE", operation_parameters=params)
+        txn.update_protocol(protocol)
+        txn.update_metadata(metadata)
+        if app_id is not None or app_version is not None:
+            _check_app(app_id, app_version)
+            txn.set_app_transaction(app_id, app_version)
+        return txn.commit()
+    write = WriteContext(
         store,
         None,
-        operation="CREATE TABLE",
-        operation_parameters={"partitionBy": metadata.partition_columns, "properties": configuration},
+        params,
+        target_file_size=target_file_size,
+        schema_mode=None,
+        operation="CREATE TABLE AS SELECT",
+        new_table=(protocol, metadata),
     )
-    txn.update_protocol(protocol)
-    txn.update_metadata(metadata)
-    return txn.commit()
+    write.txn.update_protocol(protocol)
+    write.txn.update_metadata(metadata)
+    write.idempotent_skip(app_id, app_version)
+    write.evolve(reader.schema)  # only checks the data's column names: the schema is new
+    writer = write.write_data(reader)
+    return write.txn.commit(_metrics(writer))
+
+
+def _table_schema(schema: Any) -> StructType:
+    """A table's schema from a pyarrow schema or a Delta ``StructType``, or an error that says
+    what was expected (a DataFrame passed where the schema belongs is the usual mistake)."""
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, pa.Schema):
+        return from_arrow_schema(schema)
+    what = type(schema).__name__
+    if hasattr(schema, "__arrow_c_stream__") or type(schema).__module__.split(".")[0] in ("pandas", "polars"):
+        raise SchemaError(
+            f"create() takes a schema (a pyarrow.Schema), not data ({what}); to create a table from "
+            "data, use engine.write_table(uri, data) or pass it as create(uri, data=...)"
+        )
+    raise SchemaError(f"a table schema must be a pyarrow.Schema or an engine.schema.StructType, not {what}")
+
+
+def _check_app(app_id: str | None, app_version: int | None) -> None:
+    if (app_id is None) != (app_version is None):
+        raise InvalidArgumentError("app_id and app_version go together")
+    if not isinstance(app_version, int) or isinstance(app_version, bool) or app_version < 0:
+        raise InvalidArgumentError(f"app_version must be a non-negative integer, got {app_version!r}")
 
 
 def _check_unique_names(schema: StructType) -> None:
@@ -203,29 +250,39 @@ class WriteContext:
         target_file_size: int | None,
         schema_mode: str | None,
         operation: str = "WRITE",
+        new_table: tuple[Protocol, Metadata] | None = None,
     ):
+        """``snapshot`` is the version written on; ``None`` with ``new_table`` (its protocol and
+        metadata) for a table being created by this write."""
         if schema_mode not in (None, "merge", "overwrite"):
-            raise ValueError(f"schema_mode must be None, 'merge' or 'overwrite', got {schema_mode!r}")
+            raise InvalidArgumentError(
+                f"schema_mode must be None, 'merge' or 'overwrite', got {schema_mode!r}"
+            )
         self.store = store
         self.snapshot = snapshot
         self.schema_mode = schema_mode
         self.target_file_size = target_file_size
-        check_write_supported(snapshot.protocol, snapshot.metadata, snapshot.schema, store.root)
+        if snapshot is not None:
+            protocol, metadata = snapshot.protocol, snapshot.metadata
+        elif new_table is not None:
+            protocol, metadata = new_table
+        else:
+            raise InvalidArgumentError("a write needs the snapshot it is based on, or a new table")
+        self.metadata = metadata
+        self.protocol = protocol
+        self.schema = snapshot.schema if snapshot is not None else parse_schema(metadata.schema_string)
+        check_write_supported(protocol, metadata, self.schema, store.root)
         self.txn = Transaction(
             store, snapshot, operation=operation, operation_parameters=operation_parameters
         )
-        self.schema = snapshot.schema
-        self.metadata = snapshot.metadata
-        self.protocol = snapshot.protocol
 
     def idempotent_skip(self, app_id: str | None, app_version: int | None) -> CommitResult | None:
         if app_id is None and app_version is None:
             return None
-        if app_id is None or app_version is None:
-            raise ValueError("app_id and app_version go together")
+        _check_app(app_id, app_version)
         done = self.txn.read_app_transaction(app_id)
         if done is not None and done >= app_version:
-            return CommitResult(self.snapshot.version, "WRITE", {}, skipped=True)
+            return CommitResult(self.snapshot.version, self.txn.operation, {}, skipped=True)
         self.txn.set_app_transaction(app_id, app_version)
         return None
 
@@ -317,7 +374,10 @@ class WriteContext:
                     table = conform_table(batch, self.schema)
                 except SchemaMismatchError as e:
                     raise SchemaMismatchError(f"cannot write to {self.store.root}: {e}") from None
-                check_constraints(table, self.schema, constraints)
+                try:
+                    check_constraints(table, self.schema, constraints)
+                except ConstraintViolationError as e:
+                    raise ConstraintViolationError(f"cannot write to {self.store.root}: {e}") from None
                 if extra_check is not None:
                     extra_check(table)
                 writer.write(table)
@@ -416,10 +476,10 @@ def execute_append(
     schema_mode: str | None = None,
     target_file_size: int | None = None,
 ) -> CommitResult:
-    reader = as_reader(data)
+    reader = as_reader(data, snapshot.schema)
     params = {"mode": "Append", "partitionBy": snapshot.partition_columns}
     if schema_mode == "overwrite":
-        raise ValueError("schema_mode='overwrite' needs overwrite(), not append()")
+        raise InvalidArgumentError("schema_mode='overwrite' needs overwrite(), not append()")
     write = WriteContext(store, snapshot, params, target_file_size=target_file_size, schema_mode=schema_mode)
     skipped = write.idempotent_skip(app_id, app_version)
     if skipped is not None:
@@ -443,12 +503,12 @@ def execute_overwrite(
 ) -> CommitResult:
     """Replace the table's rows (all of them, those matching ``predicate``, or whole partitions)."""
     if predicate is not None and dynamic_partitions:
-        raise ValueError("give a predicate or dynamic_partitions=True, not both")
+        raise InvalidArgumentError("give a predicate or dynamic_partitions=True, not both")
     if schema_mode == "overwrite" and (predicate is not None or dynamic_partitions):
-        raise ValueError(
+        raise InvalidArgumentError(
             "schema_mode='overwrite' replaces the whole table: no predicate or dynamic partitions"
         )
-    reader = as_reader(data)
+    reader = as_reader(data, snapshot.schema)
     params: dict[str, Any] = {"mode": "Overwrite", "partitionBy": snapshot.partition_columns}
     if predicate is not None:
         params["predicate"] = predicate if isinstance(predicate, str) else str(predicate)
@@ -470,7 +530,7 @@ def execute_overwrite(
 
     if dynamic_partitions:
         if not snapshot.partition_columns:
-            raise ValueError("dynamic partition overwrite needs a partitioned table")
+            raise InvalidArgumentError("dynamic partition overwrite needs a partitioned table")
         writer = write.write_data(reader)
         touched = _touched_partitions(writer, write.schema, snapshot)
         files, read_predicate = _files_in_partitions(snapshot, touched)

@@ -151,3 +151,20 @@ def _check_not_after_latest(store: ObjectStore, target: int, latest: int, ts: in
         f"timestamp {_fmt(target)} is after the latest commit of {store.root} "
         f"(version {latest} at {_fmt(ts)})"
     )
+
+
+def commit_timestamp(store: ObjectStore, version: int, properties: TableProperties) -> int:
+    """The timestamp time travel gives ``version``: its in-commit timestamp where enabled,
+    otherwise its file time monotonized over the reconstructable commits."""
+    listing = list_log(store, 0)
+    if version not in listing.commits:
+        raise TimestampOutOfRangeError(f"version {version} of {store.root} has no commit file")
+    if properties.enable_in_commit_timestamps and version >= (
+        properties.in_commit_timestamp_enablement_version or 0
+    ):
+        ict = read_in_commit_timestamp(store, listing.commits[version])
+        if ict is not None:
+            return ict
+    earliest = earliest_available_version(store, listing)
+    versions = [v for v in sorted(listing.commits) if v >= earliest]
+    return int(file_timestamps(listing, versions)[versions.index(version)])

@@ -1,0 +1,170 @@
+"""A snapshot in the shapes other tools read: the file list with typed statistics (as delta-rs's
+``get_add_actions``), and a ``pyarrow.dataset`` over the live files for engines that push filters
+down themselves (DuckDB, Polars, Acero).
+
+A dataset reads Parquet files as they are, so it cannot honour deletion vectors or column
+mapping (the files' column names are physical): such snapshots are refused with
+``UnsupportedOperationError`` rather than read wrongly. ``DeltaTable.to_batches`` and the
+table's own ``__arrow_c_stream__`` handle both.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from engine.errors import UnsupportedOperationError
+from engine.log.replay import canonical_paths
+from engine.partitions import parse_partition_values
+from engine.schema import DataType, StructType, to_arrow_schema, to_arrow_type
+from engine.snapshot import Snapshot
+from engine.stats import parse_file_stats, stats_supported
+
+Path = tuple[str, ...]
+
+
+def _stats_leaves(schema: StructType, partitions: set[str]) -> list[tuple[Path, Path, DataType]]:
+    """(logical path, physical path, type) of every data-column leaf statistics may describe."""
+    out = []
+
+    def walk(fields, logical: Path, physical: Path) -> None:
+        for f in fields:
+            lp, pp = (*logical, f.name), (*physical, f.physical_name)
+            if isinstance(f.type, StructType):
+                walk(f.type.fields, lp, pp)
+            elif stats_supported(f.type):
+                out.append((lp, pp, f.type))
+
+    walk([f for f in schema.fields if f.name not in partitions], (), ())
+    return out
+
+
+def add_actions_table(snapshot: Snapshot, *, flatten: bool = False) -> pa.Table:
+    """One row per live file: path, size, modification time, dataChange, typed partition
+    values, record and deleted-row counts, and per-column null counts, minima and maxima.
+
+    ``flatten`` gives delta-rs's flat names (``partition.<col>``, ``null_count.<col>``,
+    ``min.<col>``, ``max.<col>``, nested columns joined with dots); otherwise those are structs.
+    """
+    files = snapshot.files
+    n = files.num_rows
+    schema = snapshot.schema
+    partition_fields = snapshot.partition_fields
+    leaves = _stats_leaves(schema, {f.name for f in partition_fields})
+    stats = parse_file_stats(files, {pp: t for _, pp, t in leaves}, for_skipping=False)
+    dv = files.column("deletion_vector")
+    deleted = pc.fill_null(pc.struct_field(dv, "cardinality"), 0) if dv.null_count < n else pa.repeat(0, n)
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        "path": files.column("path"),
+        "size_bytes": files.column("size"),
+        "modification_time": pc.cast(files.column("modification_time"), pa.timestamp("ms")),
+        "data_change": files.column("data_change"),
+        "num_records": stats.num_records,
+        "num_deleted_records": pc.cast(deleted, pa.int64()),
+    }
+    partitions = {}
+    for f in partition_fields:
+        raw = pc.struct_field(files.column("partition_values"), f.physical_name)
+        partitions[(f.name,)] = parse_partition_values(raw, f.type)
+    groups = {
+        "partition": partitions,
+        "null_count": {lp: stats.null_count[pp] for lp, pp, _ in leaves},
+        "min": {lp: stats.min_values[pp] for lp, pp, _ in leaves},
+        "max": {lp: stats.max_values[pp] for lp, pp, _ in leaves},
+    }
+    for group, values in groups.items():
+        if not values:
+            continue
+        if flatten:
+            for path, array in values.items():
+                columns[".".join((group, *path))] = array
+        else:
+            columns["partition_values" if group == "partition" else group] = _nested_struct(values, n)
+    return pa.table(columns)
+
+
+def _nested_struct(values: dict[Path, pa.Array], n: int) -> pa.StructArray:
+    tree: dict = {}
+    for path, array in values.items():
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = array
+
+    def build(node: dict) -> pa.StructArray:
+        names = list(node)
+        arrays = [build(v) if isinstance(v, dict) else _array(v) for v in node.values()]
+        return pa.StructArray.from_arrays(arrays, names=names) if arrays else pa.nulls(n, pa.struct([]))
+
+    return build(tree)
+
+
+def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def pyarrow_dataset(snapshot: Snapshot) -> ds.Dataset:
+    """A ``pyarrow.dataset`` of the live files with typed partition columns as expressions."""
+    root = snapshot.store.root
+    if snapshot.column_mapping_mode != "none":
+        raise UnsupportedOperationError(
+            f"{root} uses column mapping: its Parquet files name columns by physical name, which a "
+            "pyarrow dataset cannot map; read it with to_batches() or the table's Arrow stream"
+        )
+    files = snapshot.files
+    dv = files.column("deletion_vector")
+    if dv.null_count < len(dv):
+        count = len(dv) - dv.null_count
+        raise UnsupportedOperationError(
+            f"{count} live file(s) of {root} (version {snapshot.version}) have deletion vectors, which a "
+            "pyarrow dataset cannot apply (it would return deleted rows); read it with to_batches() or "
+            "the table's Arrow stream, or purge them with optimize(purge=True)"
+        )
+    filesystem, base = _filesystem(snapshot)
+    keys = canonical_paths(files.column("path"), root).to_pylist()
+    paths = [key if key.startswith(base) else f"{base}/{key}" for key in keys]
+    schema = to_arrow_schema(snapshot.schema)
+    partition_fields = snapshot.partition_fields
+    typed = {
+        f.name: parse_partition_values(
+            pc.struct_field(files.column("partition_values"), f.physical_name), f.type
+        )
+        for f in partition_fields
+    }
+    expressions = []
+    for i in range(len(paths)):
+        expression = ds.scalar(True)
+        for f in partition_fields:
+            value = typed[f.name][i]
+            field = ds.field(f.name)
+            term = (
+                field.is_null()
+                if not value.is_valid
+                else field == pa.scalar(value.as_py(), to_arrow_type(f.type))
+            )
+            expression = expression & term
+        expressions.append(expression)
+    return ds.FileSystemDataset.from_paths(
+        paths,
+        schema=schema,
+        format=ds.ParquetFileFormat(),
+        filesystem=filesystem,
+        partitions=expressions if partition_fields else None,
+    )
+
+
+def _filesystem(snapshot: Snapshot):
+    """The pyarrow filesystem and base path of the snapshot's store."""
+    from pyarrow import fs
+
+    store = snapshot.store
+    root = store.root
+    if root.startswith("s3://"):
+        arrow_fs = getattr(store, "_arrow_filesystem", lambda: None)()
+        if arrow_fs is None:
+            raise UnsupportedOperationError(f"pyarrow cannot open {root} (its S3 support is missing)")
+        return arrow_fs, root[len("s3://") :]
+    if "://" in root:
+        raise UnsupportedOperationError(f"a pyarrow dataset cannot read {root}: only local paths and S3")
+    return fs.LocalFileSystem(), root

@@ -1,0 +1,148 @@
+"""``write_table``: one call that writes data to a table, creating it when missing, as
+``deltalake.write_deltalake`` does.
+
+Modes: ``"error"`` (the default: ``TableExistsError`` if the table exists), ``"append"``,
+``"overwrite"`` (everything, or with ``predicate`` only the matching rows) and ``"ignore"``
+(nothing happens if the table exists). A missing table is created from the data in one commit
+(``CREATE TABLE AS SELECT``), whatever the mode. Creation-time settings (``partition_by``,
+``properties``, ``name``, ``description``) must agree with an existing table rather than being
+silently dropped: change those with ``DeltaTable.alter``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from engine.errors import InvalidArgumentError, SchemaMismatchError, TableExistsError
+from engine.table import DeltaTable
+from engine.transaction import CommitResult, commit_metadata_scope
+
+MODES = ("error", "append", "overwrite", "ignore")
+
+
+def write_table(
+    uri: str,
+    data: Any,
+    *,
+    mode: str = "error",
+    partition_by: list[str] | str | None = None,
+    predicate: str | None = None,
+    dynamic_partitions: bool = False,
+    schema_mode: str | None = None,
+    properties: Mapping[str, str] | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    commit_metadata: Mapping[str, Any] | None = None,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    target_file_size: int | None = None,
+) -> CommitResult:
+    """Write ``data`` (a pyarrow Table/RecordBatch/RecordBatchReader, a pandas DataFrame, or
+    anything with ``__arrow_c_stream__``) to the table at ``uri``; returns the commit's result
+    (``skipped`` for ``mode="ignore"`` on an existing table or an already applied
+    ``app_id``/``app_version``)."""
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if predicate is not None and mode != "overwrite":
+        raise InvalidArgumentError(
+            f"a predicate replaces matching rows: it needs mode='overwrite', not {mode!r}"
+        )
+    partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by or [])
+    with commit_metadata_scope(commit_metadata):
+        if not DeltaTable.is_deltatable(uri, storage_options):
+            try:
+                return _create(
+                    uri,
+                    data,
+                    partition_by=partition_by,
+                    predicate=predicate,
+                    properties=properties,
+                    name=name,
+                    description=description,
+                    storage_options=storage_options,
+                    app_id=app_id,
+                    app_version=app_version,
+                    target_file_size=target_file_size,
+                )
+            except TableExistsError:
+                if mode == "error":
+                    raise
+                # Another writer created it meanwhile: write to it as to any existing table.
+        table = DeltaTable(uri, storage_options=storage_options)
+        if mode == "error":
+            raise TableExistsError(f"a Delta table already exists at {table.uri} (mode='error')")
+        if mode == "ignore":
+            return CommitResult(table.version, "WRITE", {}, skipped=True)
+        _check_creation_settings(table, partition_by, properties, name, description)
+        if mode == "append":
+            return table.append(
+                data,
+                app_id=app_id,
+                app_version=app_version,
+                schema_mode=schema_mode,
+                target_file_size=target_file_size,
+            )
+        return table.overwrite(
+            data,
+            predicate,
+            dynamic_partitions=dynamic_partitions,
+            app_id=app_id,
+            app_version=app_version,
+            schema_mode=schema_mode,
+            target_file_size=target_file_size,
+        )
+
+
+def _create(uri: str, data: Any, *, partition_by, predicate, storage_options, **settings) -> CommitResult:
+    app_id, app_version = settings.pop("app_id"), settings.pop("app_version")
+    target_file_size = settings.pop("target_file_size")
+    if predicate is None:
+        _, result = DeltaTable.create_with_result(
+            uri,
+            partition_by=partition_by,
+            storage_options=storage_options,
+            data=data,
+            app_id=app_id,
+            app_version=app_version,
+            target_file_size=target_file_size,
+            **settings,
+        )
+        return result
+    # replaceWhere on a new table: create it empty (schema from the data), then overwrite, so
+    # the rows are checked against the predicate as for an existing table.
+    from engine.inputs import as_reader
+
+    reader = as_reader(data)
+    table = DeltaTable.create(
+        uri, reader.schema, partition_by=partition_by, storage_options=storage_options, **settings
+    )
+    return table.overwrite(
+        reader, predicate, app_id=app_id, app_version=app_version, target_file_size=target_file_size
+    )
+
+
+def _check_creation_settings(table: DeltaTable, partition_by, properties, name, description) -> None:
+    current = [c.lower() for c in table.partition_columns]
+    if partition_by and [c.lower() for c in partition_by] != current:
+        raise SchemaMismatchError(
+            f"{table.uri} is partitioned by {table.partition_columns or 'nothing'}, not {partition_by}; "
+            "the partitioning of an existing table cannot change with a write"
+        )
+    configuration = table.metadata.configuration
+    differing = {k: v for k, v in (properties or {}).items() if configuration.get(k) != str(v)}
+    if differing:
+        raise InvalidArgumentError(
+            f"properties {sorted(differing)} differ from those of the existing table {table.uri}; "
+            "properties are set when a table is created: change them with dt.alter.set_table_properties()"
+        )
+    for what, wanted, actual in (
+        ("name", name, table.metadata.name),
+        ("description", description, table.metadata.description),
+    ):
+        if wanted is not None and wanted != actual:
+            raise InvalidArgumentError(
+                f"the {what} of the existing table {table.uri} is {actual!r}, not {wanted!r}; "
+                f"change it with dt.alter.set_table_{what}()"
+            )
