@@ -38,11 +38,11 @@ def as_reader(data: Any, target: StructType | None = None) -> pa.RecordBatchRead
     if is_pandas(data):
         return from_pandas(data, target).to_reader()
     if hasattr(data, "__arrow_c_stream__"):
-        return pa.RecordBatchReader.from_stream(data)
+        return _without_views(pa.RecordBatchReader.from_stream(data))
     if hasattr(data, "__arrow_c_array__"):
         return as_reader(pa.record_batch(data))
     raise InvalidArgumentError(
-        f"cannot write a {type(data).__name__}: pass a pyarrow Table, RecordBatch or "
+        f"cannot write data of type {type(data).__name__}: pass a pyarrow Table, RecordBatch or "
         "RecordBatchReader, a pandas DataFrame, or anything with __arrow_c_stream__ (Polars, DuckDB)"
     )
 
@@ -84,3 +84,31 @@ def _whole_numbers(column: pa.ChunkedArray, target: pa.DataType, name: str) -> p
             f"column {name!r} holds floats the table's {target} column cannot take without loss ({why})"
         ) from None
     return cast
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """``t`` with Arrow's view layouts (string_view, binary_view, list_view: Polars and DuckDB
+    export them) replaced by the classic ones every kernel supports."""
+    if pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return pa.list_(pa.field(t.value_field.name, _plain(t.value_type), t.value_field.nullable))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = _plain(t.value_type)
+        field = pa.field(t.value_field.name, inner, t.value_field.nullable)
+        return pa.large_list(field) if pa.types.is_large_list(t) else pa.list_(field)
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain(f.type), f.nullable, f.metadata) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_plain(t.key_type), _plain(t.item_type))
+    return t
+
+
+def _without_views(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    schema = pa.schema(
+        [pa.field(f.name, _plain(f.type), f.nullable, f.metadata) for f in reader.schema],
+        metadata=reader.schema.metadata,
+    )
+    return reader if schema == reader.schema else reader.cast(schema)
