@@ -326,6 +326,33 @@ def cmd_restore(args) -> int:
     return 0
 
 
+def cmd_repair(args) -> int:
+    _progress_logging()
+    table = _open(args)
+    plan = table.repair(dry_run=True, include_missing_deletion_vectors=args.include_missing_deletion_vectors)
+    result = None
+    if args.execute and plan.files_to_remove:
+        result = table.repair(
+            dry_run=False, include_missing_deletion_vectors=args.include_missing_deletion_vectors
+        )
+    if args.json:
+        info = plan.describe()
+        info["version"] = None if result is None else result.version
+        print(_dump(info))
+        return 0
+    for path in plan.missing_files:
+        print(f"missing data file: {path}")
+    for path in plan.missing_deletion_vectors:
+        print(f"missing deletion vector of: {path}")
+    if result is not None:
+        print(f"version {result.version}: removed {len(plan.files_to_remove):,} entries", file=sys.stderr)
+    elif plan.files_to_remove:
+        print(f"would remove {len(plan.files_to_remove):,} entries (run with --execute)", file=sys.stderr)
+    else:
+        print("nothing to repair: every live file is present", file=sys.stderr)
+    return 0
+
+
 def cmd_demo(args) -> int:
     from engine.demo import run_demo
 
@@ -345,7 +372,7 @@ class _UsageError(Exception):
 
 _DESCRIPTION = """\
 Delta Lake tables from the command line: inspect (describe, history, read, health), maintain
-(optimize, vacuum, cleanup-log, generate-manifest) and recover (restore) tables on a local
+(optimize, vacuum, cleanup-log, generate-manifest) and recover (restore, repair) tables on a local
 disk or S3. Every command prints JSON with --json; errors print one line and exit with 2."""
 
 
@@ -442,6 +469,18 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--to-timestamp", help="restore the version current at this time (ISO-8601)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.set_defaults(func=cmd_restore)
+
+    p = sub.add_parser(
+        "repair", help="remove log entries for data files that are gone (FSCK; lists unless --execute)"
+    )
+    common(p, time_travel=False)
+    p.add_argument("--execute", action="store_true", help="commit the removals (default: only list them)")
+    p.add_argument(
+        "--include-missing-deletion-vectors",
+        action="store_true",
+        help="also remove files whose deletion vector file is gone (drops all their rows)",
+    )
+    p.set_defaults(func=cmd_repair)
 
     p = sub.add_parser("demo", help="create a demo table, read it back and describe it")
     p.add_argument("path", nargs="?", default="./demo-table", help="folder for the demo table")
