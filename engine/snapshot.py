@@ -31,7 +31,7 @@ from engine.errors import (
 from engine.log.checkpoints import read_checkpoint, read_checkpoint_config
 from engine.log.commits import LogActions, parse_log_json
 from engine.log.files import LogFile
-from engine.log.replay import normalize_partition_values, reconcile
+from engine.log.replay import SMALL_REPLAY_ACTIONS, normalize_partition_values, reconcile, reconcile_rows
 from engine.log.segment import LogListing, LogSegment, build_log_segment, list_log
 from engine.schema import StructField, StructType, parse_schema, partition_physical_names
 from engine.storage.base import ObjectStore
@@ -168,9 +168,15 @@ def read_commit(
     return parse_log_json(data, version=version, source=key, partition_keys=partition_keys)
 
 
+# Below this many bytes of local commits, starting threads costs more than it saves.
+_SEQUENTIAL_LOCAL_BYTES = 4 << 20
+
+
 def _read_commits(store: ObjectStore, commits) -> list[LogActions]:
     keys: set[str] = set()  # partitionValues keys, learnt once and shared by every commit
-    if len(commits) > 1:
+    remote = getattr(store, "remote", True)  # a store that does not say is treated as remote
+    small = sum(f.size or 0 for f in commits) < _SEQUENTIAL_LOCAL_BYTES
+    if len(commits) > 1 and (remote or not small):
         with ThreadPoolExecutor(min(_READ_WORKERS, len(commits))) as pool:
             return list(pool.map(lambda f: read_commit(store, f.key, f.version, keys), commits))
     return [read_commit(store, f.key, f.version, keys) for f in commits]
@@ -272,6 +278,28 @@ def _assemble(
     domains: dict[str, DomainMetadata] = {}
     commit_tables: list[pa.Table] = []
     checkpoint_table: pa.Table | None = None
+    pending = [a.pending_rows for a in parsed]
+    if (
+        checkpoint is None
+        and all(p is not None for p in pending)
+        and sum(len(p) for p in pending) <= SMALL_REPLAY_ACTIONS
+    ):
+        # A few small commits and nothing under them: replay the parsed JSON directly.
+        for actions in newest_first:
+            for txn in actions.txns:
+                txns.setdefault(txn.app_id, txn)
+            for domain in actions.domains:
+                domains.setdefault(domain.domain, domain)
+        rows = [(a.version, a.pending_rows) for a in newest_first]
+        try:
+            replayed = reconcile_rows(rows, store.root, physical)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            for actions in parsed:
+                _ = actions.file_actions  # the commit's own parse names the file and the field
+            raise
+        newest_first = []
+    else:
+        replayed = None
     for actions in newest_first:
         for txn in actions.txns:
             txns.setdefault(txn.app_id, txn)
@@ -290,7 +318,8 @@ def _assemble(
                 commit_tables.append(table)
     domains = {k: d for k, d in domains.items() if not d.removed}
     del newest_first, checkpoint
-    replayed = reconcile(commit_tables, checkpoint_table, store.root)
+    if replayed is None:
+        replayed = reconcile(commit_tables, checkpoint_table, store.root)
     del checkpoint_table
 
     commit_info = parsed[-1].commit_info if parsed and parsed[-1].version == segment.version else None

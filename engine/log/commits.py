@@ -172,6 +172,38 @@ class LogActions:
         elif isinstance(action, CheckpointMetadata):
             self.checkpoint_metadata = action
 
+    # File actions of a small commit stay as parsed JSON objects until someone needs Arrow:
+    # replaying a few small commits is cheaper in Python than building a table per commit.
+    # (stored in ``_table`` / ``_rows``, set through the ``file_actions`` property below)
+
+    def set_file_rows(self, rows: list[tuple[str, dict]]) -> None:
+        """File actions as ``(kind, JSON body)`` pairs, adds first (validated by the parser)."""
+        self._table, self._rows = None, rows
+
+    @property
+    def pending_rows(self) -> list[tuple[str, dict]] | None:
+        """The file actions as parsed JSON while no Arrow table was built (``[]``: none)."""
+        rows = getattr(self, "_rows", None)
+        if rows is not None:
+            return rows
+        return [] if getattr(self, "_table", None) is None else None
+
+
+def _get_file_actions(self: LogActions) -> pa.Table | None:
+    rows = getattr(self, "_rows", None)
+    if rows:
+        self._table = _file_actions_from_bodies(rows, self.source)
+    self._rows = None
+    return getattr(self, "_table", None)
+
+
+def _set_file_actions(self: LogActions, value: pa.Table | None) -> None:
+    self._table, self._rows = value, None
+
+
+# The flat Arrow table of the file actions (built on first use for small commits).
+LogActions.file_actions = property(_get_file_actions, _set_file_actions)  # type: ignore[assignment]
+
 
 def parse_log_json(
     data: bytes, *, version: int, source: str, partition_keys: set[str] | None = None
@@ -197,6 +229,8 @@ def parse_log_json(
             source,
         )
     keys = partition_keys if partition_keys is not None else set()
+    if len(data) <= _SMALL_COMMIT_BYTES:
+        return _parse_small(data, version=version, source=source)
     # Threads pay off on big commits; on small ones their start-up is most of the cost.
     read_options = pj.ReadOptions(use_threads=len(data) > _THREADED_PARSE_BYTES)
     try:
@@ -303,6 +337,52 @@ def _parse_file_lines(lines: list[bytes], source: str, partition_keys: set[str])
     return file_actions_from_structs(table, source)
 
 
+# Below this size a commit is parsed with ``json`` line by line: pyarrow.json's fixed cost
+# (about half a millisecond) is most of the time for the handful of lines a small append writes.
+_SMALL_COMMIT_BYTES = 16 << 10
+
+
+def _parse_small(data: bytes, *, version: int, source: str) -> LogActions:
+    """A small commit, line by line: the same result as the columnar path, exactly."""
+    out = LogActions(source=source, version=version)
+    rows: list[tuple[str, dict]] = []
+    for line_no, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise CorruptLogError(f"{source} line {line_no}: invalid action: {e}", source) from e
+        if isinstance(obj, dict) and len(obj) == 1 and ("add" in obj or "remove" in obj):
+            kind = "add" if "add" in obj else "remove"
+            rows.append((kind, _checked_file_action(kind, obj[kind], source, line)))
+            continue
+        try:
+            action = parse_action(obj)
+        except (ValueError, TypeError) as e:
+            raise CorruptLogError(f"{source} line {line_no}: invalid action: {e}", source) from e
+        if action is not None:
+            out.add_non_file_action(action, line_no)
+    if rows:
+        # Adds before removes, as the columnar path stacks them.
+        out.set_file_rows([r for r in rows if r[0] == "add"] + [r for r in rows if r[0] == "remove"])
+    return out
+
+
+def _checked_file_action(kind: str, body, source: str, line: bytes) -> dict:
+    try:
+        if not isinstance(body, dict) or not isinstance(body.get("path"), str):
+            raise ValueError(f"{kind} action without a path")
+        pv = body.get("partitionValues")
+        if pv is not None and not isinstance(pv, dict):
+            raise ValueError("partitionValues must be an object")
+        if body.get("stats") is not None and not isinstance(body["stats"], str):
+            raise ValueError("stats must be a JSON string")
+    except ValueError as e:
+        raise CorruptLogError(f"{source}: invalid file action ({e}): {line[:200]!r}", source) from e
+    return body
+
+
 def _parse_file_lines_slowly(lines: list[bytes], source: str) -> pa.Table:
     """Line-by-line parse: slower, but it names the bad line when there is one."""
     rows = []
@@ -311,16 +391,13 @@ def _parse_file_lines_slowly(lines: list[bytes], source: str) -> pa.Table:
             obj = json.loads(line)
             kind = "add" if "add" in obj else "remove"
             body = obj[kind]
-            if not isinstance(body, dict) or not isinstance(body.get("path"), str):
-                raise ValueError(f"{kind} action without a path")
-            pv = body.get("partitionValues")
-            if pv is not None and not isinstance(pv, dict):
-                raise ValueError("partitionValues must be an object")
-            if body.get("stats") is not None and not isinstance(body["stats"], str):
-                raise ValueError("stats must be a JSON string")
-            rows.append((kind, body))
         except (ValueError, TypeError, KeyError) as e:
             raise CorruptLogError(f"{source}: invalid file action ({e}): {line[:200]!r}", source) from e
+        rows.append((kind, _checked_file_action(kind, body, source, line)))
+    return _file_actions_from_bodies(rows, source)
+
+
+def _file_actions_from_bodies(rows: list[tuple[str, dict]], source: str) -> pa.Table:
     pv_keys: dict[str, None] = {}
     for _, body in rows:
         for k in body.get("partitionValues") or {}:
@@ -332,7 +409,7 @@ def _parse_file_lines_slowly(lines: list[bytes], source: str) -> pa.Table:
     columns["partition_values"] = [
         None
         if body.get("partitionValues") is None
-        else {k: _pv_string(body["partitionValues"].get(k)) for k in pv_keys}
+        else {k: pv_string(body["partitionValues"].get(k)) for k in pv_keys}
         for _, body in rows
     ]
     types = {c: t for c, _, t in FILE_ACTION_FIELDS} | {
@@ -345,7 +422,7 @@ def _parse_file_lines_slowly(lines: list[bytes], source: str) -> pa.Table:
         raise CorruptLogError(f"{source}: file action with a field of the wrong type: {e}", source) from e
 
 
-def _pv_string(value):
+def pv_string(value):
     """Partition values are strings; tolerate a writer that wrote a bare JSON scalar."""
     if value is None or isinstance(value, str):
         return value

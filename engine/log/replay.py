@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.log.commits import empty_file_actions
+from engine.log.commits import FILE_ACTION_FIELDS, empty_file_actions, pv_string
 
 _NEEDS_CANONICAL = r"%|^[a-zA-Z][a-zA-Z0-9+.\-]*:|^/"
 
@@ -197,3 +197,62 @@ def _first_occurrences(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
         first[0] = True
         np.greater(running[1:], running[:-1], out=first[1:])
     return first
+
+
+# --- small logs: replay in Python --------------------------------------------------------------
+
+# Up to this many file actions, replaying parsed JSON in Python beats building, concatenating
+# and hashing Arrow tables (the fixed costs of a few kernels per commit).
+SMALL_REPLAY_ACTIONS = 2000
+
+
+def reconcile_rows(
+    commits_newest_first: list[tuple[int, list[tuple[str, dict]]]], table_root: str, physical: list[str]
+) -> ReplayResult:
+    """``reconcile`` for file actions still in their parsed JSON form: the same winners, in the
+    same order, and tables of exactly the same shape as the Arrow path produces."""
+    rows = [(version, kind, body) for version, actions in commits_newest_first for kind, body in actions]
+    with_dv = any(body.get("deletionVector") is not None for _, _, body in rows)
+    seen: set[str] = set()
+    live, tombstones = [], []
+    for version, kind, body in rows:
+        path = body["path"]
+        key = (
+            canonical_path(path, table_root) if ("%" in path or ":" in path or path.startswith("/")) else path
+        )
+        if with_dv:
+            key += "\x00" + _dv_id(body.get("deletionVector"))
+        if key in seen:
+            continue
+        seen.add(key)
+        (live if kind == "add" else tombstones).append((version, body))
+    return ReplayResult(
+        _rows_table(live, physical, tombstone=False), _rows_table(tombstones, physical, tombstone=True)
+    )
+
+
+def _dv_id(dv: dict | None) -> str:
+    if not dv:
+        return ""
+    base = f"{dv.get('storageType', '')}{dv.get('pathOrInlineDv', '')}"
+    return base if dv.get("offset") is None else f"{base}@{dv['offset']}"
+
+
+def _rows_table(rows: list[tuple[int, dict]], physical: list[str], *, tombstone: bool) -> pa.Table:
+    columns: dict[str, pa.Array] = {}
+    for column, key, typ in FILE_ACTION_FIELDS:
+        if not tombstone and column in _LIVE_DROP:
+            continue
+        columns[column] = pa.array([body.get(key) for _, body in rows], type=typ)
+    pv_type = pa.struct([(c, pa.string()) for c in physical])
+    columns["partition_values"] = pa.array(
+        [
+            None
+            if (pv := body.get("partitionValues")) is None
+            else {c: pv_string(pv.get(c)) for c in physical}
+            for _, body in rows
+        ],
+        type=pv_type,
+    )
+    columns["version"] = pa.array([version for version, _ in rows], type=pa.int64())
+    return pa.table(columns)

@@ -63,6 +63,10 @@ class BufferedPendingObject:
 class ObjectStore(Protocol):
     """Storage for one table root. All methods raise ``engine.errors`` storage errors."""
 
+    # ``remote``: whether each request is a network round trip (S3), so that reading many small
+    # objects pays off in parallel; local and in-memory stores say False.
+    remote: bool
+
     @property
     def root(self) -> str:
         """The URI of the store's root, without a trailing slash."""

@@ -25,6 +25,8 @@ from engine.storage.base import ObjectMeta, PutMode, split_prefix
 class LocalStore:
     """Store rooted at a local directory; keys are paths relative to it."""
 
+    remote = False  # reads cost microseconds: no thread pools for a handful of them
+
     def __init__(self, root: str):
         self._root = os.path.abspath(root).rstrip(os.sep) or os.sep
 

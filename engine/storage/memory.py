@@ -19,6 +19,8 @@ from engine.storage.base import BufferedPendingObject, ObjectMeta, PutMode, spli
 class MemoryStore:
     """A dict of key -> (bytes, modification time in ms), guarded by a lock."""
 
+    remote = False
+
     def __init__(self, root: str = "memory://"):
         self._root = root.rstrip("/")
         self._objects: dict[str, tuple[bytes, int]] = {}

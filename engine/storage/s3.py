@@ -78,6 +78,8 @@ def _unsent(error: Exception | None) -> bool:
 class S3Store:
     """Store rooted at ``s3://bucket/prefix``; ``storage_options`` carry endpoint and credentials."""
 
+    remote = True  # every request is a round trip: read many objects at once
+
     def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None):
         parts = urlsplit(uri)
         if not parts.netloc:
