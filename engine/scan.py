@@ -41,7 +41,7 @@ from engine.expressions.bind import bind_predicate
 from engine.expressions.parser import parse_predicate
 from engine.expressions.skipping import SkippingContext, files_to_keep
 from engine.expressions.tree import Column, Expr, columns
-from engine.log.replay import canonical_path
+from engine.log.replay import canonical_path, canonical_paths
 from engine.partitions import parse_partition_values
 from engine.schema import (
     PARQUET_FIELD_ID,
@@ -68,6 +68,9 @@ class ScanMetrics:
     files_read: int = 0
     rows_read: int = 0  # physical rows decoded, before deletion vectors and the row filter
     rows_deleted_by_dv: int = 0
+
+
+_PYTHON_URIS = 256
 
 
 class ScanBuilder:
@@ -183,13 +186,20 @@ class Scan:
         ]
 
     def file_uris(self) -> list[str]:
-        """Absolute locations of the files this scan reads."""
+        """Absolute locations of the files this scan reads (the store's own form of each key)."""
         store = self.snapshot.store
-        out = []
-        for path in self.files.column("path").to_pylist():
-            location = canonical_path(path, store.root)
-            out.append(location if _is_absolute(location) else store.uri(location))
-        return out
+        if self.files.num_rows <= _PYTHON_URIS:  # a few kernels cost more than a short loop
+            out = []
+            for path in self.files.column("path").to_pylist():
+                location = canonical_path(path, store.root)
+                absolute = location.startswith("/") or "://" in location
+                out.append(location if absolute else store.uri(location))
+            return out
+        locations = canonical_paths(self.files.column("path"), store.root).combine_chunks()
+        prefix = store.uri("_")[:-1]  # the root as the store writes it, ending in its separator
+        absolute = pc.or_(pc.starts_with(locations, "/"), pc.match_substring(locations, "://"))
+        joined = pc.binary_join_element_wise(prefix, locations, "")
+        return pc.if_else(absolute, locations, joined).to_pylist()
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -447,10 +457,6 @@ def file_keep_mask(
 
 def _as_type(column, typ: pa.DataType):
     return column if column.type == typ else column.cast(typ)
-
-
-def _is_absolute(location: str) -> bool:
-    return location.startswith("/") or "://" in location
 
 
 # --- column resolution and conformance -------------------------------------------------------

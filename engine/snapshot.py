@@ -60,6 +60,9 @@ class Snapshot:
     commit_info: CommitInfo | None = field(repr=False)
     timestamp: int = 0  # commit timestamp of ``version``, ms (in-commit timestamp when enabled)
     segment: LogSegment | None = field(default=None, repr=False, compare=False)
+    # commitInfo of the commits replayed to build this snapshot, by version (history reads them
+    # from here instead of opening those commits again).
+    commit_infos: dict[int, dict] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
     def schema(self) -> StructType:
@@ -229,7 +232,7 @@ def advance_snapshot(
         (*(previous.commits if previous else ()), *files),
         merged,
     )
-    return _assemble(snapshot.store, segment, parsed, _as_base(snapshot))
+    return _assemble(snapshot.store, segment, parsed, _as_base(snapshot), snapshot.commit_infos)
 
 
 def _as_base(snapshot: Snapshot) -> LogActions:
@@ -257,7 +260,11 @@ def _as_base(snapshot: Snapshot) -> LogActions:
 
 
 def _assemble(
-    store: ObjectStore, segment: LogSegment, parsed: list[LogActions], checkpoint: LogActions | None
+    store: ObjectStore,
+    segment: LogSegment,
+    parsed: list[LogActions],
+    checkpoint: LogActions | None,
+    base_infos: dict[int, dict] | None = None,
 ) -> Snapshot:
     """Protocol, metadata and replayed state from commits (ascending) over a checkpoint or base."""
     newest_first = [*reversed(parsed), *([checkpoint] if checkpoint else [])]
@@ -323,6 +330,8 @@ def _assemble(
     del checkpoint_table
 
     commit_info = parsed[-1].commit_info if parsed and parsed[-1].version == segment.version else None
+    infos = dict(base_infos or {})
+    infos.update({a.version: a.commit_info.values for a in parsed if a.commit_info is not None})
     return Snapshot(
         store=store,
         version=segment.version,
@@ -336,6 +345,7 @@ def _assemble(
         commit_info=commit_info,
         timestamp=_commit_timestamp(segment, commit_info, TableProperties(metadata.configuration)),
         segment=segment,
+        commit_infos=infos,
     )
 
 

@@ -96,6 +96,8 @@ class DeltaTable:
         self._snapshot = load_snapshot(self._store, version)
         self._version_pinned = version is not None
         self._stale = False
+        self._history_cache: dict = {}  # commitInfo by (version, commit size): commits never change
+        self._all_uris: tuple[Snapshot, list[str]] | None = None
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -167,7 +169,13 @@ class DeltaTable:
 
     def file_uris(self, filter: str | Expr | None = None) -> list[str]:
         """Live data files after partition pruning and statistics skipping."""
-        return self.scan(None, filter).file_uris()
+        if filter is not None:
+            return self.scan(None, filter).file_uris()
+        snapshot = self.snapshot
+        cached = self._all_uris
+        if cached is None or cached[0] is not snapshot:  # a version's files never change
+            cached = self._all_uris = (snapshot, self.scan(None, None).file_uris())
+        return list(cached[1])
 
     def to_pandas(self, columns: list[str] | None = None, filter: str | Expr | None = None):
         """All rows (projected and filtered) as a pandas DataFrame (pandas must be installed)."""
@@ -628,7 +636,13 @@ class DeltaTable:
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Commit information, newest first."""
-        return load_history(self._store, limit=limit, up_to=self.snapshot.version)
+        snapshot = self.snapshot
+        if snapshot.segment is not None:  # commits read to load the table need no second read
+            for f in snapshot.segment.commits:
+                info = snapshot.commit_infos.get(f.version)
+                if info is not None:
+                    self._history_cache.setdefault((f.version, f.size), info)
+        return load_history(self._store, limit=limit, up_to=snapshot.version, cache=self._history_cache)
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r}, version={self.version})"

@@ -236,6 +236,11 @@ def _read_parquet(
         )
         schema = pf.schema_arrow
         names = set(schema.names)
+        if _is_small(pf):
+            _read_small(
+                pf, out, non_file=non_file, with_stats_parsed=with_stats_parsed, file_actions=file_actions
+            )
+            return out
         if non_file:
             for name, cls in _NON_FILE.items():
                 if name not in names:
@@ -263,6 +268,56 @@ def _read_parquet(
         raise CorruptCheckpointError(f"checkpoint file {key} is unreadable: {e}", key) from e
     out.file_actions = concat_file_actions(parts) if parts else None
     return out
+
+
+# A checkpoint this small (uncompressed) is read in one call: per-field, per-batch decoding
+# bounds the memory of million-file checkpoints but costs milliseconds of fixed overhead.
+_SMALL_CHECKPOINT_BYTES = 16 << 20
+
+
+def _is_small(pf: pq.ParquetFile) -> bool:
+    md = pf.metadata
+    return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)) <= _SMALL_CHECKPOINT_BYTES
+
+
+def _read_small(
+    pf: pq.ParquetFile, out: LogActions, *, non_file: bool, with_stats_parsed: bool, file_actions: bool
+) -> None:
+    """The whole checkpoint at once: the same actions as the streaming path."""
+    schema = pf.schema_arrow
+    wanted = [
+        n for n in schema.names if (non_file and n in _NON_FILE) or (file_actions and n in ("add", "remove"))
+    ]
+    table = pf.read(columns=wanted, use_threads=False)
+    if non_file:
+        for name, cls in _NON_FILE.items():
+            if name not in table.column_names:
+                continue
+            column = table.column(name)
+            if column.null_count == len(column):
+                continue
+            column_type = schema.field(name).type
+            for value in column.filter(column.is_valid()).to_pylist():
+                out.add_non_file_action(cls.from_json(_to_python(value, column_type)))
+    parts = []
+    for kind, fields in (("add", _ADD_FIELDS), ("remove", _REMOVE_FIELDS)):
+        if kind not in table.column_names:
+            continue
+        column = table.column(kind)
+        if column.null_count == len(column):
+            continue
+        if column.null_count:
+            column = column.filter(column.is_valid())
+        present = {column.type.field(i).name for i in range(column.type.num_fields)}
+        names = [name for name in fields if name in present]
+        if kind == "add" and with_stats_parsed and "stats" not in present and "stats_parsed" in present:
+            names.append("stats_parsed")
+        children = {name: pc.struct_field(column, name) for name in names}
+        part = flat_file_actions(children, len(column), kind == "add", out.source)
+        if "stats_parsed" in children:
+            part = part.append_column("stats_parsed", children["stats_parsed"])
+        parts.append(part)
+    out.file_actions = concat_file_actions(parts) if parts else None
 
 
 def _read_fields(pf: pq.ParquetFile, rg: int, kind: str, fields: list[str], source: str) -> pa.Table | None:
