@@ -43,6 +43,9 @@ PRIMITIVE_NAMES = (
     "variant",
 )
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(-?\d+)\s*\)$")
+_GEO = re.compile(r"^(geometry|geography)(?:\(\s*([^,()]*?)\s*(?:,\s*([A-Za-z]+)\s*)?\))?$")
+GEO_ALGORITHMS = ("spherical", "vincenty", "thomas", "andoyer", "karney")
+DEFAULT_CRS = "OGC:CRS84"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,32 @@ class DecimalType:
 
     def to_json(self) -> str:
         return f"decimal({self.precision},{self.scale})"
+
+
+@dataclass(frozen=True)
+class GeoType:
+    """``geometry(<crs>)`` or ``geography(<crs>, <algorithm>)`` (the ``geospatial`` feature):
+    WKB values in Parquet's geospatial logical types. In Arrow they are binary columns whose
+    field carries GeoArrow's ``geoarrow.wkb`` extension name and the CRS (and edge algorithm)
+    as extension metadata, so geospatial tools recognise them and nothing else needs to."""
+
+    kind: str  # "geometry" or "geography"
+    crs: str = DEFAULT_CRS
+    algorithm: str | None = None  # geography only: how edges are interpolated
+
+    def to_json(self) -> str:
+        if self.kind == "geography":
+            return f"geography({self.crs}, {self.algorithm or 'spherical'})"
+        return f"geometry({self.crs})"
+
+    def arrow_metadata(self) -> dict[bytes, bytes]:
+        extension: dict[str, str] = {"crs": self.crs}
+        if self.kind == "geography":
+            extension["edges"] = self.algorithm or "spherical"
+        return {
+            b"ARROW:extension:name": b"geoarrow.wkb",
+            b"ARROW:extension:metadata": json.dumps(extension).encode(),
+        }
 
 
 @dataclass(frozen=True)
@@ -147,7 +176,7 @@ class StructType:
         return found
 
 
-DataType = PrimitiveType | DecimalType | ArrayType | MapType | StructType
+DataType = PrimitiveType | DecimalType | GeoType | ArrayType | MapType | StructType
 
 
 # --- JSON <-> model ---------------------------------------------------------------------------
@@ -182,6 +211,9 @@ def _parse_type(obj: Any) -> DataType:
             if not (0 < precision <= 38 and 0 <= scale <= precision):
                 raise SchemaError(f"invalid decimal type {obj!r}")
             return DecimalType(precision, scale)
+        m = _GEO.match(obj.strip())
+        if m:
+            return _geo_type(obj, m.group(1), m.group(2) or DEFAULT_CRS, m.group(3))
         raise SchemaError(f"unknown data type {obj!r}")
     if isinstance(obj, dict):
         kind = obj.get("type")
@@ -202,6 +234,18 @@ def _parse_type(obj: Any) -> DataType:
         if isinstance(kind, str):
             return _parse_type(kind)
     raise SchemaError(f"cannot parse data type {obj!r}")
+
+
+def _geo_type(text: str, kind: str, crs: str, algorithm: str | None) -> GeoType:
+    if kind == "geometry" and algorithm is not None:
+        raise SchemaError(f"{text!r}: a geometry type has no edge interpolation algorithm")
+    if algorithm is not None and algorithm.lower() not in GEO_ALGORITHMS:
+        raise SchemaError(
+            f"{text!r}: unknown edge interpolation algorithm (one of {', '.join(GEO_ALGORITHMS)})"
+        )
+    if kind == "geography":
+        algorithm = (algorithm or "spherical").lower()
+    return GeoType(kind, crs, algorithm)
 
 
 def _parse_field(obj: Any) -> StructField:
@@ -248,6 +292,8 @@ def to_arrow_type(dtype: DataType, *, physical: bool = False) -> pa.DataType:
         return _PRIMITIVE_ARROW[dtype.name]
     if isinstance(dtype, DecimalType):
         return pa.decimal128(dtype.precision, dtype.scale)
+    if isinstance(dtype, GeoType):
+        return pa.binary()
     if isinstance(dtype, ArrayType):
         return pa.list_(
             pa.field("element", to_arrow_type(dtype.element_type, physical=physical), dtype.contains_null)
@@ -268,7 +314,8 @@ def to_arrow_type(dtype: DataType, *, physical: bool = False) -> pa.DataType:
 
 def to_arrow_field(f: StructField, *, physical: bool = False) -> pa.Field:
     name = f.physical_name if physical else f.name
-    return pa.field(name, to_arrow_type(f.type, physical=physical), nullable=f.nullable)
+    metadata = f.type.arrow_metadata() if isinstance(f.type, GeoType) else None
+    return pa.field(name, to_arrow_type(f.type, physical=physical), nullable=f.nullable, metadata=metadata)
 
 
 def to_arrow_schema(schema: StructType, *, physical: bool = False) -> pa.Schema:

@@ -51,6 +51,8 @@ FEATURES: dict[str, Feature] = {
         Feature("variantType-preview", True, None),
         Feature("variantShredding", True, None),
         Feature("variantShredding-preview", True, None),
+        Feature("geospatial", True, None),
+        Feature("geospatial-dev", True, None),
         Feature("checkpointProtection", False, None),
         Feature("materializePartitionColumns", False, None),
     )
@@ -70,6 +72,8 @@ READABLE_FEATURES = frozenset(
         "typeWidening-preview",
         "variantType",
         "variantType-preview",
+        "geospatial",
+        "geospatial-dev",
     }
 )
 
