@@ -41,7 +41,7 @@ from engine.expressions.bind import bind_predicate
 from engine.expressions.parser import parse_predicate
 from engine.expressions.skipping import SkippingContext, files_to_keep
 from engine.expressions.tree import Column, Expr, columns
-from engine.log.replay import canonical_path, canonical_paths
+from engine.log.replay import canonical_path, canonical_paths, plain_paths
 from engine.partitions import parse_partition_values
 from engine.schema import (
     PARQUET_FIELD_ID,
@@ -71,6 +71,7 @@ class ScanMetrics:
 
 
 _PYTHON_URIS = 256
+_URI_CHUNK = 1 << 16
 
 
 class ScanBuilder:
@@ -195,11 +196,19 @@ class Scan:
                 absolute = location.startswith("/") or "://" in location
                 out.append(location if absolute else store.uri(location))
             return out
-        locations = canonical_paths(self.files.column("path"), store.root).combine_chunks()
         prefix = store.uri("_")[:-1]  # the root as the store writes it, ending in its separator
-        absolute = pc.or_(pc.starts_with(locations, "/"), pc.match_substring(locations, "://"))
-        joined = pc.binary_join_element_wise(prefix, locations, "")
-        return pc.if_else(absolute, locations, joined).to_pylist()
+        out: list[str] = []
+        paths = self.files.column("path")
+        for start in range(0, len(paths), _URI_CHUNK):  # a chunk at a time: no second full copy
+            chunk = paths.slice(start, _URI_CHUNK).combine_chunks()
+            if plain_paths(chunk):  # the usual case: relative keys, nothing to decode
+                out.extend(pc.binary_join_element_wise(prefix, chunk, "").to_pylist())
+                continue
+            locations = canonical_paths(chunk, store.root).combine_chunks()
+            absolute = pc.or_(pc.starts_with(locations, "/"), pc.match_substring(locations, "://"))
+            joined = pc.binary_join_element_wise(prefix, locations, "")
+            out.extend(pc.if_else(absolute, locations, joined).to_pylist())
+        return out
 
     # --- reading -----------------------------------------------------------------------------
 
