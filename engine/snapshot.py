@@ -171,6 +171,7 @@ def read_commit(
     return parse_log_json(data, version=version, source=key, partition_keys=partition_keys)
 
 
+_RELEASE_AFTER_ROWS = 100_000
 # Below this many bytes of local commits, starting threads costs more than it saves.
 _SEQUENTIAL_LOCAL_BYTES = 4 << 20
 
@@ -327,6 +328,10 @@ def _assemble(
     del newest_first, checkpoint
     if replayed is None:
         replayed = reconcile(commit_tables, checkpoint_table, store.root)
+        if replayed.live.num_rows + replayed.tombstones.num_rows > _RELEASE_AFTER_ROWS:
+            # Replay of a big log frees hundreds of MB of transient buffers that the allocator
+            # would otherwise keep: hand them back so the process does not stay at its peak.
+            pa.default_memory_pool().release_unused()
     del checkpoint_table
 
     commit_info = parsed[-1].commit_info if parsed and parsed[-1].version == segment.version else None

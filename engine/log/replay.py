@@ -129,7 +129,7 @@ class ReplayResult:
 
 
 _TOMBSTONE_ONLY = ("is_add",)
-_MAX_CHUNKS = 32
+_MAX_CHUNKS = 256
 _LIVE_DROP = ("is_add", "deletion_timestamp", "extended_file_metadata")
 
 
@@ -159,6 +159,7 @@ def reconcile(
         commit_keys = file_keys(commits, table_root, with_dv=with_dv)
         masks.append(_first_occurrences(commit_keys))
         tables = [commits]
+        del commits  # ``tables`` holds it; one owner, so combining chunks below can free as it goes
     if checkpoint is not None:
         keep = np.ones(checkpoint.num_rows, dtype=bool)
         if commit_keys is not None:
@@ -172,7 +173,7 @@ def reconcile(
     del tables
     if table.column(0).num_chunks > _MAX_CHUNKS:
         # Incremental updates add a chunk per commit; keep per-chunk kernels from multiplying.
-        table = table.combine_chunks()
+        table = _combine_columnwise(table)
     first = masks[0] if len(masks) == 1 else np.concatenate(masks)
     is_add = table.column("is_add").to_numpy()
     if first.all() and is_add.all():
@@ -183,6 +184,17 @@ def reconcile(
     live = table.filter(pa.array(first & is_add)).drop_columns(list(_LIVE_DROP))
     tombstones = table.filter(pa.array(first & ~is_add)).drop_columns(list(_TOMBSTONE_ONLY))
     return ReplayResult(live, tombstones)
+
+
+def _combine_columnwise(table: pa.Table) -> pa.Table:
+    """``table.combine_chunks()``, one column at a time, so that only one column is ever held
+    twice (a whole-table combine doubles a million-file state for a moment)."""
+    schema = table.schema
+    columns = list(table.columns)
+    del table
+    for i in range(len(columns)):
+        columns[i] = columns[i].combine_chunks()  # the chunked original goes as it is replaced
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _has_dv(table: pa.Table) -> bool:
