@@ -48,6 +48,7 @@ from engine.schema import (
     ArrayType,
     DataType,
     MapType,
+    PrimitiveType,
     StructField,
     StructType,
     to_arrow_field,
@@ -56,6 +57,7 @@ from engine.schema import (
 from engine.snapshot import Snapshot
 from engine.stats import FileStats, parse_file_stats
 from engine.storage import resolve_location
+from engine.variant import is_shredded, unshred
 
 _BATCH_ROWS = 128 * 1024
 _READ_WORKERS = max(2, min(8, (os.cpu_count() or 2) * 2))
@@ -540,6 +542,8 @@ def _conform(arr: pa.Array, file_type: pa.DataType, target: DataType, mode: str)
         )
     if arr.type == target_type:
         return arr
+    if isinstance(target, PrimitiveType) and target.name == "variant" and is_shredded(file_type):
+        return unshred(arr)
     if pa.types.is_timestamp(arr.type) and pa.types.is_timestamp(target_type):
         # Units differ (INT96 as ns, TIMESTAMP_MILLIS); a zone-less INT96 value is a UTC instant.
         return arr.cast(pa.timestamp("us", tz=arr.type.tz)).cast(target_type)

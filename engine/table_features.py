@@ -72,6 +72,8 @@ READABLE_FEATURES = frozenset(
         "typeWidening-preview",
         "variantType",
         "variantType-preview",
+        "variantShredding",
+        "variantShredding-preview",
         "geospatial",
         "geospatial-dev",
     }
@@ -79,8 +81,6 @@ READABLE_FEATURES = frozenset(
 
 _WHY_NOT = {
     "catalogManaged": "commits go through a catalog this engine cannot talk to",
-    "variantShredding": "shredded variant columns are not reassembled by this reader",
-    "variantShredding-preview": "shredded variant columns are not reassembled by this reader",
 }
 
 
