@@ -33,6 +33,7 @@ from engine.errors import (
     CorruptDeletionVectorError,
     DataFileError,
     DeltaError,
+    InvalidArgumentError,
     ObjectNotFoundError,
     SchemaError,
 )
@@ -85,14 +86,24 @@ class ScanBuilder:
         self._filter: Expr | None = None
 
     def select(self, columns: list[str] | None) -> ScanBuilder:
+        if isinstance(columns, str):
+            columns = [columns]  # one column by name, as people type it
+        if columns is not None and not all(isinstance(c, str) for c in columns):
+            raise InvalidArgumentError(f"columns must be a list of column names, got {columns!r}")
         self._columns = None if columns is None else list(columns)
         return self
 
     def where(self, predicate: str | Expr | None) -> ScanBuilder:
         if predicate is None:
             self._filter = None
+        elif isinstance(predicate, str):
+            self._filter = parse_predicate(predicate)
+        elif isinstance(predicate, Expr):
+            self._filter = predicate
         else:
-            self._filter = parse_predicate(predicate) if isinstance(predicate, str) else predicate
+            raise InvalidArgumentError(
+                f'a filter is a SQL string such as "id > 5", not {type(predicate).__name__}'
+            )
         return self
 
     def build(self) -> Scan:

@@ -84,8 +84,10 @@ class DeltaTable:
         timestamp: str | int | float | dt.datetime | None = None,
         storage_options: Mapping[str, str] | None = None,
     ):
+        _check_uri(uri)
         if version is not None and timestamp is not None:
             raise InvalidArgumentError(f"open {uri} at a version or at a timestamp, not both")
+        _check_count(version, "version")
         self.uri = uri
         self.storage_options = dict(storage_options or {})
         self._store: ObjectStore = open_store(uri, self.storage_options)
@@ -147,6 +149,7 @@ class DeltaTable:
 
     def load_version(self, version: int) -> DeltaTable:
         """Time travel this object to ``version`` (read-only until ``refresh()``)."""
+        _check_count(version, "version")
         self._snapshot = load_snapshot(self._store, version)
         self._stale = False
         self._version_pinned = True
@@ -280,6 +283,7 @@ class DeltaTable:
     ) -> tuple[DeltaTable, CommitResult]:
         """``create``, also returning version 0's ``CommitResult`` (its metrics, for callers that
         report them: ``write_table``, operators)."""
+        _check_uri(uri)
         if schema is None and options.get("data") is None:
             raise InvalidArgumentError(f"create({uri!r}) needs a schema or data")
         store = open_store(uri, storage_options)
@@ -522,6 +526,10 @@ class DeltaTable:
         one raises ``RetentionTooShortError`` unless ``enforce_retention=False``. ``mode="full"``
         lists the table (also reclaiming files no commit referenced); ``"lite"`` reads only the log.
         """
+        if retention_hours is not None and (
+            isinstance(retention_hours, bool) or not isinstance(retention_hours, int | float)
+        ):
+            raise InvalidArgumentError(f"retention_hours must be a number, got {retention_hours!r}")
         snapshot = self._latest_for_write()
         plan = plan_vacuum(
             self._store,
@@ -565,6 +573,8 @@ class DeltaTable:
         ``_commit_timestamp`` (``delta.enableChangeDataFeed`` must be on), for versions or for
         the commits between two timestamps (the first at or after ``starting_timestamp``, the
         last at or before ``ending_timestamp``); ``columns`` selects table columns."""
+        _check_count(start_version, "start_version")
+        _check_count(end_version, "end_version")
         return read_changes(
             self._store,
             start_version,
@@ -636,6 +646,7 @@ class DeltaTable:
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Commit information, newest first."""
+        _check_count(limit, "limit")
         snapshot = self.snapshot
         if snapshot.segment is not None:  # commits read to load the table need no second read
             for f in snapshot.segment.commits:
@@ -712,3 +723,20 @@ class TableAlterer:
         self, name: str | None, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
         return self._run(alter_commands.set_table_name, name, commit_metadata=commit_metadata)
+
+
+def _check_uri(uri: Any) -> None:
+    if not isinstance(uri, str) or not uri.strip():
+        raise InvalidArgumentError(
+            f"a table URI is a non-empty string (a path, file://, s3://...), got {uri!r}"
+        )
+
+
+def _check_count(value: Any, what: str) -> None:
+    """Versions and limits: non-negative integers (``None`` for "not given")."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{what} must be a non-negative integer, got {value!r}")
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must be a non-negative integer, got {value}")

@@ -9,6 +9,7 @@ is refused with ``InvalidPredicateError`` that quotes the input, rather than gue
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 import sqlglot
@@ -95,6 +96,13 @@ _VARIADIC = {"Coalesce": "coalesce", "Greatest": "greatest", "Least": "least", "
 _ANONYMOUS = {"ltrim", "rtrim", "char_length", "character_length", "date", "to_date"}
 
 
+def _parse_message(error: ParseError) -> str:
+    """sqlglot's message without its internals (``for <class 'sqlglot...Add'>``) or ANSI codes."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    text = re.sub(r"\s*for <class '[^']*'>", "", text)
+    return " ".join(text.split())
+
+
 def parse_expression(text: str) -> Expr:
     """Parse a SQL scalar expression (an UPDATE ``SET`` value, for example)."""
     if not isinstance(text, str) or not text.strip():
@@ -102,7 +110,7 @@ def parse_expression(text: str) -> Expr:
     try:
         tree = sqlglot.parse_one(text, read="spark")
     except ParseError as e:
-        raise InvalidPredicateError(f"cannot parse expression {text!r}: {e}") from None
+        raise InvalidPredicateError(f"cannot parse expression {text!r}: {_parse_message(e)}") from None
     return _Converter(text).value(tree)
 
 
@@ -113,7 +121,7 @@ def parse_predicate(text: str) -> Expr:
     try:
         tree = sqlglot.parse_one(text, read="spark")
     except ParseError as e:
-        raise InvalidPredicateError(f"cannot parse predicate {text!r}: {e}") from None
+        raise InvalidPredicateError(f"cannot parse predicate {text!r}: {_parse_message(e)}") from None
     return _Converter(text).convert(tree)
 
 

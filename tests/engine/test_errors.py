@@ -204,3 +204,32 @@ def test_creating_a_table_where_a_file_is_in_the_way(tmp_path):
     for path, in_the_way in cases.items():
         with pytest.raises(StorageError, match=f"{in_the_way} is a file, not a directory"):
             DeltaTable.create(str(path), SCHEMA)
+
+
+# --- bad arguments: always an engine error, never a raw TypeError ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: DeltaTable(123),
+        lambda t: DeltaTable(t.uri, version="abc"),
+        lambda t: DeltaTable(t.uri, version=1.5),
+        lambda t: DeltaTable(t.uri, version=0, timestamp=0),
+        lambda t: t.to_arrow(filter=123),
+        lambda t: t.to_arrow(columns=[1, 2]),
+        lambda t: t.vacuum(retention_hours="x"),
+        lambda t: t.history(limit="x"),
+        lambda t: t.changes("x"),
+        lambda t: t.update({"x": "id +"}),
+        lambda t: t.delete("id = "),
+        lambda t: t.append(pa.table({"id": [1]}), app_id="a", app_version="1"),
+    ],
+)
+def test_bad_arguments_are_engine_errors_without_python_internals(table, call):
+    from engine.errors import DeltaError
+
+    with pytest.raises(DeltaError) as caught:
+        call(table)
+    assert "<class" not in str(caught.value) and "\x1b[" not in str(caught.value)
+    assert isinstance(caught.value, DeltaError)
