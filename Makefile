@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/optimize_compact.py
 	$(BIN)/python benchmarks/zorder_skipping.py
 	$(BIN)/python benchmarks/page_checksums.py
+	$(BIN)/python benchmarks/everyday.py
 
 clean:
 	rm -rf $(VENV) demo-table .pytest_cache .ruff_cache
