@@ -40,25 +40,9 @@ COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 
 
-def read_changes(
-    store: ObjectStore,
-    start_version: int | None = None,
-    end_version: int | None = None,
-    *,
-    starting_timestamp=None,
-    ending_timestamp=None,
-    columns: list[str] | None = None,
-) -> pa.Table:
-    """The change data feed of versions ``start_version..end_version`` (inclusive) as one table."""
-    reader = iter_changes(
-        store,
-        start_version,
-        end_version,
-        starting_timestamp=starting_timestamp,
-        ending_timestamp=ending_timestamp,
-        columns=columns,
-    )
-    return reader.read_all()
+def read_changes(store: ObjectStore, *args, **kwargs) -> pa.Table:
+    """The change data feed as one table (the arguments of ``iter_changes``)."""
+    return iter_changes(store, *args, **kwargs).read_all()
 
 
 def iter_changes(
