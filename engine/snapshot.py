@@ -172,6 +172,7 @@ def read_commit(
 
 
 _RELEASE_AFTER_ROWS = 100_000
+_KEPT_COMMIT_INFOS = 1000
 # Below this many bytes of local commits, starting threads costs more than it saves.
 _SEQUENTIAL_LOCAL_BYTES = 4 << 20
 
@@ -337,6 +338,8 @@ def _assemble(
     commit_info = parsed[-1].commit_info if parsed and parsed[-1].version == segment.version else None
     infos = dict(base_infos or {})
     infos.update({a.version: a.commit_info.values for a in parsed if a.commit_info is not None})
+    if len(infos) > _KEPT_COMMIT_INFOS:  # a writer that lives for many commits keeps the newest
+        infos = dict(sorted(infos.items())[-_KEPT_COMMIT_INFOS:])
     return Snapshot(
         store=store,
         version=segment.version,

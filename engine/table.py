@@ -63,6 +63,9 @@ from engine.storage import ObjectStore, open_store
 from engine.table_properties import TableProperties
 from engine.transaction import CommitResult, commit_metadata_scope
 
+_CACHED_URIS = 100_000
+_CACHED_COMMIT_INFOS = 20_000
+
 
 class VacuumFiles(list):
     """The files a VACUUM deleted (or would delete), with its ``plan`` and, when it ran, its
@@ -176,9 +179,13 @@ class DeltaTable:
             return self.scan(None, filter).file_uris()
         snapshot = self.snapshot
         cached = self._all_uris
-        if cached is None or cached[0] is not snapshot:  # a version's files never change
-            cached = self._all_uris = (snapshot, self.scan(None, None).file_uris())
-        return list(cached[1])
+        if cached is not None and cached[0] is snapshot:  # a version's files never change
+            return list(cached[1])
+        uris = self.scan(None, None).file_uris()
+        if len(uris) <= _CACHED_URIS:  # a big list is not worth holding twice
+            self._all_uris = (snapshot, uris)
+            return list(uris)
+        return uris
 
     def to_pandas(self, columns: list[str] | None = None, filter: str | Expr | None = None):
         """All rows (projected and filtered) as a pandas DataFrame (pandas must be installed)."""
@@ -653,6 +660,8 @@ class DeltaTable:
                 info = snapshot.commit_infos.get(f.version)
                 if info is not None:
                     self._history_cache.setdefault((f.version, f.size), info)
+        if len(self._history_cache) > _CACHED_COMMIT_INFOS:
+            self._history_cache.clear()  # bounded: a long-lived object on a long log
         return load_history(self._store, limit=limit, up_to=snapshot.version, cache=self._history_cache)
 
     def __repr__(self) -> str:
