@@ -13,6 +13,7 @@ A checkpoint that reads but is wrong (no protocol, no metadata) is an error.
 from __future__ import annotations
 
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 # Commit files are small and independent: fetch and parse them concurrently. pyarrow.json
 # releases the GIL, and on object stores each file is a network round trip.
 _READ_WORKERS = 8
+_LOCAL_WORKERS = max(2, min(8, 2 * (os.cpu_count() or 1)))
 
 
 @dataclass(frozen=True)
@@ -162,13 +164,18 @@ def load_table_config(store: ObjectStore, version: int | None = None) -> tuple[P
 
 
 def read_commit(
-    store: ObjectStore, key: str, version: int, partition_keys: set[str] | None = None
+    store: ObjectStore,
+    key: str,
+    version: int,
+    partition_keys: set[str] | None = None,
+    *,
+    threads: bool = True,
 ) -> LogActions:
     try:
         data = store.get(key)
     except ObjectNotFoundError as e:
         raise MissingLogVersionError(f"commit {key} of {store.root} disappeared", key) from e
-    return parse_log_json(data, version=version, source=key, partition_keys=partition_keys)
+    return parse_log_json(data, version=version, source=key, partition_keys=partition_keys, threads=threads)
 
 
 _RELEASE_AFTER_ROWS = 100_000
@@ -182,8 +189,13 @@ def _read_commits(store: ObjectStore, commits) -> list[LogActions]:
     remote = getattr(store, "remote", True)  # a store that does not say is treated as remote
     small = sum(f.size or 0 for f in commits) < _SEQUENTIAL_LOCAL_BYTES
     if len(commits) > 1 and (remote or not small):
-        with ThreadPoolExecutor(min(_READ_WORKERS, len(commits))) as pool:
-            return list(pool.map(lambda f: read_commit(store, f.key, f.version, keys), commits))
+        # Round trips overlap well beyond the cores; local parsing is CPU work: a few workers,
+        # each parsing single-threaded, beat nested thread pools on a small machine.
+        workers = _READ_WORKERS if remote else _LOCAL_WORKERS
+        with ThreadPoolExecutor(min(workers, len(commits))) as pool:
+            return list(
+                pool.map(lambda f: read_commit(store, f.key, f.version, keys, threads=False), commits)
+            )
     return [read_commit(store, f.key, f.version, keys) for f in commits]
 
 

@@ -206,7 +206,12 @@ LogActions.file_actions = property(_get_file_actions, _set_file_actions)  # type
 
 
 def parse_log_json(
-    data: bytes, *, version: int, source: str, partition_keys: set[str] | None = None
+    data: bytes,
+    *,
+    version: int,
+    source: str,
+    partition_keys: set[str] | None = None,
+    threads: bool = True,
 ) -> LogActions:
     """Parse newline-delimited JSON actions (a commit, compaction or V2 JSON checkpoint).
 
@@ -232,7 +237,8 @@ def parse_log_json(
     if len(data) <= _SMALL_COMMIT_BYTES:
         return _parse_small(data, version=version, source=source)
     # Threads pay off on big commits; on small ones their start-up is most of the cost.
-    read_options = pj.ReadOptions(use_threads=len(data) > _THREADED_PARSE_BYTES)
+    # (``threads=False`` when the caller already parses several files at once.)
+    read_options = pj.ReadOptions(use_threads=threads and len(data) > _THREADED_PARSE_BYTES)
     try:
         table = pj.read_json(
             io.BytesIO(data), read_options=read_options, parse_options=_parse_options(frozenset(keys))
