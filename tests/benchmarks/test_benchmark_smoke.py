@@ -58,3 +58,18 @@ def test_page_checksum_benchmark_runs(tmp_path):
     result = page_checksums(["--gb", "0.02", "--repeat", "1", "--out", str(tmp_path / "c.json")])
     assert result["rows"] > 0 and result["files"] >= 1
     assert result["write_checksum_cost"] > 0 and result["scan_ratio_vs_deltalake"] > 0
+
+
+def test_everyday_benchmark_runs(tmp_path):
+    from benchmarks.everyday import main as everyday
+
+    result = everyday(
+        ["--reps", "3", "--warmup", "1", "--history-versions", "12", "--out", str(tmp_path / "e.json")]
+    )
+    for case in (
+        "open_5_commits",
+        "append_1000_rows",
+        "open_and_history_200_versions",
+        "history_200_versions",
+    ):
+        assert result[case]["deltaplane_ms"] > 0 and result[case]["ratio"] > 0
