@@ -1,2 +1,19 @@
-"""PySpark entry points: the engine plans, Spark rewrites files, the engine commits (coming with
-the maintenance issues)."""
+"""PySpark on deltaplane tables: the ``deltaplane`` data source and the heavy table jobs.
+
+The engine plans and commits; Spark reads and writes Parquet files in tasks. Spark never writes
+``_delta_log`` itself.
+"""
+
+from __future__ import annotations
+
+
+def register(spark) -> None:
+    """Register the ``deltaplane`` data source on ``spark`` (and turn on filter pushdown, which
+    the data source needs for partition pruning and statistics skipping)."""
+    from spark_jobs.datasource import DeltaplaneDataSource
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(DeltaplaneDataSource)
+
+
+__all__ = ["register"]

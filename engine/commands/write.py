@@ -90,9 +90,50 @@ def execute_create(
     if data is not None:
         reader = as_reader(data, _table_schema(schema) if schema is not None else None)
         schema = reader.schema if schema is None else schema
-    delta_schema = _table_schema(schema)
     if list_log(store, 0).max_version is not None:
         raise TableExistsError(f"a Delta table already exists at {store.root}")
+    protocol, metadata = new_table_actions(
+        store, schema, partition_by=partition_by, properties=properties, name=name, description=description
+    )
+    configuration = metadata.configuration
+    params = {"partitionBy": metadata.partition_columns, "properties": configuration}
+    if reader is None:
+        txn = Transaction(store, None, operation="CREATE TABLE", operation_parameters=params)
+        txn.update_protocol(protocol)
+        txn.update_metadata(metadata)
+        if app_id is not None or app_version is not None:
+            _check_app(app_id, app_version)
+            txn.set_app_transaction(app_id, app_version)
+        return txn.commit()
+    write = WriteContext(
+        store,
+        None,
+        params,
+        target_file_size=target_file_size,
+        schema_mode=None,
+        operation="CREATE TABLE AS SELECT",
+        new_table=(protocol, metadata),
+    )
+    write.txn.update_protocol(protocol)
+    write.txn.update_metadata(metadata)
+    write.idempotent_skip(app_id, app_version)
+    write.evolve(reader.schema)  # only checks the data's column names: the schema is new
+    writer = write.write_data(reader)
+    return write.txn.commit(_metrics(writer))
+
+
+def new_table_actions(
+    store: ObjectStore,
+    schema: Any,
+    *,
+    partition_by: list[str] | None = None,
+    properties: Mapping[str, str] | None = None,
+    name: str | None = None,
+    description: str | None = None,
+) -> tuple[Protocol, Metadata]:
+    """Protocol and metadata of a new table (checked: names, partition columns, properties,
+    constraints), without writing anything."""
+    delta_schema = _table_schema(schema)
     requested = {str(k): str(v) for k, v in (properties or {}).items()}
     check_property_names(requested, store.root)
     configuration = table_configuration(requested)
@@ -118,30 +159,7 @@ def execute_create(
     )
     table_constraints(delta_schema, configuration)  # refuse constraints we cannot evaluate, now
     check_manifest_compatible(metadata, None, store.root)  # no manifest property with DVs/mapping
-    params = {"partitionBy": metadata.partition_columns, "properties": configuration}
-    if reader is None:
-        txn = Transaction(store, None, operation="CREATE TABLE", operation_parameters=params)
-        txn.update_protocol(protocol)
-        txn.update_metadata(metadata)
-        if app_id is not None or app_version is not None:
-            _check_app(app_id, app_version)
-            txn.set_app_transaction(app_id, app_version)
-        return txn.commit()
-    write = WriteContext(
-        store,
-        None,
-        params,
-        target_file_size=target_file_size,
-        schema_mode=None,
-        operation="CREATE TABLE AS SELECT",
-        new_table=(protocol, metadata),
-    )
-    write.txn.update_protocol(protocol)
-    write.txn.update_metadata(metadata)
-    write.idempotent_skip(app_id, app_version)
-    write.evolve(reader.schema)  # only checks the data's column names: the schema is new
-    writer = write.write_data(reader)
-    return write.txn.commit(_metrics(writer))
+    return protocol, metadata
 
 
 def _table_schema(schema: Any) -> StructType:
@@ -236,6 +254,33 @@ def assign_column_mapping(schema: StructType, max_id: int) -> tuple[StructType, 
 
 
 # --- append and overwrite ---------------------------------------------------------------------
+
+
+def writer_config(
+    metadata: Metadata, protocol: Protocol, schema: StructType, target_file_size: int | None = None
+) -> WriterConfig:
+    """How data files of this table are written: partitioning, column mapping, which columns get
+    statistics, the target size, random prefixes."""
+    props = TableProperties(metadata.configuration)
+    partition_names = set(metadata.partition_columns)
+    data_fields = [f for f in schema.fields if f.name not in partition_names]
+    materialize = "materializePartitionColumns" in writer_features(protocol)
+    return WriterConfig(
+        schema=schema,
+        partition_columns=list(metadata.partition_columns),
+        column_mapping=props.column_mapping_mode,
+        stats_leaves=stats_leaves(
+            data_fields if not materialize else list(schema.fields),
+            num_indexed=props.data_skipping_num_indexed_cols,
+            stats_columns=props.data_skipping_stats_columns,
+        ),
+        tight_bounds=True if "deletionVectors" in reader_features(protocol) else None,
+        target_file_size=target_file_size or props.target_file_size or DEFAULT_TARGET_FILE_SIZE,
+        random_prefix_length=int(metadata.configuration.get("delta.randomPrefixLength", "2"))
+        if metadata.configuration.get("delta.randomizeFilePrefixes", "").lower() == "true"
+        else None,
+        materialize_partitions=materialize,
+    )
 
 
 class WriteContext:
@@ -333,27 +378,9 @@ class WriteContext:
             self.txn.update_protocol(upgraded)
 
     def writer(self) -> DataFileWriter:
-        props = TableProperties(self.metadata.configuration)
-        partition_names = set(self.metadata.partition_columns)
-        data_fields = [f for f in self.schema.fields if f.name not in partition_names]
-        materialize = "materializePartitionColumns" in writer_features(self.protocol)
-        config = WriterConfig(
-            schema=self.schema,
-            partition_columns=list(self.metadata.partition_columns),
-            column_mapping=props.column_mapping_mode,
-            stats_leaves=stats_leaves(
-                data_fields if not materialize else list(self.schema.fields),
-                num_indexed=props.data_skipping_num_indexed_cols,
-                stats_columns=props.data_skipping_stats_columns,
-            ),
-            tight_bounds=True if "deletionVectors" in reader_features(self.protocol) else None,
-            target_file_size=self.target_file_size or props.target_file_size or DEFAULT_TARGET_FILE_SIZE,
-            random_prefix_length=int(self.metadata.configuration.get("delta.randomPrefixLength", "2"))
-            if self.metadata.configuration.get("delta.randomizeFilePrefixes", "").lower() == "true"
-            else None,
-            materialize_partitions=materialize,
+        return DataFileWriter(
+            self.store, writer_config(self.metadata, self.protocol, self.schema, self.target_file_size)
         )
-        return DataFileWriter(self.store, config)
 
     def change_data_writer(self) -> DataFileWriter:
         """Writer for ``_change_data/`` files: the table's columns plus ``_change_type``."""
@@ -520,58 +547,76 @@ def execute_overwrite(
         return skipped
     write.evolve(reader.schema)
 
-    if predicate is None and not dynamic_partitions:
-        write.txn.read_whole_table()
-        removed_bytes = write.remove_files(snapshot.files)
-        writer = write.write_data(reader)
-        return write.txn.commit(
-            _metrics(writer, numRemovedFiles=snapshot.files.num_rows, numRemovedBytes=removed_bytes)
+    if dynamic_partitions and not snapshot.partition_columns:
+        raise InvalidArgumentError("dynamic partition overwrite needs a partitioned table")
+    bound = None
+    if predicate is not None:
+        bound = bind_predicate(
+            parse_predicate(predicate) if isinstance(predicate, str) else predicate, write.schema
         )
-
-    if dynamic_partitions:
-        if not snapshot.partition_columns:
-            raise InvalidArgumentError("dynamic partition overwrite needs a partitioned table")
-        writer = write.write_data(reader)
-        touched = _touched_partitions(writer, write.schema, snapshot)
-        files, read_predicate = _files_in_partitions(snapshot, touched)
-        write.txn.read_files(files, read_predicate)
-        removed_bytes = write.remove_files(files)
-        return write.txn.commit(
-            _metrics(writer, numRemovedFiles=files.num_rows, numRemovedBytes=removed_bytes)
-        )
-
-    bound = bind_predicate(
-        parse_predicate(predicate) if isinstance(predicate, str) else predicate, write.schema
+    check = replace_where_check(bound, params["predicate"]) if bound is not None else None
+    writer = write.write_data(reader, extra_check=check)
+    removed = stage_overwrite(
+        write, snapshot, writer.adds, predicate=bound, dynamic_partitions=dynamic_partitions
     )
-    partition_only = all(
-        c.path[0] in set(snapshot.partition_columns) and len(c.path) == 1 for c in columns(bound)
-    )
+    return write.txn.commit(_metrics(writer, **removed))
+
+
+def replace_where_check(bound: Expr, where: str):
+    """A batch check: every row written by ``overwrite(where)`` must match it (Delta Spark's
+    replaceWhere constraint check)."""
 
     def must_match(table: pa.Table) -> None:
         ok = evaluate(table, bound)
         bad = pc.sum(pc.invert(pc.fill_null(ok, False))).as_py() or 0
         if bad:
-            where = params["predicate"]
             raise ConstraintViolationError(f"{bad} row(s) written by overwrite({where!r}) do not match it")
 
-    writer = write.write_data(reader, extra_check=must_match)
+    return must_match
+
+
+def stage_overwrite(
+    write: WriteContext,
+    snapshot: Snapshot,
+    adds: list,
+    *,
+    predicate: Expr | None = None,
+    dynamic_partitions: bool = False,
+) -> dict[str, int]:
+    """Stage what an overwrite removes, once its new files (``adds``) are written: every file,
+    the files (and rows) matching a bound ``predicate`` (replaceWhere; partially matching files
+    are rewritten without the matching rows), or the partitions ``adds`` touch (dynamic).
+    Returns the removal metrics."""
+    if predicate is None and not dynamic_partitions:
+        write.txn.read_whole_table()
+        removed_bytes = write.remove_files(snapshot.files)
+        return {"numRemovedFiles": snapshot.files.num_rows, "numRemovedBytes": removed_bytes}
+
+    if dynamic_partitions:
+        if not snapshot.partition_columns:
+            raise InvalidArgumentError("dynamic partition overwrite needs a partitioned table")
+        touched = _touched_partitions(adds, snapshot)
+        files, read_predicate = _files_in_partitions(snapshot, touched)
+        write.txn.read_files(files, read_predicate)
+        removed_bytes = write.remove_files(files)
+        return {"numRemovedFiles": files.num_rows, "numRemovedBytes": removed_bytes}
+
+    partition_only = all(
+        c.path[0] in set(snapshot.partition_columns) and len(c.path) == 1 for c in columns(predicate)
+    )
     candidates = snapshot.files
     if candidates.num_rows:
         candidates = candidates.filter(
-            file_keep_mask(candidates, bound, snapshot.schema, snapshot.metadata, store.root)
+            file_keep_mask(candidates, predicate, snapshot.schema, snapshot.metadata, write.store.root)
         )
-    write.txn.read_files(candidates, bound)
+    write.txn.read_files(candidates, predicate)
     copied = 0
     if partition_only or candidates.num_rows == 0:
         to_remove = candidates
     else:
-        to_remove, copied = _rewrite_partial_files(write, snapshot, candidates, bound)
+        to_remove, copied = _rewrite_partial_files(write, snapshot, candidates, predicate)
     removed_bytes = write.remove_files(to_remove)
-    return write.txn.commit(
-        _metrics(
-            writer, numRemovedFiles=to_remove.num_rows, numRemovedBytes=removed_bytes, numCopiedRows=copied
-        )
-    )
+    return {"numRemovedFiles": to_remove.num_rows, "numRemovedBytes": removed_bytes, "numCopiedRows": copied}
 
 
 def _rewrite_partial_files(write: WriteContext, snapshot: Snapshot, candidates: pa.Table, predicate: Expr):
@@ -600,10 +645,10 @@ def _rewrite_partial_files(write: WriteContext, snapshot: Snapshot, candidates: 
     return candidates.take(pa.array(remove_rows, pa.int64())), copied
 
 
-def _touched_partitions(writer: DataFileWriter, schema: StructType, snapshot: Snapshot) -> set[tuple]:
+def _touched_partitions(adds: list, snapshot: Snapshot) -> set[tuple]:
     fields = snapshot.partition_fields
     out = set()
-    for add in writer.adds:
+    for add in adds:
         values = []
         for f in fields:
             raw = add.partition_values.get(f.physical_name)

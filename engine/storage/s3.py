@@ -21,6 +21,7 @@ caller guarantees a single writer.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import uuid
@@ -103,7 +104,12 @@ class S3Store:
 
     @property
     def endpoint(self) -> str | None:
-        return _option(self.options, "endpoint_url", "aws_endpoint_url", "endpoint")
+        # As the AWS SDKs do: the environment names an endpoint when the options do not.
+        return (
+            _option(self.options, "endpoint_url", "aws_endpoint_url", "endpoint")
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+        )
 
     @property
     def client(self):

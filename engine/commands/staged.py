@@ -1,0 +1,475 @@
+"""Staged writes: plan once, write data files anywhere, commit them later in one transaction.
+
+A write split in three steps, for writers that are not one process (Spark executors write the
+files, the driver commits) and for writers that must look at the data before it becomes visible
+(a quality gate validates the staged files, then commits or quarantines them):
+
+1. ``plan_write`` (one place, usually the driver): reads the table once and decides what every
+   file must look like: the table's protocol and metadata (with the incoming schema merged when
+   ``schema_mode="merge"``; a new table's when there is none yet), the mode (append, overwrite,
+   replaceWhere, dynamic partition overwrite), the idempotency key. The result, ``WriteSpec``, is
+   a frozen value that pickles and round-trips through JSON.
+2. ``write_files(spec, data)`` (anywhere, any number of times in parallel): conforms the rows to
+   the table schema, checks constraints (and the replaceWhere predicate), writes Parquet through
+   the engine's writer and returns ``add`` actions with statistics. Nothing is committed.
+3. ``commit_write(spec, adds)`` (once): one transaction based on the version the spec was
+   planned at (so conflicts with anything committed since are detected as for any write), with
+   the removals the mode implies, the metadata change, and ``txn(app_id, app_version)``.
+
+``StagedWrite`` bundles a spec with its adds: what ``deltaplane`` writes as a staged-commit
+manifest, what a quality gate reads (``read()``) before it commits (``commit()``).
+
+Files written by a write that is never committed are unreferenced; VACUUM removes them after the
+retention period. A spec whose ``(app_id, app_version)`` has already committed is marked
+``skip``: its ``write_files`` writes nothing and its commit returns the skip.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+
+from engine.actions import Add, Metadata, Protocol
+from engine.commands.write import (
+    WriteContext,
+    _check_app,
+    new_table_actions,
+    replace_where_check,
+    stage_overwrite,
+    writer_config,
+)
+from engine.enforcement import check_constraints, conform_table, table_constraints
+from engine.errors import (
+    ConcurrentTransactionError,
+    ConstraintViolationError,
+    InvalidArgumentError,
+    SchemaMismatchError,
+    TableExistsError,
+    TableNotFoundError,
+)
+from engine.expressions.bind import bind_predicate
+from engine.expressions.parser import parse_predicate
+from engine.inputs import as_reader
+from engine.log.replay import reconcile_rows
+from engine.log.segment import list_log
+from engine.scan import Scan
+from engine.schema import StructType, parse_schema, partition_physical_names
+from engine.snapshot import Snapshot, load_snapshot
+from engine.storage import open_store
+from engine.storage.base import ObjectStore
+from engine.transaction import CommitResult, Transaction, check_commit_metadata
+from engine.writer import DataFileWriter
+
+MODES = ("append", "overwrite")
+_MANIFEST_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """Everything a staged write's files and its commit depend on, decided by ``plan_write``."""
+
+    uri: str
+    read_version: int | None  # the version planned against; None: the commit creates the table
+    mode: str  # "append" or "overwrite"
+    protocol_json: str  # the protocol the commit will have (upgraded if the schema needs it)
+    metadata_json: str  # the metadata files are written under (evolved schema, new table's)
+    metadata_changed: bool  # the commit must record metadata_json (new table, merged schema)
+    replace_where: str | None = None
+    dynamic_partitions: bool = False
+    app_id: str | None = None
+    app_version: int | None = None
+    skip: bool = False  # (app_id, app_version) already committed: write and commit nothing
+    target_file_size: int | None = None
+    user_metadata: str | None = None
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def protocol(self) -> Protocol:
+        return Protocol.from_json(json.loads(self.protocol_json))
+
+    @property
+    def metadata(self) -> Metadata:
+        return Metadata.from_json(json.loads(self.metadata_json))
+
+    @property
+    def schema(self) -> StructType:
+        return parse_schema(self.metadata.schema_string)
+
+    def store(self) -> ObjectStore:
+        return open_store(self.uri, self.storage_options)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form, without the storage options (credentials are not written to manifests)."""
+        return {
+            "uri": self.uri,
+            "readVersion": self.read_version,
+            "mode": self.mode,
+            "protocol": json.loads(self.protocol_json),
+            "metadata": json.loads(self.metadata_json),
+            "metadataChanged": self.metadata_changed,
+            "replaceWhere": self.replace_where,
+            "dynamicPartitions": self.dynamic_partitions,
+            "appId": self.app_id,
+            "appVersion": self.app_version,
+            "skip": self.skip,
+            "targetFileSize": self.target_file_size,
+            "userMetadata": self.user_metadata,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], storage_options: Mapping[str, str] | None = None) -> WriteSpec:
+        try:
+            return cls(
+                uri=obj["uri"],
+                read_version=obj["readVersion"],
+                mode=obj["mode"],
+                protocol_json=json.dumps(obj["protocol"]),
+                metadata_json=json.dumps(obj["metadata"]),
+                metadata_changed=bool(obj["metadataChanged"]),
+                replace_where=obj.get("replaceWhere"),
+                dynamic_partitions=bool(obj.get("dynamicPartitions", False)),
+                app_id=obj.get("appId"),
+                app_version=obj.get("appVersion"),
+                skip=bool(obj.get("skip", False)),
+                target_file_size=obj.get("targetFileSize"),
+                user_metadata=obj.get("userMetadata"),
+                storage_options=dict(storage_options or {}),
+            )
+        except (KeyError, TypeError) as e:
+            raise InvalidArgumentError(f"not a staged write spec: missing or bad field {e}") from None
+
+
+def plan_write(
+    uri: str,
+    schema: pa.Schema,
+    *,
+    mode: str = "append",
+    partition_by: list[str] | None = None,
+    schema_mode: str | None = None,
+    replace_where: str | None = None,
+    dynamic_partitions: bool = False,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    target_file_size: int | None = None,
+    user_metadata: str | None = None,
+    properties: Mapping[str, str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> WriteSpec:
+    """Decide a write of data with ``schema`` (the incoming data's Arrow schema) to ``uri``.
+
+    A missing table is created by the commit (``partition_by`` and ``properties`` apply then;
+    ``partition_by`` on an existing table must match its partitioning). Errors about the
+    schema, the mode or the predicate are raised here, before any file is written.
+    """
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "append" and (replace_where is not None or dynamic_partitions or schema_mode == "overwrite"):
+        raise InvalidArgumentError(
+            "replace_where, dynamic_partitions and schema_mode='overwrite' need mode='overwrite'"
+        )
+    if replace_where is not None and dynamic_partitions:
+        raise InvalidArgumentError("give replace_where or dynamic_partitions, not both")
+    if schema_mode == "overwrite" and (replace_where is not None or dynamic_partitions):
+        raise InvalidArgumentError("schema_mode='overwrite' replaces the whole table: no replace_where")
+    if app_id is not None or app_version is not None:
+        _check_app(app_id, app_version)
+    if not isinstance(schema, pa.Schema):
+        raise InvalidArgumentError(
+            f"plan_write takes the incoming data's pyarrow.Schema, not {type(schema).__name__}"
+        )
+    options = dict(storage_options or {})
+    store = open_store(uri, options)
+    common = {
+        "uri": uri,
+        "mode": mode,
+        "replace_where": replace_where,
+        "dynamic_partitions": dynamic_partitions,
+        "app_id": app_id,
+        "app_version": app_version,
+        "target_file_size": target_file_size,
+        "user_metadata": user_metadata,
+        "storage_options": options,
+    }
+    if list_log(store, 0).max_version is None:
+        if replace_where is not None or dynamic_partitions:
+            raise TableNotFoundError(f"no Delta table at {uri} to overwrite selectively")
+        protocol, metadata = new_table_actions(
+            store, schema, partition_by=partition_by, properties=properties
+        )
+        _check_predicate(replace_where, parse_schema(metadata.schema_string))
+        return WriteSpec(
+            read_version=None,
+            protocol_json=json.dumps(protocol.to_json()),
+            metadata_json=json.dumps(metadata.to_json()),
+            metadata_changed=True,
+            **common,
+        )
+    if properties:
+        raise InvalidArgumentError(
+            f"table properties are set when a table is created; {uri} exists (use ALTER to change them)"
+        )
+    snapshot = load_snapshot(store)
+    if partition_by is not None and [c.lower() for c in partition_by] != [
+        c.lower() for c in snapshot.partition_columns
+    ]:
+        raise InvalidArgumentError(
+            f"{uri} is partitioned by {snapshot.partition_columns or 'nothing'}, not {list(partition_by)}"
+        )
+    write = WriteContext(store, snapshot, {}, target_file_size=target_file_size, schema_mode=schema_mode)
+    write.evolve(schema)
+    _check_predicate(replace_where, write.schema)
+    if dynamic_partitions and not snapshot.partition_columns:
+        raise InvalidArgumentError("dynamic partition overwrite needs a partitioned table")
+    done = snapshot.app_transaction_version(app_id) if app_id is not None else None
+    return WriteSpec(
+        read_version=snapshot.version,
+        protocol_json=json.dumps(write.protocol.to_json()),
+        metadata_json=json.dumps(write.metadata.to_json()),
+        metadata_changed=write.metadata != snapshot.metadata,
+        skip=done is not None and done >= app_version,
+        **common,
+    )
+
+
+def _check_predicate(predicate: str | None, schema: StructType):
+    if predicate is None:
+        return None
+    return bind_predicate(parse_predicate(predicate), schema)
+
+
+def write_files(spec: WriteSpec, data: Any, *, store: ObjectStore | None = None, on_file=None) -> list[Add]:
+    """Write ``data`` (anything a write accepts, or an iterable of record batches) as data files
+    of the table ``spec`` describes; returns their ``add`` actions. Commits nothing.
+
+    Rows are conformed to the table schema (lossless casts only), NOT NULL and CHECK constraints
+    and the replaceWhere predicate are checked per batch; on any error the files written so far
+    are left for VACUUM and the error is raised.
+    """
+    if spec.skip:
+        return []
+    store = store if store is not None else spec.store()
+    schema = spec.schema
+    metadata = spec.metadata
+    constraints = table_constraints(schema, metadata.configuration)
+    check = None
+    if spec.replace_where is not None:
+        check = replace_where_check(_check_predicate(spec.replace_where, schema), spec.replace_where)
+    writer = DataFileWriter(store, writer_config(metadata, spec.protocol, schema, spec.target_file_size))
+    try:
+        for batch in _batches(data, schema):
+            try:
+                table = conform_table(batch, schema)
+            except SchemaMismatchError as e:
+                raise SchemaMismatchError(f"cannot write to {spec.uri}: {e}") from None
+            try:
+                check_constraints(table, schema, constraints)
+            except ConstraintViolationError as e:
+                raise ConstraintViolationError(f"cannot write to {spec.uri}: {e}") from None
+            if check is not None:
+                check(table)
+            writer.write(table)
+            if on_file is not None:
+                on_file(table.num_rows)
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def _batches(data: Any, schema: StructType) -> Iterable[pa.RecordBatch | pa.Table]:
+    if isinstance(data, pa.RecordBatch | pa.Table):
+        return [data]
+    if isinstance(data, list | tuple) or (
+        hasattr(data, "__next__") and not hasattr(data, "__arrow_c_stream__")
+    ):
+        return data  # record batches from Spark, a generator, a list
+    return as_reader(data, schema)
+
+
+def commit_write(
+    spec: WriteSpec,
+    adds: Iterable[Add | Mapping[str, Any]],
+    *,
+    commit_metadata: Mapping[str, Any] | None = None,
+    store: ObjectStore | None = None,
+) -> CommitResult:
+    """Commit the files of a staged write (``add`` actions or their JSON) in one transaction."""
+    adds = [a if isinstance(a, Add) else Add.from_json(dict(a)) for a in adds]
+    store = store if store is not None else spec.store()
+    metadata = dict(commit_metadata or {})
+    if spec.user_metadata is not None and "userMetadata" not in metadata:
+        metadata["userMetadata"] = spec.user_metadata
+    operation_metrics = _write_metrics(adds)
+    if spec.read_version is None:
+        return _commit_create(spec, adds, store, metadata, operation_metrics)
+    snapshot = load_snapshot(store, spec.read_version)
+    params: dict[str, Any] = {"mode": spec.mode.capitalize(), "partitionBy": snapshot.partition_columns}
+    if spec.replace_where is not None:
+        params["predicate"] = spec.replace_where
+    if spec.dynamic_partitions:
+        params["partitionOverwriteMode"] = "DYNAMIC"
+    write = WriteContext(store, snapshot, params, target_file_size=spec.target_file_size, schema_mode=None)
+    write.txn.commit_metadata = {**write.txn.commit_metadata, **check_commit_metadata(metadata)}
+    skipped = write.idempotent_skip(spec.app_id, spec.app_version)
+    if skipped is not None:
+        return skipped
+    if spec.metadata_changed:
+        new_metadata, new_protocol = spec.metadata, spec.protocol
+        write.schema = parse_schema(new_metadata.schema_string)
+        write.metadata = new_metadata
+        write.txn.update_metadata(new_metadata)
+        if new_protocol != snapshot.protocol:
+            write.protocol = new_protocol
+            write.txn.update_protocol(new_protocol)
+    write.txn.add_files(adds)
+    if spec.mode == "overwrite":
+        predicate = _check_predicate(spec.replace_where, write.schema)
+        operation_metrics.update(
+            stage_overwrite(
+                write, snapshot, adds, predicate=predicate, dynamic_partitions=spec.dynamic_partitions
+            )
+        )
+    try:
+        return write.txn.commit(operation_metrics)
+    except ConcurrentTransactionError:
+        # The same application committed since the plan: a rerun whose first try landed.
+        latest = load_snapshot(store)
+        done = latest.app_transaction_version(spec.app_id) if spec.app_id is not None else None
+        if done is not None and done >= spec.app_version:
+            return CommitResult(latest.version, write.txn.operation, {}, skipped=True)
+        raise
+
+
+def _commit_create(
+    spec: WriteSpec, adds: list[Add], store: ObjectStore, metadata, operation_metrics
+) -> CommitResult:
+    table_metadata = spec.metadata
+    params = {"partitionBy": table_metadata.partition_columns, "properties": table_metadata.configuration}
+    txn = Transaction(
+        store, None, operation="CREATE TABLE AS SELECT", operation_parameters=params, commit_metadata=metadata
+    )
+    txn.update_protocol(spec.protocol)
+    txn.update_metadata(table_metadata)
+    if spec.app_id is not None:
+        txn.set_app_transaction(spec.app_id, spec.app_version)
+    txn.add_files(adds)
+    try:
+        return txn.commit(operation_metrics)
+    except TableExistsError:
+        raise TableExistsError(
+            f"{spec.uri} was created by someone else while this write was staged; plan the write again "
+            "(its files are left for VACUUM)"
+        ) from None
+
+
+def _write_metrics(adds: list[Add]) -> dict[str, int]:
+    rows = 0
+    for a in adds:
+        if a.stats:
+            rows += int(json.loads(a.stats).get("numRecords", 0))
+    return {"numFiles": len(adds), "numOutputRows": rows, "numOutputBytes": sum(a.size for a in adds)}
+
+
+@dataclass(frozen=True)
+class StagedWrite:
+    """A planned write and the files written for it, not yet committed."""
+
+    spec: WriteSpec
+    adds: tuple[Add, ...]
+    created_at: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    @property
+    def num_rows(self) -> int:
+        return _write_metrics(list(self.adds))["numOutputRows"]
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(a.size for a in self.adds)
+
+    def data_uris(self) -> list[str]:
+        """Absolute locations of the staged files."""
+        return self._scan().file_uris()
+
+    def read(self) -> pa.Table:
+        """The staged rows as readers will see them once committed."""
+        return self._scan().to_table()
+
+    def to_batches(self) -> pa.RecordBatchReader:
+        return self._scan().to_batches()
+
+    def _scan(self) -> Scan:
+        metadata = self.spec.metadata
+        schema = parse_schema(metadata.schema_string)
+        store = self.spec.store()
+        physical = partition_physical_names(schema, metadata.partition_columns)
+        version = self.spec.read_version if self.spec.read_version is not None else -1
+        files = reconcile_rows(
+            [(version, [("add", a.to_json()) for a in self.adds])], store.root, physical
+        ).live
+        snapshot = Snapshot(
+            store=store,
+            version=version,
+            protocol=self.spec.protocol,
+            metadata=metadata,
+            files=files,
+            tombstones=pa.table({}),
+            txns={},
+            domains={},
+            commit_info=None,
+        )
+        return Scan(snapshot, None, None)
+
+    def commit(self, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
+        return commit_write(self.spec, self.adds, commit_metadata=commit_metadata)
+
+    def with_storage_options(self, storage_options: Mapping[str, str]) -> StagedWrite:
+        return replace(self, spec=replace(self.spec, storage_options=dict(storage_options)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": _MANIFEST_FORMAT,
+            "createdAt": self.created_at,
+            "spec": self.spec.to_json(),
+            "adds": [a.to_json() for a in self.adds],
+        }
+
+    def dumps(self) -> bytes:
+        return json.dumps(self.to_json(), indent=1).encode()
+
+    @classmethod
+    def from_json(
+        cls, obj: Mapping[str, Any], storage_options: Mapping[str, str] | None = None
+    ) -> StagedWrite:
+        if not isinstance(obj, Mapping) or obj.get("format") != _MANIFEST_FORMAT:
+            raise InvalidArgumentError(
+                f"not a deltaplane staged-write manifest (format {_MANIFEST_FORMAT} expected)"
+            )
+        spec = WriteSpec.from_json(obj["spec"], storage_options)
+        return cls(spec, tuple(Add.from_json(a) for a in obj["adds"]), int(obj.get("createdAt", 0)))
+
+    @classmethod
+    def loads(cls, data: bytes | str, storage_options: Mapping[str, str] | None = None) -> StagedWrite:
+        try:
+            obj = json.loads(data)
+        except ValueError as e:
+            raise InvalidArgumentError(f"a staged-write manifest must be JSON: {e}") from None
+        return cls.from_json(obj, storage_options)
+
+
+def stage_write(
+    uri: str,
+    data: Any,
+    *,
+    mode: str = "append",
+    storage_options: Mapping[str, str] | None = None,
+    **plan_options: Any,
+) -> StagedWrite:
+    """Plan and write ``data`` in this process; commit later with ``.commit()``."""
+    reader = as_reader(data, None)
+    spec = plan_write(uri, reader.schema, mode=mode, storage_options=storage_options, **plan_options)
+    return StagedWrite(spec, tuple(write_files(spec, reader)))

@@ -1,0 +1,132 @@
+"""Snapshots that travel: a table's protocol, metadata and some of its live files, picklable.
+
+Distributed work (Spark tasks, worker processes) reads or rewrites a few files of one table
+version. Loading the log again in every task would cost a listing and the commits per task, so
+the driver sends a ``PortableSnapshot`` instead: the table's location and storage options, the
+version, its protocol and metadata as JSON, and the live-file rows (Arrow IPC) of the files the
+task handles. ``snapshot()`` rebuilds an engine ``Snapshot`` of just those files without touching
+``_delta_log``, so ``Scan``, ``rewrite_bin`` and the row-level readers work on it unchanged.
+
+Storage options travel with the work (tasks need credentials). Where that is unwanted, leave
+them out and configure the workers' environment (``AWS_*``) instead: an empty mapping makes the
+store use boto3's default credential chain.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.actions import Metadata, Protocol
+from engine.errors import InvalidArgumentError
+from engine.snapshot import Snapshot
+from engine.storage import open_store
+from engine.storage.base import ObjectStore
+
+
+def table_to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as out:
+        out.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def table_from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+@dataclass(frozen=True)
+class PortableSnapshot:
+    """Enough of one table version to read or rewrite some of its files anywhere."""
+
+    uri: str
+    version: int
+    protocol_json: str
+    metadata_json: str
+    files_ipc: bytes = field(repr=False)
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    num_files: int = 0
+    num_bytes: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        snapshot: Snapshot,
+        files: pa.Table | None = None,
+        *,
+        uri: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> PortableSnapshot:
+        """``files`` (rows of ``snapshot.files``; all of them by default) packed for shipping."""
+        files = snapshot.files if files is None else files
+        options = storage_options
+        if options is None:
+            options = getattr(snapshot.store, "options", None) or {}
+        return cls(
+            uri=uri or snapshot.store.root,
+            version=snapshot.version,
+            protocol_json=json.dumps(snapshot.protocol.to_json()),
+            metadata_json=json.dumps(snapshot.metadata.to_json()),
+            files_ipc=table_to_ipc(files),
+            storage_options=dict(options),
+            num_files=files.num_rows,
+            num_bytes=int(pc.sum(files.column("size")).as_py() or 0) if files.num_rows else 0,
+        )
+
+    @cached_property
+    def files(self) -> pa.Table:
+        return table_from_ipc(self.files_ipc)
+
+    def store(self) -> ObjectStore:
+        return open_store(self.uri, self.storage_options)
+
+    def snapshot(self, store: ObjectStore | None = None) -> Snapshot:
+        """An engine snapshot holding only these files (nothing is read from the log)."""
+        files = self.files
+        return Snapshot(
+            store=store if store is not None else self.store(),
+            version=self.version,
+            protocol=Protocol.from_json(json.loads(self.protocol_json)),
+            metadata=Metadata.from_json(json.loads(self.metadata_json)),
+            files=files,
+            tombstones=pa.table({}),
+            txns={},
+            domains={},
+            commit_info=None,
+        )
+
+    def with_files(self, files: pa.Table) -> PortableSnapshot:
+        return PortableSnapshot(
+            uri=self.uri,
+            version=self.version,
+            protocol_json=self.protocol_json,
+            metadata_json=self.metadata_json,
+            files_ipc=table_to_ipc(files),
+            storage_options=self.storage_options,
+            num_files=files.num_rows,
+            num_bytes=int(pc.sum(files.column("size")).as_py() or 0) if files.num_rows else 0,
+        )
+
+    def split(self, target_bytes: int, *, max_files: int | None = None) -> list[PortableSnapshot]:
+        """Consecutive groups of files of about ``target_bytes`` each (at least one file per
+        group; at most ``max_files`` files per group when given): one group per task."""
+        if target_bytes <= 0:
+            raise InvalidArgumentError(f"target_bytes must be positive, got {target_bytes}")
+        files = self.files
+        sizes = files.column("size").to_pylist()
+        groups: list[PortableSnapshot] = []
+        start, total = 0, 0
+        for i, size in enumerate(sizes):
+            full = total + (size or 0) > target_bytes or (max_files is not None and i - start >= max_files)
+            if i > start and full:
+                groups.append(self.with_files(files.slice(start, i - start)))
+                start, total = i, 0
+            total += size or 0
+        if start < len(sizes):
+            groups.append(self.with_files(files.slice(start)))
+        return groups

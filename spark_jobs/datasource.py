@@ -1,0 +1,215 @@
+"""The ``deltaplane`` PySpark data source: Delta tables read and written through the engine.
+
+Spark never touches ``_delta_log``. For a batch read, the driver loads the snapshot, prunes
+files with the pushed filters (partition values and statistics), and hands each task a
+``PortableSnapshot`` of about ``maxPartitionBytes`` of files (their deletion vectors
+included); tasks read them with the engine's scan, which applies the deletion vectors. Every
+filter is returned to Spark, which evaluates it again on the rows.
+
+A batch write plans once on the driver (``plan_write``: schema, mode, idempotency), every task
+writes Parquet files through the engine's writer and returns their ``add`` actions, and the
+driver commits them in one transaction (``commit_write``). A failed job commits nothing; its
+files are left for VACUUM.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType as SparkStructType
+
+from engine.commands.staged import commit_write, plan_write, write_files
+from engine.errors import DeltaError
+from engine.expressions.bind import bind_predicate
+from engine.expressions.tree import And, Expr
+from engine.portable import PortableSnapshot
+from engine.scan import Scan, file_keep_mask
+from spark_jobs.filters import to_expr
+from spark_jobs.options import ReadOptions, StreamOptions, WriteOptions
+from spark_jobs.types import arrow_schema, as_nullable, conform_batch, spark_schema
+
+log = logging.getLogger(__name__)
+
+FORMAT = "deltaplane"
+
+
+class DeltaplaneDataSource(DataSource):
+    """``spark.read.format("deltaplane").load(uri)`` and ``df.write.format("deltaplane")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> SparkStructType:
+        return spark_schema(ReadOptions.parse(self.options).open().snapshot.schema)
+
+    def reader(self, schema: SparkStructType) -> DataSourceReader:
+        return DeltaplaneReader(ReadOptions.parse(self.options), schema)
+
+    def writer(self, schema: SparkStructType, overwrite: bool) -> DeltaplaneWriter:
+        return DeltaplaneWriter(WriteOptions.parse(self.options), schema, overwrite)
+
+    def streamReader(self, schema: SparkStructType):
+        from spark_jobs.streaming import DeltaplaneStreamReader
+
+        return DeltaplaneStreamReader(StreamOptions.parse(self.options), schema)
+
+    def streamWriter(self, schema: SparkStructType, overwrite: bool):
+        from spark_jobs.streaming import DeltaplaneStreamWriter
+
+        return DeltaplaneStreamWriter(WriteOptions.parse(self.options), schema, overwrite)
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+class FilesPartition(InputPartition):
+    """One task's files: a portable snapshot of them and the pushed predicate."""
+
+    def __init__(self, index: int, files: PortableSnapshot, predicate: Expr | None):
+        super().__init__(index)
+        self.files = files
+        self.predicate = predicate
+
+
+def read_partition(partition: FilesPartition, schema: SparkStructType) -> Iterator[pa.RecordBatch]:
+    """The rows of one partition's files, shaped exactly as ``schema`` (deletion vectors applied)."""
+    if partition.files.num_files == 0:
+        return
+    snapshot = partition.files.snapshot()
+    scan = Scan(snapshot, list(schema.names), partition.predicate)
+    target = arrow_schema(schema)
+    for batch in scan.to_batches():
+        if batch.num_rows:
+            yield conform_batch(batch, target)
+
+
+def bound_predicate(filters: list[Expr], table_schema) -> Expr | None:
+    """The filters Spark pushed that bind to the table's columns, as one conjunction (a filter
+    that does not bind is only lost for skipping: Spark evaluates every filter anyway)."""
+    bound = []
+    for expr in filters:
+        try:
+            bound.append(bind_predicate(expr, table_schema))
+        except (DeltaError, TypeError, ValueError) as e:
+            log.debug("filter %s not used for skipping: %s", expr, e)
+    if not bound:
+        return None
+    return bound[0] if len(bound) == 1 else And(tuple(bound))
+
+
+class DeltaplaneReader(DataSourceReader):
+    def __init__(self, options: ReadOptions, schema: SparkStructType):
+        self.options = options
+        self.schema = schema
+        self.filters: list[Expr] = []
+
+    def pushFilters(self, filters):
+        for f in filters:
+            expr = to_expr(f)
+            if expr is not None:
+                self.filters.append(expr)
+            yield f  # Spark evaluates every filter again: skipping is only a hint here
+
+    def partitions(self) -> list[FilesPartition]:
+        table = self.options.open()
+        snapshot = table.snapshot
+        predicate = bound_predicate(self.filters, snapshot.schema)
+        files = snapshot.files
+        if predicate is not None and files.num_rows:
+            files = files.filter(
+                file_keep_mask(files, predicate, snapshot.schema, snapshot.metadata, snapshot.store.root)
+            )
+        portable = PortableSnapshot.of(
+            snapshot, files, uri=self.options.uri, storage_options=self.options.storage_options
+        )
+        groups = portable.split(self.options.max_partition_bytes) or [portable]
+        log.info(
+            "deltaplane read of %s version %d: %d of %d files in %d partitions",
+            self.options.uri,
+            snapshot.version,
+            files.num_rows,
+            snapshot.num_files,
+            len(groups),
+        )
+        return [FilesPartition(i, group, predicate) for i, group in enumerate(groups)]
+
+    def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_partition(partition, self.schema)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+@dataclass
+class FilesWritten(WriterCommitMessage):
+    """What one task wrote: ``add`` actions as JSON, and the streaming query it belongs to."""
+
+    adds: list[dict]
+    query_id: str | None = None
+
+
+def plan_for(options: WriteOptions, schema: SparkStructType, overwrite: bool, **extra):
+    schema_mode = (
+        "overwrite" if overwrite and options.overwrite_schema else "merge" if options.merge_schema else None
+    )
+    return plan_write(
+        options.uri,
+        as_nullable(arrow_schema(schema)),
+        mode="overwrite" if overwrite else "append",
+        partition_by=options.partition_by,
+        schema_mode=schema_mode,
+        replace_where=options.replace_where if overwrite else None,
+        dynamic_partitions=options.dynamic_partitions if overwrite else False,
+        target_file_size=options.target_file_size,
+        user_metadata=options.user_metadata,
+        storage_options=options.storage_options,
+        **extra,
+    )
+
+
+class DeltaplaneWriter(DataSourceArrowWriter):
+    def __init__(self, options: WriteOptions, schema: SparkStructType, overwrite: bool):
+        if options.replace_where is not None and not overwrite:
+            raise DeltaError("option replaceWhere needs mode('overwrite')")
+        self.options = options
+        self.spec = plan_for(
+            options, schema, overwrite, app_id=options.app_id, app_version=options.app_version
+        )
+        if self.spec.skip:
+            log.info(
+                "%s already has txn %s version >= %s: this write is skipped",
+                options.uri,
+                options.app_id,
+                options.app_version,
+            )
+
+    def write(self, iterator) -> FilesWritten:
+        adds = write_files(self.spec, iterator)
+        return FilesWritten([a.to_json() for a in adds])
+
+    def commit(self, messages) -> None:
+        adds = [a for m in messages if m is not None for a in m.adds]
+        result = commit_write(self.spec, adds)
+        if result.skipped:
+            log.info("write to %s skipped: already committed by this application version", self.options.uri)
+        else:
+            log.info("committed %d files to %s as version %d", len(adds), self.options.uri, result.version)
+
+    def abort(self, messages) -> None:
+        written = sum(len(m.adds) for m in messages if m is not None)
+        log.warning(
+            "write to %s failed: nothing committed; %d file(s) already written are left for VACUUM",
+            self.options.uri,
+            written,
+        )

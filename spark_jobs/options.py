@@ -1,0 +1,176 @@
+"""The data source's options, as Delta Spark names them, parsed and checked once.
+
+Spark hands options over as case-insensitive strings. Storage options for the engine's object
+store are the ``storage.<key>`` options (``storage.endpoint_url``, ``storage.aws_region``...);
+without them the store uses the environment (``AWS_ENDPOINT_URL``, boto3's credential chain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine.errors import InvalidArgumentError
+
+STORAGE_PREFIX = "storage."
+DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024  # as spark.sql.files.maxPartitionBytes
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _bool(options: dict[str, str], name: str, default: bool = False) -> bool:
+    value = options.get(name.lower())
+    if value is None:
+        return default
+    if value.strip().lower() in ("true", "1", "yes"):
+        return True
+    if value.strip().lower() in ("false", "0", "no"):
+        return False
+    raise InvalidArgumentError(f"option {name} must be true or false, got {value!r}")
+
+
+def _int(options: dict[str, str], name: str, *, minimum: int = 0) -> int | None:
+    value = options.get(name.lower())
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidArgumentError(f"option {name} must be an integer, got {value!r}") from None
+    if number < minimum:
+        raise InvalidArgumentError(f"option {name} must be at least {minimum}, got {number}")
+    return number
+
+
+def _size(options: dict[str, str], name: str) -> int | None:
+    """A byte count: a plain number or with a unit (``512k``, ``64m``, ``1g``, ``1gb``)."""
+    value = options.get(name.lower())
+    if value is None or value == "":
+        return None
+    text = value.strip().lower().removesuffix("b")
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    scale = units.get(text[-1:], 1)
+    digits = text[:-1] if text[-1:] in units else text
+    try:
+        number = int(float(digits) * scale)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"option {name} must be a size such as 134217728 or 128m, got {value!r}"
+        ) from None
+    if number <= 0:
+        raise InvalidArgumentError(f"option {name} must be positive, got {value!r}")
+    return number
+
+
+def _path(options: dict[str, str]) -> str:
+    path = options.get("path")
+    if not path:
+        raise InvalidArgumentError(
+            "the deltaplane data source needs the table's location: .load(uri) or .save(uri)"
+        )
+    return path
+
+
+def storage_options(options: Mapping[str, str]) -> dict[str, str]:
+    return {k[len(STORAGE_PREFIX) :]: v for k, v in _lower(options).items() if k.startswith(STORAGE_PREFIX)}
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    uri: str
+    storage_options: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class ReadOptions(TableOptions):
+    version: int | None = None
+    timestamp: str | None = None
+    max_partition_bytes: int = DEFAULT_PARTITION_BYTES
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        o = _lower(options)
+        version = _int(o, "versionAsOf")
+        timestamp = o.get("timestampasof") or None
+        if version is not None and timestamp is not None:
+            raise InvalidArgumentError("give versionAsOf or timestampAsOf, not both")
+        return cls(
+            uri=_path(o),
+            storage_options=storage_options(o),
+            version=version,
+            timestamp=timestamp,
+            max_partition_bytes=_size(o, "maxPartitionBytes") or DEFAULT_PARTITION_BYTES,
+        )
+
+    def open(self):
+        from engine import DeltaTable
+
+        return DeltaTable(
+            self.uri, version=self.version, timestamp=self.timestamp, storage_options=self.storage_options
+        )
+
+
+@dataclass(frozen=True)
+class WriteOptions(TableOptions):
+    replace_where: str | None = None
+    partition_by: list[str] | None = None
+    merge_schema: bool = False
+    overwrite_schema: bool = False
+    dynamic_partitions: bool = False
+    app_id: str | None = None
+    app_version: int | None = None
+    user_metadata: str | None = None
+    target_file_size: int | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        o = _lower(options)
+        partition_by = o.get("partitionby")
+        mode = (o.get("partitionoverwritemode") or "static").lower()
+        if mode not in ("static", "dynamic"):
+            raise InvalidArgumentError(
+                f"option partitionOverwriteMode must be static or dynamic, got {mode!r}"
+            )
+        app_id = o.get("txnappid") or None
+        app_version = _int(o, "txnVersion")
+        if (app_id is None) != (app_version is None):
+            raise InvalidArgumentError("options txnAppId and txnVersion go together")
+        return cls(
+            uri=_path(o),
+            storage_options=storage_options(o),
+            replace_where=o.get("replacewhere") or None,
+            partition_by=[c.strip() for c in partition_by.split(",") if c.strip()] if partition_by else None,
+            merge_schema=_bool(o, "mergeSchema"),
+            overwrite_schema=_bool(o, "overwriteSchema"),
+            dynamic_partitions=mode == "dynamic",
+            app_id=app_id,
+            app_version=app_version,
+            user_metadata=o.get("usermetadata"),
+            target_file_size=_size(o, "targetFileSize"),
+        )
+
+
+@dataclass(frozen=True)
+class StreamOptions(TableOptions):
+    starting_version: int | None = None  # None: the table's current state first, then new commits
+    starting_latest: bool = False  # startingVersion=latest: only commits after the current version
+    max_files: int | None = None
+    max_bytes: int | None = None
+    skip_change_commits: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> StreamOptions:
+        o = _lower(options)
+        starting = o.get("startingversion")
+        latest = starting is not None and starting.strip().lower() == "latest"
+        return cls(
+            uri=_path(o),
+            storage_options=storage_options(o),
+            starting_version=None if latest else _int(o, "startingVersion"),
+            starting_latest=latest,
+            max_files=_int(o, "maxFilesPerTrigger", minimum=1),
+            max_bytes=_size(o, "maxBytesPerTrigger"),
+            skip_change_commits=_bool(o, "skipChangeCommits"),
+        )

@@ -1,0 +1,50 @@
+"""A SparkSession set up for deltaplane, locally or against a cluster."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+DEFAULT_MASTER = "local[2]"
+
+
+def get_spark(
+    master: str | None = None, *, app_name: str = "deltaplane", conf: Mapping[str, str] | None = None
+):
+    """A session with the ``deltaplane`` data source registered.
+
+    ``master`` defaults to ``$SPARK_MASTER`` or ``local[2]``. Python workers run this
+    interpreter (``PYSPARK_PYTHON``), so they can import pyarrow and the project; the session
+    time zone is UTC (timestamps leave Spark as UTC instants); in local mode the driver binds to
+    127.0.0.1 and the UI is off.
+    """
+    from pyspark.sql import SparkSession
+
+    master = master or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+        "spark.sql.python.filterPushdown.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    if master.startswith("local"):
+        settings.update(
+            {
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.sql.shuffle.partitions": "4",
+            }
+        )
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    from spark_jobs import register
+
+    register(spark)
+    return spark
