@@ -297,8 +297,13 @@ def commit_write(
     *,
     commit_metadata: Mapping[str, Any] | None = None,
     store: ObjectStore | None = None,
+    operation: str | None = None,
+    operation_parameters: Mapping[str, Any] | None = None,
 ) -> CommitResult:
-    """Commit the files of a staged write (``add`` actions or their JSON) in one transaction."""
+    """Commit the files of a staged write (``add`` actions or their JSON) in one transaction.
+
+    ``operation`` and ``operation_parameters`` replace the recorded ``WRITE`` and its mode
+    (a streaming sink records ``STREAMING UPDATE`` with its query and epoch, as Delta Spark)."""
     adds = [a if isinstance(a, Add) else Add.from_json(dict(a)) for a in adds]
     store = store if store is not None else spec.store()
     metadata = dict(commit_metadata or {})
@@ -313,7 +318,16 @@ def commit_write(
         params["predicate"] = spec.replace_where
     if spec.dynamic_partitions:
         params["partitionOverwriteMode"] = "DYNAMIC"
-    write = WriteContext(store, snapshot, params, target_file_size=spec.target_file_size, schema_mode=None)
+    if operation_parameters is not None:
+        params = {**params, **operation_parameters}
+    write = WriteContext(
+        store,
+        snapshot,
+        params,
+        target_file_size=spec.target_file_size,
+        schema_mode=None,
+        operation=operation or "WRITE",
+    )
     write.txn.commit_metadata = {**write.txn.commit_metadata, **check_commit_metadata(metadata)}
     skipped = write.idempotent_skip(spec.app_id, spec.app_version)
     if skipped is not None:

@@ -1,0 +1,340 @@
+"""Streaming with Spark: a table's log as a source, and a table as an exactly-once sink.
+
+**Source** (as Delta Spark's): without ``startingVersion`` a query first reads the table as of
+its current version, then every later commit; with ``startingVersion=N`` it reads the commits
+from N (``latest``: only commits after the current one). Offsets are JSON:
+``{"tableId", "version", "index", "initialSnapshot"}``, the position of the next file to read
+(files of the initial snapshot sorted by path, then each commit's added files in log order), so
+a restarted query resumes exactly where its checkpoint says. ``maxFilesPerTrigger`` and
+``maxBytesPerTrigger`` bound each micro-batch (at least one file is always admitted, so a batch
+never stalls), and ``trigger(availableNow=True)`` reads what existed when the query started, in
+as many bounded batches as it takes.
+
+Only data changes are read: commits whose files carry ``dataChange=false`` (OPTIMIZE, ZORDER)
+add nothing to the stream. A commit that removes rows (DELETE, UPDATE, MERGE, overwrite) fails
+the query with an error naming the version and operation, unless ``skipChangeCommits=true``, which
+skips such commits entirely. A schema change fails the query (restart it to pick the new schema
+up).
+
+**Sink**: each micro-batch's tasks write files; ``commit(messages, batchId)`` on the driver
+commits them with ``txn(appId=<query id>, version=<batch id>)`` and the operation ``STREAMING
+UPDATE``. A batch Spark replays after a crash (written and committed to the table, but not yet
+recorded in the query's commit log) finds its txn already there and commits nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType as SparkStructType
+
+from engine.commands.staged import commit_write, write_files
+from engine.errors import DeltaError
+from engine.log.segment import list_log
+from engine.portable import PortableSnapshot
+from engine.snapshot import Snapshot, load_snapshot, load_table_config
+from engine.storage import open_store
+from engine.tail import FILE_COLUMNS, CommitChanges, commit_changes
+from spark_jobs.datasource import FilesPartition, FilesWritten, plan_for, read_partition
+from spark_jobs.options import DEFAULT_PARTITION_BYTES, StreamOptions, WriteOptions
+from spark_jobs.types import spark_schema
+
+log = logging.getLogger(__name__)
+
+
+class StreamingSourceError(DeltaError):
+    """A commit the stream cannot follow (rows removed, schema changed, table replaced)."""
+
+
+def offset(table_id: str, version: int, index: int, initial: bool) -> dict:
+    return {"tableId": table_id, "version": version, "index": index, "initialSnapshot": initial}
+
+
+class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: StreamOptions, schema: SparkStructType):
+        self.options = options
+        self.schema = schema
+        self._reset()
+
+    def _reset(self) -> None:
+        self._store = None
+        self._config = None  # (protocol, metadata) the stream currently reads under
+        self._changes: dict[int, CommitChanges] = {}
+        self._snapshots: dict[int, Snapshot] = {}
+        self._available_now: int | None = None
+
+    # The reader is pickled to the tasks that call read(): caches and the store stay behind.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "schema": self.schema}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    @property
+    def store(self):
+        if self._store is None:
+            self._store = open_store(self.options.uri, self.options.storage_options)
+        return self._store
+
+    def _table_config(self):
+        if self._config is None:
+            self._config = load_table_config(self.store)
+        return self._config
+
+    def _latest_version(self, from_version: int) -> int:
+        """The newest commit version, listing only from ``from_version`` on."""
+        listed = list_log(self.store, max(from_version, 0)).max_version
+        return from_version - 1 if listed is None else listed
+
+    def _commit(self, version: int) -> CommitChanges:
+        changes = self._changes.get(version)
+        if changes is None:
+            protocol, metadata = self._table_config()
+            changes = commit_changes(self.store, version, metadata)
+            if changes.metadata is not None or changes.protocol is not None:
+                self._config = (changes.protocol or protocol, changes.metadata or metadata)
+            self._changes[version] = changes
+        return changes
+
+    def _snapshot_files(self, version: int) -> pa.Table:
+        snapshot = self._snapshots.get(version)
+        if snapshot is None:
+            snapshot = load_snapshot(self.store, version)
+            self._snapshots = {version: snapshot}
+        files = snapshot.files.select(list(FILE_COLUMNS))
+        return files.sort_by("path") if files.num_rows else files
+
+    def _table_id(self) -> str:
+        return self._table_config()[1].id
+
+    # --- offsets -----------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        latest = list_log(self.store, 0).max_version
+        if latest is None:
+            raise StreamingSourceError(f"no Delta table at {self.options.uri}")
+        table_id = self._table_id()
+        if self.options.starting_latest:
+            return offset(table_id, latest + 1, 0, False)
+        if self.options.starting_version is not None:
+            if self.options.starting_version > latest:
+                raise StreamingSourceError(
+                    f"startingVersion {self.options.starting_version} is after the latest version "
+                    f"{latest} of {self.options.uri}"
+                )
+            return offset(table_id, self.options.starting_version, 0, False)
+        return offset(table_id, latest, 0, True)
+
+    def getDefaultReadLimit(self):
+        if self.options.max_files is not None:
+            return ReadMaxFiles(self.options.max_files)
+        if self.options.max_bytes is not None:
+            return ReadMaxBytes(self.options.max_bytes)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = list_log(self.store, 0).max_version
+        log.info("availableNow: reading %s up to version %s", self.options.uri, self._available_now)
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        self._check_table(start)
+        max_files = max_bytes = None
+        if not isinstance(limit, ReadAllAvailable):
+            max_files = limit.max_files if isinstance(limit, ReadMaxFiles) else self.options.max_files
+            max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.options.max_bytes
+        files = size = 0
+        end = dict(start)
+        for position, file_size in self._walk(start, None):
+            if position is None:  # a commit (or the snapshot) fully passed: move past it
+                end = file_size
+                continue
+            full = (max_files is not None and files >= max_files) or (
+                max_bytes is not None and files and size + file_size > max_bytes
+            )
+            if full:
+                return end
+            files += 1
+            size += file_size
+            end = {**position, "index": position["index"] + 1}
+        return end
+
+    def _check_table(self, start: dict) -> None:
+        if start.get("tableId") != self._table_id():
+            raise StreamingSourceError(
+                f"the table at {self.options.uri} is not the one this query started on "
+                f"(table id {self._table_id()}, checkpoint says {start.get('tableId')}); "
+                "start a new query with a new checkpoint"
+            )
+
+    def _walk(self, start: dict, end: dict | None):
+        """Positions of files from ``start`` (up to ``end``), each with its size; between
+        commits ``(None, <offset after it>)``."""
+        table_id = start["tableId"]
+        version, index = int(start["version"]), int(start["index"])
+        if start.get("initialSnapshot"):
+            files = self._snapshot_files(version)
+            sizes = files.column("size").to_pylist()
+            for i in range(index, len(sizes)):
+                position = offset(table_id, version, i, True)
+                if end is not None and not _before(position, end):
+                    return
+                yield position, sizes[i]
+            version, index = version + 1, 0
+            yield None, offset(table_id, version, 0, False)
+        cap = self._available_now
+        latest = self._latest_version(version) if cap is None else cap
+        for v in range(version, latest + 1):
+            if end is not None and not _before(offset(table_id, v, 0, False), end):
+                return
+            changes = self._follow(v)
+            sizes = changes.added.column("size").to_pylist() if changes is not None else []
+            for i in range(index if v == version else 0, len(sizes)):
+                position = offset(table_id, v, i, False)
+                if end is not None and not _before(position, end):
+                    return
+                yield position, sizes[i]
+            yield None, offset(table_id, v + 1, 0, False)
+
+    def _follow(self, version: int) -> CommitChanges | None:
+        """The commit's changes if the stream reads them, ``None`` if it skips the commit."""
+        changes = self._commit(version)
+        if changes.metadata is not None and spark_schema(changes.metadata_schema()) != self.schema:
+            raise StreamingSourceError(
+                f"version {version} of {self.options.uri} changed the table schema; restart the query "
+                "to read with the new schema"
+            )
+        if changes.appends_only:
+            return changes
+        if self.options.skip_change_commits:
+            log.info("skipping version %d (%s): skipChangeCommits", version, changes.operation)
+            return None
+        raise StreamingSourceError(
+            f"version {version} of {self.options.uri} ({changes.operation or 'unknown operation'}) removed "
+            f"or changed existing rows ({changes.removed.num_rows} file(s) removed); a streaming read "
+            "only follows appends. Set the option skipChangeCommits=true to ignore such commits, or "
+            "restart the query from a later startingVersion"
+        )
+
+    # --- planning and reading ----------------------------------------------------------------
+
+    def partitions(self, start: dict, end: dict) -> list[FilesPartition]:
+        pieces: list[pa.Table] = []
+        run: tuple[Any, int, int] | None = None  # (source key, first, last) of consecutive files
+
+        def flush():
+            if run is None:
+                return
+            key, first, last = run
+            table = self._snapshot_files(key[1]) if key[0] == "snapshot" else self._changes[key[1]].added
+            pieces.append(table.slice(first, last - first + 1))
+
+        for position, _ in self._walk(start, end):
+            if position is None:
+                continue
+            key = ("snapshot" if position["initialSnapshot"] else "commit", position["version"])
+            if run is not None and run[0] == key and run[2] + 1 == position["index"]:
+                run = (key, run[1], position["index"])
+            else:
+                flush()
+                run = (key, position["index"], position["index"])
+        flush()
+        if not pieces:
+            return []
+        files = pa.concat_tables([p.cast(pieces[0].schema) for p in pieces])
+        protocol, metadata = self._table_config()
+        snapshot = Snapshot(
+            store=self.store,
+            version=int(end["version"]),
+            protocol=protocol,
+            metadata=metadata,
+            files=files,
+            tombstones=pa.table({}),
+            txns={},
+            domains={},
+            commit_info=None,
+        )
+        portable = PortableSnapshot.of(
+            snapshot, uri=self.options.uri, storage_options=self.options.storage_options
+        )
+        groups = portable.split(DEFAULT_PARTITION_BYTES)
+        return [FilesPartition(i, group, None) for i, group in enumerate(groups)]
+
+    def read(self, partition: FilesPartition):
+        yield from read_partition(partition, self.schema)
+
+    def commit(self, end: dict) -> None:
+        done = int(end["version"])
+        self._changes = {v: c for v, c in self._changes.items() if v >= done}
+        if not end.get("initialSnapshot"):
+            self._snapshots = {}
+
+
+def _before(position: dict, end: dict) -> bool:
+    """Whether ``position`` comes before the (exclusive) ``end`` offset."""
+
+    def key(o: dict) -> tuple:
+        # The initial snapshot at version V comes before the commits after V.
+        return (int(o["version"]) + (0 if o.get("initialSnapshot") else 1), int(o["index"]))
+
+    return key(position) < key(end)
+
+
+class DeltaplaneStreamWriter(DataSourceStreamArrowWriter):
+    """Append (or, in complete mode, overwrite) each micro-batch exactly once."""
+
+    def __init__(self, options: WriteOptions, schema: SparkStructType, overwrite: bool):
+        self.options = options
+        self.overwrite = overwrite
+        self.spec = plan_for(options, schema, overwrite)
+
+    def write(self, iterator) -> FilesWritten:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        query_id = context.getLocalProperty("sql.streaming.queryId") if context is not None else None
+        adds = write_files(self.spec, iterator)
+        return FilesWritten([a.to_json() for a in adds], query_id)
+
+    def commit(self, messages, batchId: int) -> None:
+        written = [m for m in messages if m is not None]
+        adds = [a for m in written for a in m.adds]
+        query_id = next((m.query_id for m in written if m.query_id), None)
+        if not adds and not self.overwrite:
+            return  # an empty micro-batch: nothing to make visible
+        if query_id is None:
+            raise DeltaError(f"streaming write to {self.options.uri}: the tasks did not see the query id")
+        spec = replace(self.spec, app_id=query_id, app_version=int(batchId), skip=False)
+        result = commit_write(
+            spec,
+            adds,
+            commit_metadata={"streamingQueryId": query_id, "streamingBatchId": int(batchId)},
+            operation="STREAMING UPDATE",
+            operation_parameters={
+                "outputMode": "Complete" if self.overwrite else "Append",
+                "queryId": query_id,
+                "epochId": str(batchId),
+            },
+        )
+        if result.skipped:
+            log.info(
+                "batch %s of query %s is already in %s: not committed again",
+                batchId,
+                query_id,
+                self.options.uri,
+            )
+
+    def abort(self, messages, batchId: int) -> None:
+        log.warning("streaming batch %s to %s failed: nothing committed", batchId, self.options.uri)

@@ -1,0 +1,168 @@
+"""Streaming through the `deltaplane` source and sink on real Spark (local[2])."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql.utils import CapturedException, StreamingQueryException
+
+from engine import DeltaTable, write_table
+
+pytestmark = pytest.mark.xdist_group("spark")
+
+FAILURES = (CapturedException, PySparkException, StreamingQueryException)
+
+
+def rows(start: int, n: int) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table({"id": pa.array(ids, pa.int64()), "part": [i % 3 for i in ids]})
+
+
+def stream(spark, src: str, **options):
+    reader = spark.readStream.format("deltaplane")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(src)
+
+
+def run_available_now(spark, src, dst, checkpoint, **options) -> list[int]:
+    query = (
+        stream(spark, src, **options)
+        .writeStream.format("deltaplane")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(dst)
+    )
+    query.awaitTermination(120)
+    if query.exception() is not None:
+        raise query.exception()
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+def ids(uri: str) -> Counter:
+    return Counter(DeltaTable(uri).to_arrow()["id"].to_pylist())
+
+
+def test_a_running_query_sees_every_append_once_and_nothing_from_optimize(spark, tmp_path):
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    write_table(src, rows(0, 10), partition_by=["part"])
+    query = (
+        stream(spark, src, maxFilesPerTrigger=2)
+        .writeStream.format("deltaplane")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="200 milliseconds")
+        .start(dst)
+    )
+    appended = 10
+    try:
+
+        def writer():
+            nonlocal appended
+            for i in range(6):
+                write_table(src, rows(appended, 7), mode="append")
+                appended += 7
+                if i == 2:
+                    DeltaTable(src).optimize()  # rewrites every small file, dataChange=false
+                time.sleep(0.3)
+            DeltaTable(src).optimize()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        thread.join(120)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert any(c["operation"] == "OPTIMIZE" for c in DeltaTable(src).history())
+    got = ids(dst)
+    assert set(got) == set(range(appended)), sorted(set(range(appended)) - set(got))
+    assert max(got.values()) == 1  # exactly once
+
+
+def test_available_now_honours_limits_and_restarts_where_it_stopped(spark, tmp_path):
+    src, dst, ck = str(tmp_path / "src"), str(tmp_path / "dst"), tmp_path / "ck"
+    for start in range(0, 40, 10):
+        write_table(src, rows(start, 10), mode="append")
+    assert run_available_now(spark, src, dst, ck, maxFilesPerTrigger=1) == [10, 10, 10, 10]
+    offsets = json.loads((ck / "offsets" / "3").read_text().splitlines()[-1])
+    assert offsets["version"] == 4 and offsets["initialSnapshot"] is False and offsets["tableId"]
+    write_table(src, rows(40, 5), mode="append")
+    DeltaTable(src).optimize()
+    write_table(src, rows(45, 5), mode="append")
+    assert run_available_now(spark, src, dst, ck, maxFilesPerTrigger=1) == [5, 5]
+    assert ids(dst) == Counter(range(50))
+    # maxBytesPerTrigger: about two files per batch; nothing new to read after a restart.
+    dst2, ck2 = str(tmp_path / "dst2"), tmp_path / "ck2"
+    size = (tmp_path / "src" / DeltaTable(src, version=1).get_add_actions()["path"][0].as_py()).stat().st_size
+    batches = run_available_now(
+        spark, src, dst2, ck2, startingVersion=0, maxBytesPerTrigger=str(2 * size + 10)
+    )
+    # Six files (four of 10 rows, two of 5): no batch holds more than two, and some hold two.
+    assert sum(batches) == 50 and max(batches) <= 20 and 3 <= len(batches) <= 4, batches
+    assert run_available_now(spark, src, dst2, ck2) == []
+
+
+def test_starting_versions(spark, tmp_path):
+    src = str(tmp_path / "src")
+    for start in range(0, 30, 10):
+        write_table(src, rows(start, 10), mode="append")
+    run_available_now(spark, src, str(tmp_path / "a"), tmp_path / "cka", startingVersion=1)
+    assert ids(str(tmp_path / "a")) == Counter(range(10, 30))
+    query = (
+        stream(spark, src, startingVersion="latest")
+        .writeStream.format("deltaplane")
+        .option("checkpointLocation", str(tmp_path / "ckb"))
+        .trigger(processingTime="200 milliseconds")
+        .start(str(tmp_path / "b"))
+    )
+    try:
+        query.processAllAvailable()
+        write_table(src, rows(100, 3), mode="append")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert ids(str(tmp_path / "b")) == Counter(range(100, 103))
+    with pytest.raises(FAILURES, match="startingVersion 9"):
+        run_available_now(spark, src, str(tmp_path / "c"), tmp_path / "ckc", startingVersion=9)
+
+
+def test_deletes_fail_the_query_unless_change_commits_are_skipped(spark, tmp_path):
+    src = str(tmp_path / "src")
+    write_table(src, rows(0, 10))
+    write_table(src, rows(10, 10), mode="append")
+    DeltaTable(src).delete("id < 3")
+    write_table(src, rows(20, 5), mode="append")
+    with pytest.raises(FAILURES, match=r"version 2 .*DELETE.*skipChangeCommits"):
+        run_available_now(spark, src, str(tmp_path / "a"), tmp_path / "cka", startingVersion=0)
+    run_available_now(
+        spark, src, str(tmp_path / "b"), tmp_path / "ckb", startingVersion=0, skipChangeCommits="true"
+    )
+    assert ids(str(tmp_path / "b")) == Counter(range(25))  # the delete is not applied downstream
+
+
+def test_a_replayed_sink_batch_is_not_committed_twice(spark, tmp_path):
+    """The query dies after its batch committed to the table but before Spark recorded the batch
+    in its commit log: on restart Spark replays the batch with the same id."""
+    src, dst, ck = str(tmp_path / "src"), str(tmp_path / "dst"), tmp_path / "ck"
+    write_table(src, rows(0, 10))
+    write_table(src, rows(10, 10), mode="append")
+    run_available_now(spark, src, dst, ck, maxFilesPerTrigger=1)
+    version = DeltaTable(dst).version
+    last = max(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit())
+    (ck / "commits" / str(last)).unlink()  # as if the process died before writing it
+    for crc in (ck / "commits").glob(f".{last}.crc"):
+        crc.unlink()
+    run_available_now(spark, src, dst, ck, maxFilesPerTrigger=1)
+    assert (ck / "commits" / str(last)).exists()  # Spark did replay the batch
+    assert DeltaTable(dst).version == version
+    assert ids(dst) == Counter(range(20))
+    info = DeltaTable(dst).history(1)[0]
+    assert info["operation"] == "STREAMING UPDATE"
+    assert info["streamingBatchId"] == last
+    assert DeltaTable(dst).snapshot.app_transaction_version(info["streamingQueryId"]) == last
