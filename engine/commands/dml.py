@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from engine.actions import Add, AddCDCFile
 from engine.commands.write import CHANGE_TYPE, WriteContext, remove_action
-from engine.deletion_vectors import DeletionVectorWriter, union_rows
+from engine.deletion_vectors import DeletionVectorWriter, deserialize_bitmap, serialize_bitmap, union_rows
 from engine.enforcement import check_constraints, conform_table, table_constraints
 from engine.errors import DeltaError, InvalidArgumentError, InvalidPredicateError
 from engine.expressions.arrow import evaluate
@@ -91,11 +91,37 @@ class ChangeCounters:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class ChangeSet:
+    """One task's share of a distributed DELETE/UPDATE (picklable)."""
+
+    removed: list[dict]  # live-file rows removed (a file getting a new DV is removed and re-added)
+    deletion_vectors: list[tuple[dict, bytes, int]]  # (file row, serialized new DV, physical rows)
+    adds: list[dict]  # new data files (survivors of rewritten files, updated rows), as JSON
+    change_files: list[dict]  # _change_data files, as JSON adds
+    counters: ChangeCounters
+    matched: int  # rows deleted or updated
+
+
 class RowLevelChange:
     """Accumulates the file-level effect of deleting and adding rows, then stages it."""
 
-    def __init__(self, context: WriteContext, snapshot: Snapshot, strategy: str, threshold: float):
+    def __init__(
+        self,
+        context: WriteContext,
+        snapshot: Snapshot,
+        strategy: str,
+        threshold: float,
+        *,
+        defer_deletion_vectors: bool = False,
+    ):
+        """``defer_deletion_vectors``: keep new DVs as bitmaps (``change_set``) for another
+        process to write and commit, instead of writing them here (a distributed task)."""
         self.context = context
+        self.defer_deletion_vectors = defer_deletion_vectors
+        self._deferred: list[tuple[dict, bytes, int]] = []
+        self._extra_adds: list[Add] = []
+        self._extra_cdc: list[Add] = []
         self.snapshot = snapshot
         self.strategy = strategy
         self.threshold = threshold
@@ -130,8 +156,11 @@ class RowLevelChange:
         deleted_fraction = (old_count + count) / max(rows.physical_rows, 1)
         if self.strategy == DELETION_VECTORS and deleted_fraction <= self.threshold:
             bitmap = union_rows(old, rows.positions[mask])
-            descriptor = self._dv_writer.add(bitmap)
-            self._dv_adds.append(self._with_dv(file_row, descriptor, rows.physical_rows))
+            if self.defer_deletion_vectors:
+                self._deferred.append((file_row, serialize_bitmap(bitmap), rows.physical_rows))
+            else:
+                descriptor = self._dv_writer.add(bitmap)
+                self._dv_adds.append(self._with_dv(file_row, descriptor, rows.physical_rows))
             self.counters.dvs_added += 1
             if has_old_dv:
                 self.counters.dvs_updated += 1
@@ -201,6 +230,51 @@ class RowLevelChange:
             "numAddedBytes": c.added_bytes,
         }
 
+    def change_set(self, matched: int) -> ChangeSet:
+        """What a task did, for the driver's ``absorb``: its data and change files are written,
+        its deletion vectors travel as bitmaps. Nothing is staged on this task's transaction."""
+        if not self.defer_deletion_vectors:
+            raise DeltaError("change_set() is for a RowLevelChange that defers its deletion vectors")
+        try:
+            adds = self._data_writer.close()
+            cdc = self._cdc_writer.close() if self._cdc_writer is not None else []
+        except BaseException:
+            self._data_writer.abort()
+            if self._cdc_writer is not None:
+                self._cdc_writer.abort()
+            raise
+        return ChangeSet(
+            removed=list(self._removed),
+            deletion_vectors=list(self._deferred),
+            adds=[a.to_json() for a in adds],
+            change_files=[a.to_json() for a in cdc],
+            counters=self.counters,
+            matched=matched,
+        )
+
+    def absorb(self, sets: list[ChangeSet]) -> int:
+        """Take over the work of tasks: their removes, their files, their bitmaps (written here,
+        into this commit's deletion-vector file). Returns the rows they matched."""
+        matched = 0
+        for change in sets:
+            matched += change.matched
+            self._removed.extend(change.removed)
+            for row, bitmap, physical_rows in change.deletion_vectors:
+                descriptor = self._dv_writer.add(deserialize_bitmap(bitmap, row["path"]))
+                self._dv_adds.append(self._with_dv(row, descriptor, physical_rows))
+            self._extra_adds.extend(Add.from_json(a) for a in change.adds)
+            self._extra_cdc.extend(Add.from_json(a) for a in change.change_files)
+            for name in (
+                "removed_files",
+                "removed_bytes",
+                "copied_rows",
+                "dvs_added",
+                "dvs_removed",
+                "dvs_updated",
+            ):
+                setattr(self.counters, name, getattr(self.counters, name) + getattr(change.counters, name))
+        return matched
+
     def stage(self) -> None:
         """Publish DV, data and change files, and stage every action on the transaction."""
         txn = self.context.txn
@@ -213,6 +287,8 @@ class RowLevelChange:
             if self._cdc_writer is not None:
                 self._cdc_writer.abort()
             raise
+        adds = adds + self._extra_adds
+        cdc = cdc + self._extra_cdc
         txn.remove_files([remove_action(row, self._now) for row in self._removed])
         txn.add_files(self._dv_adds + adds)
         txn.add_change_files([AddCDCFile(a.path, a.partition_values, a.size, data_change=False) for a in cdc])
@@ -277,39 +353,73 @@ def execute_delete(
     )
     candidates = _candidates(snapshot, bound)
     context.txn.read_files(candidates, bound)
-    deleted = 0
     scan_start = time.perf_counter()
     if _partition_only(snapshot, bound) and not change.cdf:
-        # Whole files match or not: no row needs reading.
-        if candidates.num_rows:
-            context.check_removals_allowed()
-        for row in candidates.to_pylist():
-            change._removed.append(row)
-            change.counters.removed_files += 1
-            change.counters.removed_bytes += int(row["size"])
-            change.counters.dvs_removed += row["deletion_vector"] is not None
-        deleted = _row_count(candidates)
+        deleted = _delete_whole_files(change, candidates)
     else:
-        needed = None if change.cdf or change.strategy == COPY_ON_WRITE else _columns_for(bound, snapshot)
-        scan = Scan(snapshot, needed, None, files=candidates)
-        rows_of = candidates.to_pylist()
-        for i, rows in scan.read_files_with_positions():
-            mask = _matches(rows.table, bound, _where(store, rows_of[i]))
-            if (
-                needed is not None
-                and mask.any()
-                and not mask.all()
-                and (change.strategy == COPY_ON_WRITE or _would_rewrite(change, rows, mask))
-            ):
-                rows = _full_rows(snapshot, candidates.slice(i, 1))
-            deleted += change.delete_rows(rows_of[i], rows, mask)
-            change.record_change(rows.table.filter(pa.array(mask)), "delete")
+        deleted = delete_matching_rows(change, snapshot, candidates, bound)
     scan_ms = _ms(scan_start)
     rewrite_start = time.perf_counter()
     change.stage()
     metrics = {"numDeletedRows": deleted, **change.file_metrics()}
     metrics |= {"scanTimeMs": scan_ms, "rewriteTimeMs": _ms(rewrite_start), "executionTimeMs": _ms(start)}
     return context.txn.commit(metrics)
+
+
+def _delete_whole_files(change: RowLevelChange, candidates: pa.Table) -> int:
+    """A partition-only predicate: whole files match or not, no row needs reading."""
+    if candidates.num_rows:
+        change.context.check_removals_allowed()
+    for row in candidates.to_pylist():
+        change._removed.append(row)
+        change.counters.removed_files += 1
+        change.counters.removed_bytes += int(row["size"])
+        change.counters.dvs_removed += row["deletion_vector"] is not None
+    return _row_count(candidates)
+
+
+def delete_matching_rows(
+    change: RowLevelChange, snapshot: Snapshot, candidates: pa.Table, bound: Expr | None
+) -> int:
+    """Delete the rows of ``candidates`` that match ``bound``; returns how many."""
+    store = snapshot.store
+    deleted = 0
+    needed = None if change.cdf or change.strategy == COPY_ON_WRITE else _columns_for(bound, snapshot)
+    scan = Scan(snapshot, needed, None, files=candidates)
+    rows_of = candidates.to_pylist()
+    for i, rows in scan.read_files_with_positions():
+        mask = _matches(rows.table, bound, _where(store, rows_of[i]))
+        if (
+            needed is not None
+            and mask.any()
+            and not mask.all()
+            and (change.strategy == COPY_ON_WRITE or _would_rewrite(change, rows, mask))
+        ):
+            rows = _full_rows(snapshot, candidates.slice(i, 1))
+        deleted += change.delete_rows(rows_of[i], rows, mask)
+        change.record_change(rows.table.filter(pa.array(mask)), "delete")
+    return deleted
+
+
+def update_matching_rows(
+    change: RowLevelChange, snapshot: Snapshot, candidates: pa.Table, bound: Expr | None, assignments: dict
+) -> int:
+    """Update the rows of ``candidates`` that match ``bound``; returns how many."""
+    store = snapshot.store
+    updated = 0
+    rows_of = candidates.to_pylist()
+    for i, rows in Scan(snapshot, None, None, files=candidates).read_files_with_positions():
+        where = _where(store, rows_of[i])
+        mask = _matches(rows.table, bound, where)
+        if not mask.any():
+            continue
+        before = rows.table.filter(pa.array(mask))
+        after = apply_assignments(before, assignments, snapshot.schema, where)
+        updated += change.delete_rows(rows_of[i], rows, mask)
+        change.add_rows(after)
+        change.record_change(before, "update_preimage")
+        change.record_change(after, "update_postimage")
+    return updated
 
 
 def _row_count(files: pa.Table) -> int:
@@ -354,15 +464,7 @@ def execute_update(
     if not updates:
         raise InvalidArgumentError("update() needs at least one column to set")
     schema = snapshot.schema
-    assignments: dict[str, Expr] = {}
-    for name, value in updates.items():
-        f = schema.find(name)
-        if f is None:
-            raise DeltaError(f"update(): unknown column {name!r} (columns: {', '.join(schema.names)})")
-        if f.name in snapshot.partition_columns:
-            pass  # updating a partition column moves the row to another partition: allowed
-        expr = parse_expression(value) if isinstance(value, str) else value
-        assignments[f.name] = bind(expr, schema)
+    assignments = bind_assignments(snapshot, updates)
     params = {"predicate": [predicate if isinstance(predicate, str) else str(predicate)] if predicate else []}
     context = WriteContext(
         store, snapshot, params, target_file_size=None, schema_mode=None, operation="UPDATE"
@@ -377,20 +479,8 @@ def execute_update(
     )
     candidates = _candidates(snapshot, bound)
     context.txn.read_files(candidates, bound)
-    updated = 0
     scan_start = time.perf_counter()
-    rows_of = candidates.to_pylist()
-    for i, rows in Scan(snapshot, None, None, files=candidates).read_files_with_positions():
-        where = _where(store, rows_of[i])
-        mask = _matches(rows.table, bound, where)
-        if not mask.any():
-            continue
-        before = rows.table.filter(pa.array(mask))
-        after = apply_assignments(before, assignments, schema, where)
-        updated += change.delete_rows(rows_of[i], rows, mask)
-        change.add_rows(after)
-        change.record_change(before, "update_preimage")
-        change.record_change(after, "update_postimage")
+    updated = update_matching_rows(change, snapshot, candidates, bound, assignments)
     scan_ms = _ms(scan_start)
     rewrite_start = time.perf_counter()
     change.stage()
@@ -412,3 +502,124 @@ def apply_assignments(
         else:
             columns_out.append(rows.column(f.name))
     return pa.Table.from_arrays(columns_out, names=[f.name for f in schema.fields])
+
+
+def bind_assignments(snapshot: Snapshot, updates: dict[str, str | Any]) -> dict[str, Expr]:
+    """``SET`` clauses (column -> SQL expression or expression tree) bound to the table.
+    Updating a partition column is allowed: the row moves to another partition."""
+    schema = snapshot.schema
+    assignments: dict[str, Expr] = {}
+    for name, value in updates.items():
+        f = schema.find(name)
+        if f is None:
+            raise DeltaError(f"update(): unknown column {name!r} (columns: {', '.join(schema.names)})")
+        expr = parse_expression(value) if isinstance(value, str) else value
+        assignments[f.name] = bind(expr, schema)
+    return assignments
+
+
+# --- distributed DELETE/UPDATE: plan on a driver, change files in tasks, commit once -------------
+
+
+@dataclass(frozen=True)
+class RowLevelPlan:
+    """A DELETE or UPDATE decided on the driver (candidate files, strategy), carried out by
+    tasks (``change_files``, each on a ``PortableSnapshot`` of some candidates) and committed
+    once (``commit_row_level``) with the same conflict checks as ``execute_delete``/``update``."""
+
+    operation: str  # "DELETE" or "UPDATE"
+    predicate: str | None
+    updates: dict[str, str] | None
+    strategy: str
+    threshold: float
+    read_version: int
+    partition_only: bool  # a DELETE whose predicate reads only partition columns: no task needed
+    candidates: pa.Table | None = field(default=None, repr=False, compare=False)
+
+    def for_tasks(self) -> RowLevelPlan:
+        """The plan without its candidate table (each task carries its own files)."""
+        return RowLevelPlan(
+            self.operation,
+            self.predicate,
+            self.updates,
+            self.strategy,
+            self.threshold,
+            self.read_version,
+            self.partition_only,
+        )
+
+
+def plan_row_level(
+    snapshot: Snapshot,
+    *,
+    predicate: str | None,
+    updates: dict[str, str] | None = None,
+    strategy: str | None = None,
+    threshold: float | None = None,
+) -> RowLevelPlan:
+    """Plan a DELETE (``updates`` None) or an UPDATE: everything is checked here, before any task
+    runs (unknown columns, non-boolean predicates, strategies the table cannot use)."""
+    if predicate is not None and not isinstance(predicate, str):
+        raise InvalidArgumentError("a distributed DELETE/UPDATE takes its predicate as SQL text")
+    if updates is not None:
+        if not updates or not all(isinstance(v, str) for v in updates.values()):
+            raise InvalidArgumentError("UPDATE needs at least one column = SQL expression")
+        bind_assignments(snapshot, updates)
+    bound = bind_predicate(parse_predicate(predicate), snapshot.schema) if predicate else None
+    strategy = choose_strategy(snapshot, strategy)
+    operation = "DELETE" if updates is None else "UPDATE"
+    return RowLevelPlan(
+        operation=operation,
+        predicate=predicate,
+        updates=dict(updates) if updates is not None else None,
+        strategy=strategy,
+        threshold=rewrite_threshold(snapshot, threshold),
+        read_version=snapshot.version,
+        partition_only=operation == "DELETE"
+        and _partition_only(snapshot, bound)
+        and not snapshot.properties.enable_change_data_feed,
+        candidates=_candidates(snapshot, bound),
+    )
+
+
+def change_files(files, plan: RowLevelPlan) -> ChangeSet:
+    """A task's work on its files (a ``PortableSnapshot``): matching rows found, survivors of
+    rewritten files and updated rows written, new deletion vectors returned as bitmaps."""
+    snapshot = files.snapshot()
+    context = WriteContext(
+        snapshot.store, snapshot, {}, target_file_size=None, schema_mode=None, operation=plan.operation
+    )
+    change = RowLevelChange(context, snapshot, plan.strategy, plan.threshold, defer_deletion_vectors=True)
+    bound = bind_predicate(parse_predicate(plan.predicate), snapshot.schema) if plan.predicate else None
+    if plan.operation == "DELETE":
+        matched = delete_matching_rows(change, snapshot, snapshot.files, bound)
+    else:
+        assignments = bind_assignments(snapshot, plan.updates or {})
+        matched = update_matching_rows(change, snapshot, snapshot.files, bound, assignments)
+    return change.change_set(matched)
+
+
+def commit_row_level(
+    store: ObjectStore, snapshot: Snapshot, plan: RowLevelPlan, sets: list[ChangeSet], *, seconds: float = 0.0
+) -> CommitResult:
+    """Commit the tasks' work: one deletion-vector file for every new DV, one transaction read at
+    ``snapshot`` (the plan's version) with the candidates and the predicate as its read set."""
+    if snapshot.version != plan.read_version:
+        raise InvalidArgumentError(
+            f"commit_row_level needs the snapshot the plan was made at (version {plan.read_version})"
+        )
+    start = time.perf_counter()
+    params = {"predicate": [plan.predicate] if plan.predicate else []}
+    context = WriteContext(
+        store, snapshot, params, target_file_size=None, schema_mode=None, operation=plan.operation
+    )
+    change = RowLevelChange(context, snapshot, plan.strategy, plan.threshold)
+    bound = bind_predicate(parse_predicate(plan.predicate), snapshot.schema) if plan.predicate else None
+    candidates = plan.candidates if plan.candidates is not None else _candidates(snapshot, bound)
+    context.txn.read_files(candidates, bound)
+    matched = _delete_whole_files(change, candidates) if plan.partition_only else change.absorb(sets)
+    change.stage()
+    name = "numDeletedRows" if plan.operation == "DELETE" else "numUpdatedRows"
+    metrics = {name: matched, **change.file_metrics()}
+    metrics |= {"rewriteTimeMs": _ms(start), "executionTimeMs": int(seconds * 1000) + _ms(start)}
+    return context.txn.commit(metrics)

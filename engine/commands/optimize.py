@@ -32,6 +32,7 @@ import itertools
 import logging
 import os
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ from engine.errors import DeltaError, InvalidPredicateError
 from engine.expressions.bind import bind_predicate
 from engine.expressions.parser import parse_predicate
 from engine.expressions.tree import Expr, columns
+from engine.portable import PortableSnapshot
 from engine.scan import Scan, file_keep_mask
 from engine.snapshot import Snapshot
 from engine.stats import parse_file_stats
@@ -355,6 +357,49 @@ def rewrite_bin(store: ObjectStore, plan: OptimizePlan, index: int) -> list[Add]
         writer.abort()
         raise
     return [dataclasses.replace(a, data_change=False) for a in adds]
+
+
+@dataclass(frozen=True)
+class BinTask:
+    """One bin of a plan packed for a worker process (picklable: no store, no whole snapshot)."""
+
+    files: PortableSnapshot
+    bin: OptimizeBin
+    target_file_size: int
+    zorder_by: tuple[str, ...]
+
+
+def bin_tasks(
+    plan: OptimizePlan, *, uri: str | None = None, storage_options: Mapping[str, str] | None = None
+) -> list[BinTask]:
+    """Every bin of ``plan`` as a ``BinTask``; ``run_bin_task`` rewrites one anywhere, and
+    ``commit_optimize(store, plan, adds)`` commits all of their adds on the driver."""
+    tasks = []
+    paths = plan.files.column("path")
+    for b in plan.bins:
+        files = plan.files.filter(pc.is_in(paths, value_set=pa.array(b.paths, pa.string())))
+        portable = PortableSnapshot.of(plan.snapshot, files, uri=uri, storage_options=storage_options)
+        tasks.append(BinTask(portable, b, plan.target_file_size, plan.zorder_by))
+    return tasks
+
+
+def run_bin_task(task: BinTask) -> list[Add]:
+    """Rewrite one bin (as ``rewrite_bin``), from what the task carries."""
+    snapshot = task.files.snapshot()
+    plan = OptimizePlan(
+        table_root=snapshot.store.root,
+        read_version=snapshot.version,
+        target_file_size=task.target_file_size,
+        zorder_by=task.zorder_by,
+        filter=None,
+        bins=(task.bin,),
+        total_considered_files=snapshot.num_files,
+        total_files_skipped=0,
+        auto=False,
+        snapshot=snapshot,
+        files=snapshot.files,
+    )
+    return rewrite_bin(snapshot.store, plan, 0)
 
 
 def _in_order(files: pa.Table) -> pa.Table:
