@@ -7,6 +7,7 @@ without them the store uses the environment (``AWS_ENDPOINT_URL``, boto3's crede
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -62,6 +63,11 @@ def _size(options: dict[str, str], name: str) -> int | None:
     if number <= 0:
         raise InvalidArgumentError(f"option {name} must be positive, got {value!r}")
     return number
+
+
+def parse_size(text: str | None, what: str = "size") -> int | None:
+    """A byte count given on a command line or as an option (``134217728``, ``128m``, ``1g``)."""
+    return _size({what.lower(): text}, what) if text else None
 
 
 def _path(options: dict[str, str]) -> str:
@@ -123,6 +129,8 @@ class WriteOptions(TableOptions):
     app_version: int | None = None
     user_metadata: str | None = None
     target_file_size: int | None = None
+    commit_metadata: dict | None = None  # commitMetadata: a JSON object merged into commitInfo
+    stage_manifest: str | None = None  # stageManifest: write the files, record them there, commit nothing
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -149,7 +157,22 @@ class WriteOptions(TableOptions):
             app_version=app_version,
             user_metadata=o.get("usermetadata"),
             target_file_size=_size(o, "targetFileSize"),
+            commit_metadata=_json_object(o, "commitMetadata"),
+            stage_manifest=o.get("stagemanifest") or None,
         )
+
+
+def _json_object(options: dict[str, str], name: str) -> dict | None:
+    value = options.get(name.lower())
+    if not value:
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError as e:
+        raise InvalidArgumentError(f"option {name} must be a JSON object: {e}") from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgumentError(f"option {name} must be a JSON object, got {value!r}")
+    return parsed
 
 
 @dataclass(frozen=True)

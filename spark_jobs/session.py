@@ -21,6 +21,8 @@ def get_spark(
     """
     from pyspark.sql import SparkSession
 
+    # Under spark-submit the JVM is already up with spark-submit's master and settings: keep them.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ and master is None
     master = master or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -31,7 +33,7 @@ def get_spark(
         "spark.sql.python.filterPushdown.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
-    if master.startswith("local"):
+    if master.startswith("local") and not submitted:
         settings.update(
             {
                 "spark.driver.host": "127.0.0.1",
@@ -40,7 +42,9 @@ def get_spark(
             }
         )
     settings.update(conf or {})
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if not submitted:
+        builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 from engine.actions import Add, Remove
 from engine.commands.write import WriteContext, remove_action
 from engine.commands.zorder import cut_points, key_bits, zorder_sort
+from engine.enforcement import conform_table
 from engine.errors import DeltaError, InvalidPredicateError
 from engine.expressions.bind import bind_predicate
 from engine.expressions.parser import parse_predicate
@@ -402,6 +403,25 @@ def run_bin_task(task: BinTask) -> list[Add]:
     return rewrite_bin(snapshot.store, plan, 0)
 
 
+def write_rows_for_bin(task: BinTask, batches) -> list[Add]:
+    """Write rows of ``task``'s bin (already in their final order, e.g. sorted by a distributed
+    Z-order) into one file per call; the adds carry ``dataChange=false``."""
+    snapshot = task.files.snapshot()
+    context = WriteContext(snapshot.store, snapshot, {}, target_file_size=NO_SIZE_LIMIT, schema_mode=None)
+    writer = context.writer()
+    names = [f.name for f in snapshot.schema.fields]
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+                writer.write(conform_table(table.select(names), snapshot.schema))
+        adds = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return [dataclasses.replace(a, data_change=False) for a in adds]
+
+
 def _in_order(files: pa.Table) -> pa.Table:
     """Oldest files first, so compacted rows keep roughly their insertion order."""
     if files.num_rows <= 1:
@@ -449,7 +469,7 @@ def execute_optimize(
                 f.cancel()
             raise
     result = commit_optimize(store, plan, adds)
-    return _metrics(plan, adds, result, time.perf_counter() - start)
+    return optimize_metrics(plan, adds, result, time.perf_counter() - start)
 
 
 def commit_optimize(store: ObjectStore, plan: OptimizePlan, adds: list[Add]) -> CommitResult:
@@ -496,7 +516,9 @@ def _size_percentiles(sizes: list[int]) -> dict[str, int]:
     }
 
 
-def _metrics(plan: OptimizePlan, adds: list[Add], result: CommitResult, seconds: float) -> OptimizeMetrics:
+def optimize_metrics(
+    plan: OptimizePlan, adds: list[Add], result: CommitResult, seconds: float
+) -> OptimizeMetrics:
     dvs = plan.files.column("deletion_vector")
     return OptimizeMetrics(
         result.version,

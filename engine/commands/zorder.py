@@ -42,7 +42,13 @@ def rank_codes(values: pa.Array | pa.ChunkedArray, bits: int) -> np.ndarray:
         values = values.cast(values.type.value_type)
     ranks = pc.rank(values, sort_keys=[("", "ascending", "at_start")], tiebreaker="dense")
     ranks = ranks.to_numpy().astype(np.uint64) - np.uint64(1)  # 0 .. distinct-1
-    distinct = int(ranks.max()) + 1
+    return scale_ranks(ranks, int(ranks.max()) + 1, bits)
+
+
+def scale_ranks(ranks: np.ndarray, distinct: int, bits: int) -> np.ndarray:
+    """Dense ranks (0 .. distinct-1, uint64) scaled to ``[0, 2**bits)``: the normalization
+    every Z-order uses, whether the ranks come from Arrow here or from a distributed sort."""
+    ranks = ranks.astype(np.uint64, copy=False)
     levels = 1 << bits
     if distinct <= levels:
         # Spread the codes over the whole space so that every column's bits carry equal weight.

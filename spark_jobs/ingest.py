@@ -1,0 +1,141 @@
+"""Ingest landing files (CSV, JSON lines, Parquet; globs) into a table with Spark.
+
+    python -m spark_jobs.ingest --table s3://lake/trips --source 'landing/2026-11-22/*.csv' \\
+        --partition-by pickup_date --app-id ingest.trips --app-version 20261122
+
+``--stage MANIFEST`` writes the data files and a staged-commit manifest there, and commits
+nothing (a quality gate reads the batch, then ``--commit-staged MANIFEST`` commits it or the
+files are quarantined). ``--app-id``/``--app-version`` make a rerun write nothing once the
+version has committed. Sources are read by Spark, so they must be paths Spark can open (local
+or cluster file systems); the table itself may be on S3.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from engine import DeltaTable, StagedWrite
+from spark_jobs import job
+from spark_jobs.datasource import get_manifest
+
+FORMATS = ("csv", "json", "parquet")
+RUN_KEY = "deltaplaneJobRun"
+
+
+def build_parser():
+    p = job.parser("ingest", "Load CSV/JSON/Parquet files into a Delta table (append or overwrite).")
+    p.add_argument("--source", action="append", help="files to load: a path or glob (repeatable)")
+    p.add_argument(
+        "--format", choices=FORMATS, help="source format (default: from the first source's extension)"
+    )
+    p.add_argument("--schema", help="source schema as Spark DDL, e.g. 'id BIGINT, name STRING' (CSV/JSON)")
+    p.add_argument("--no-header", action="store_true", help="CSV files have no header line")
+    p.add_argument("--partition-by", help="comma-separated partition columns (a new table)")
+    p.add_argument("--mode", choices=("append", "overwrite"), default="append")
+    p.add_argument(
+        "--replace-where", help="with --mode overwrite: replace only the rows matching this predicate"
+    )
+    p.add_argument("--merge-schema", action="store_true", help="add new source columns to the table")
+    p.add_argument("--app-id", help="idempotency key: application id (with --app-version)")
+    p.add_argument("--app-version", type=int, help="idempotency key: monotonically increasing version")
+    p.add_argument("--user-metadata", help="commitInfo.userMetadata")
+    p.add_argument("--stage", metavar="MANIFEST", help="write the files and this manifest; commit nothing")
+    p.add_argument("--commit-staged", metavar="MANIFEST", help="commit a staged manifest (no Spark needed)")
+    return p
+
+
+def main(args) -> dict:
+    options = job.storage_options(args)
+    metadata = job.commit_metadata(args)
+    if args.commit_staged:
+        staged = StagedWrite.loads(get_manifest(args.commit_staged, options), options)
+        if staged.spec.uri.rstrip("/") != args.table.rstrip("/"):
+            raise job.JobError(f"{args.commit_staged} stages a write to {staged.spec.uri}, not {args.table}")
+        result = staged.commit(commit_metadata=metadata)
+        return {
+            "action": "commit-staged",
+            "version": result.version,
+            "skipped": result.skipped,
+            "files": len(staged.adds),
+            "rows": staged.num_rows,
+            "bytes": staged.num_bytes,
+        }
+    if not args.source:
+        raise job.JobError("give --source (files to load) or --commit-staged")
+    if (args.app_id is None) != (args.app_version is None):
+        raise job.JobError("--app-id and --app-version go together")
+    if any(s.startswith(("s3://", "s3a://")) for s in args.source):
+        raise job.JobError(
+            "Spark here has no S3 connector (hadoop-aws): land source files where Spark can read them "
+            "(a local or cluster file system); the table itself may be on S3"
+        )
+    fmt = args.format or _format_of(args.source[0])
+    spark = job.spark_session(args, "ingest")
+    reader = spark.read.format(fmt)
+    if fmt == "csv":
+        reader = reader.option("header", str(not args.no_header).lower())
+        if not args.schema:
+            reader = reader.option("inferSchema", "true")
+    if args.schema:
+        reader = reader.schema(args.schema)
+    df = reader.load(args.source)
+    token = str(uuid.uuid4())
+    writer = df.write.format("deltaplane").mode(args.mode)
+    settings = {f"storage.{k}": v for k, v in options.items()}
+    settings["commitMetadata"] = json.dumps({**metadata, RUN_KEY: token})
+    for key, value in (
+        ("partitionBy", args.partition_by),
+        ("replaceWhere", args.replace_where),
+        ("mergeSchema", "true" if args.merge_schema else None),
+        ("txnAppId", args.app_id),
+        ("txnVersion", args.app_version),
+        ("userMetadata", args.user_metadata),
+        ("stageManifest", args.stage),
+    ):
+        if value is not None:
+            settings[key] = str(value)
+    writer.options(**settings).save(args.table)
+    if args.stage:
+        staged = StagedWrite.loads(get_manifest(args.stage, options), options)
+        return {
+            "action": "stage",
+            "manifest": args.stage,
+            "files": len(staged.adds),
+            "rows": staged.num_rows,
+            "bytes": staged.num_bytes,
+            "skipped": staged.spec.skip,
+        }
+    return {"action": "write", **_commit_of(args.table, options, token)}
+
+
+def _format_of(source: str) -> str:
+    name = source.lower().rstrip("/*")
+    for fmt, suffixes in (
+        ("csv", (".csv",)),
+        ("json", (".json", ".jsonl", ".ndjson")),
+        ("parquet", (".parquet",)),
+    ):
+        if name.endswith(suffixes):
+            return fmt
+    raise job.JobError(f"cannot tell the format of {source!r}: give --format ({', '.join(FORMATS)})")
+
+
+def _commit_of(uri: str, options: dict, token: str) -> dict:
+    """The commit this run made (found by its run token), or a skip."""
+    table = DeltaTable(uri, storage_options=options)
+    for info in table.history(50):
+        if info.get(RUN_KEY) == token:
+            metrics = info.get("operationMetrics", {})
+            return {
+                "version": info["version"],
+                "skipped": False,
+                "files": int(metrics.get("numFiles", 0)),
+                "rows": int(metrics.get("numOutputRows", 0)),
+                "bytes": int(metrics.get("numOutputBytes", 0)),
+            }
+    return {"version": table.version, "skipped": True, "files": 0, "rows": 0, "bytes": 0}
+
+
+if __name__ == "__main__":
+    raise SystemExit(job.run("ingest", build_parser(), main))

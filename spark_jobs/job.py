@@ -1,0 +1,155 @@
+"""What every job shares: common arguments, one JSON metrics line on stdout, exit codes.
+
+A job prints exactly one line of JSON on stdout when it ends (``{"job": ..., "status": "ok",
+...metrics}`` or ``"status": "failed"`` with the error), whatever happened, so the Airflow
+layer and shell scripts can parse it; Spark's own logging goes to stderr. The exit code says
+what kind of failure it was, so a caller knows whether retrying can help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from engine import errors
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # anything else (a bug, an unexpected Spark failure)
+EXIT_USAGE = 2  # bad command line (argparse's own code)
+EXIT_INPUT = 3  # bad input: data, schema, constraint, predicate or argument values; retrying will not help
+EXIT_CONFLICT = 4  # a concurrent commit conflicted; retrying may succeed
+EXIT_TABLE = 5  # the table or its storage: missing, unreadable, unsupported, unreachable
+
+_INPUT = (
+    errors.InvalidArgumentError,
+    errors.SchemaError,
+    errors.ConstraintViolationError,
+    errors.InvalidPredicateError,
+    errors.InvalidTimestampError,
+    errors.TableExistsError,
+    errors.TableReadOnlyError,
+)
+_CONFLICT = (errors.CommitConflictError,)
+_TABLE = (
+    errors.TableNotFoundError,
+    errors.StorageError,
+    errors.ProtocolError,
+    errors.CorruptLogError,
+    errors.VersionNotFoundError,
+    errors.DataFileError,
+    errors.CommitOutcomeUnknownError,
+)
+
+
+class JobError(Exception):
+    """A failure the job explains itself (with its exit code)."""
+
+    def __init__(self, message: str, code: int = EXIT_INPUT):
+        super().__init__(message)
+        self.code = code
+
+
+def key_values(items: list[str] | None, what: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise JobError(f"{what} must be key=value, got {item!r}", EXIT_USAGE)
+        out[key.strip()] = value
+    return out
+
+
+def parser(name: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"spark_jobs.{name}", description=description)
+    p.add_argument("--table", required=True, help="the Delta table's URI (a path, file:, s3://)")
+    p.add_argument("--master", help="Spark master URL (default: spark-submit's, $SPARK_MASTER or local[2])")
+    p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration (repeatable)")
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="object store option, e.g. endpoint_url=http://127.0.0.1:8333 (repeatable)",
+    )
+    p.add_argument("--commit-metadata", help="JSON object merged into the commit's commitInfo")
+    return p
+
+
+def commit_metadata(args) -> dict[str, Any]:
+    if not args.commit_metadata:
+        return {}
+    try:
+        value = json.loads(args.commit_metadata)
+    except ValueError as e:
+        raise JobError(f"--commit-metadata must be a JSON object: {e}", EXIT_USAGE) from None
+    if not isinstance(value, dict):
+        raise JobError("--commit-metadata must be a JSON object", EXIT_USAGE)
+    return value
+
+
+def classify(error: BaseException) -> tuple[int, str]:
+    """Exit code and error name for an exception, also one raised in a Spark task (which reaches
+    the driver as a Spark exception whose text holds the Python traceback)."""
+    if isinstance(error, JobError):
+        return error.code, "JobError"
+    for kinds, code in ((_CONFLICT, EXIT_CONFLICT), (_INPUT, EXIT_INPUT), (_TABLE, EXIT_TABLE)):
+        if isinstance(error, kinds):
+            return code, type(error).__name__
+    text = str(error)
+    for name in re.findall(r"engine\.errors\.(\w+)", text) or re.findall(r"\b(\w+Error): ", text):
+        kind = getattr(errors, name, None)
+        if isinstance(kind, type) and issubclass(kind, errors.DeltaError):
+            for kinds, code in ((_CONFLICT, EXIT_CONFLICT), (_INPUT, EXIT_INPUT), (_TABLE, EXIT_TABLE)):
+                if issubclass(kind, kinds):
+                    return code, name
+    if isinstance(error, errors.DeltaError):
+        return EXIT_FAILED, type(error).__name__
+    return EXIT_FAILED, type(error).__name__
+
+
+def _message(error: BaseException) -> str:
+    """The useful line of an error: for a Spark failure, the Python exception raised in the task."""
+    text = str(error)
+    found = re.findall(r"(?m)^((?:engine\.errors\.)?\w+Error: .+)$", text)
+    return (found[-1] if found else text.strip().splitlines()[0] if text.strip() else repr(error))[:2000]
+
+
+def run(name: str, argparser: argparse.ArgumentParser, main: Callable[[Any], dict], argv=None) -> int:
+    """Parse, run ``main(args)`` (which returns metrics), print the JSON line, return the code."""
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    args = argparser.parse_args(argv)
+    start = time.perf_counter()
+    out: dict[str, Any] = {"job": name, "table": args.table}
+    try:
+        metrics = main(args)
+        out |= {"status": "ok", **metrics}
+        code = EXIT_OK
+    except Exception as e:  # every failure ends in the JSON line and a meaningful exit code
+        code, kind = classify(e)
+        out |= {"status": "failed", "error": kind, "message": _message(e)}
+        if code == EXIT_FAILED:  # unexpected: the whole story; otherwise the message says it
+            traceback.print_exc(file=sys.stderr)
+        else:
+            print(f"{kind}: {out['message']}", file=sys.stderr)
+    out["exitCode"] = code
+    out["seconds"] = round(time.perf_counter() - start, 3)
+    print(json.dumps(out, default=str), flush=True)
+    return code
+
+
+def spark_session(args, name: str):
+    from spark_jobs.session import get_spark
+
+    return get_spark(args.master, app_name=f"deltaplane-{name}", conf=key_values(args.conf, "--conf"))
+
+
+def storage_options(args) -> dict[str, str]:
+    return key_values(args.storage_option, "--storage-option")
