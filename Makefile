@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/zorder_skipping.py
 	$(BIN)/python benchmarks/page_checksums.py
 	$(BIN)/python benchmarks/everyday.py
+	$(BIN)/python benchmarks/spark.py
 
 clean:
 	rm -rf $(VENV) demo-table .pytest_cache .ruff_cache

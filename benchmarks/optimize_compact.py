@@ -1,5 +1,8 @@
 """OPTIMIZE (bin-packing compaction): deltaplane vs delta-rs ``optimize.compact`` on the same table.
 
+Spark local[2] (``spark_jobs.compact``, bins rewritten in tasks, one commit on the driver) runs
+on a third copy unless ``--no-spark``.
+
 One table of ``--files`` (1,000) small files of about 1 MB each (6 columns: ids, timestamps,
 doubles, ints, a low-cardinality string, a random 30-character string) is built once and copied;
 each engine compacts its own copy to the same target size in a fresh process, so peak RSS
@@ -77,6 +80,20 @@ def measure(engine: str, path: str, target: int) -> dict:
         start = time.perf_counter()
         metrics = DeltaTable(path).optimize(target_file_size=target)
         added, removed = metrics.num_files_added, metrics.num_files_removed
+    elif engine == "spark":
+        # The session (JVM, Python workers) is started and warmed first: a scheduled Spark
+        # job pays that once. Peak RSS is the driver's Python process only.
+        from spark_jobs import compact
+        from spark_jobs.session import get_spark
+
+        spark = get_spark("local[2]", app_name="deltaplane-bench")
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.sparkContext.parallelize(range(4), 2).map(lambda x: x).collect()
+        start = time.perf_counter()
+        metrics = compact.main(
+            compact.build_parser().parse_args(["--table", path, "--target-size", str(target)])
+        )
+        added, removed = metrics["num_files_added"], metrics["num_files_removed"]
     else:
         from deltalake import DeltaTable
 
@@ -117,7 +134,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--target-mb", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--out", default=str(HERE / "results" / "optimize_compact.json"))
-    parser.add_argument("--measure", choices=["deltaplane", "deltalake"], help=argparse.SUPPRESS)
+    parser.add_argument("--measure", choices=["deltaplane", "deltalake", "spark"], help=argparse.SUPPRESS)
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark local[2] run")
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--target", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -138,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
             f"({results['input_file_mb']:.2f} MiB each)",
             file=sys.stderr,
         )
-        for engine in ("deltaplane", "deltalake"):
+        engines = ("deltaplane", "deltalake") if args.no_spark else ("deltaplane", "deltalake", "spark")
+        for engine in engines:
             runs = []
             for i in range(args.repeat):
                 copy = work / f"{engine}-{i}"
@@ -155,14 +174,24 @@ def main(argv: list[str] | None = None) -> dict:
     ours, theirs = results["deltaplane"], results["deltalake"]
     results["speed_ratio"] = theirs["seconds"] / ours["seconds"]  # > 1: deltaplane is faster
     results["memory_ratio"] = ours["peak_bytes"] / theirs["peak_bytes"]
+    if "spark" in results:
+        results["spark_speed_ratio"] = theirs["seconds"] / results["spark"]["seconds"]  # vs delta-rs
+        results["spark_vs_engine"] = results["spark"]["seconds"] / ours["seconds"]
     print(f"\nOPTIMIZE of {args.files} files ({results['input_mb']:.0f} MiB) to {args.target_mb} MiB files")
-    for name in ("deltaplane", "deltalake"):
+    for name in ("deltaplane", "deltalake", "spark"):
+        if name not in results:
+            continue
         r = results[name]
         print(
             f"{name:<11}{r['seconds']:>7.2f}s  peak {r['peak_bytes'] / 2**20:>6.0f} MiB  "
             f"{r['files_removed']} -> {r['files_added']} files  rows match: {results[f'{name}_ids_match']}"
         )
     print(f"speed: {results['speed_ratio']:.2f}x delta-rs's; memory: {results['memory_ratio']:.2f}x")
+    if "spark" in results:
+        print(
+            f"Spark local[2]: {results['spark_speed_ratio']:.2f}x delta-rs's speed, "
+            f"{results['spark_vs_engine']:.2f}x the in-process engine's time (driver RSS only)"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

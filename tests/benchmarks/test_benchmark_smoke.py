@@ -46,7 +46,17 @@ def test_optimize_benchmark_runs_and_both_engines_keep_every_row(tmp_path):
     from benchmarks.optimize_compact import main as optimize
 
     result = optimize(
-        ["--files", "6", "--target-mb", "64", "--repeat", "1", "--out", str(tmp_path / "o.json")]
+        [
+            "--files",
+            "6",
+            "--target-mb",
+            "64",
+            "--repeat",
+            "1",
+            "--no-spark",
+            "--out",
+            str(tmp_path / "o.json"),
+        ]
     )
     assert result["deltaplane_ids_match"] and result["deltalake_ids_match"]
     assert result["deltaplane"]["files_removed"] == 6 and result["deltaplane"]["files_added"] == 1

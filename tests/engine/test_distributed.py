@@ -73,7 +73,9 @@ def test_distributed_delete_and_update_equal_the_engines(tmp_path, strategy):
         assert len(list((tmp_path / "a").glob("deletion_vector_*.bin"))) <= 2
     # The change feed of the distributed commits equals the engine's.
     changes = DeltaTable(ours).load_cdf(starting_version=8).read_all().select(["id", "v", "_change_type"])
-    expected = DeltaTable(reference).load_cdf(starting_version=8).read_all().select(["id", "v", "_change_type"])
+    expected = (
+        DeltaTable(reference).load_cdf(starting_version=8).read_all().select(["id", "v", "_change_type"])
+    )
     assert_same_rows(changes, expected)
 
 
