@@ -31,7 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/write_commit.py
 	$(BIN)/python benchmarks/dml.py
 	$(BIN)/python benchmarks/optimize_compact.py
-	$(BIN)/python benchmarks/zorder_skipping.py
+	$(BIN)/python benchmarks/zorder_skipping.py --spark
 	$(BIN)/python benchmarks/page_checksums.py
 	$(BIN)/python benchmarks/everyday.py
 	$(BIN)/python benchmarks/spark.py

@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> dict:
     from spark_jobs import dml, job
     from spark_jobs.session import get_spark
 
-    spark = get_spark("local[2]", app_name="deltaplane-bench")
+    # Collecting the whole table to the driver (toArrow) needs a driver heap of its size.
+    spark = get_spark("local[2]", app_name="deltaplane-bench", conf={"spark.driver.memory": "8g"})
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="deltaplane-spark-bench-"))
     results: dict = {"rows": args.rows}

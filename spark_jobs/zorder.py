@@ -2,11 +2,12 @@
 
 The key is the engine's: every column's dense rank over the whole partition, scaled to its bits
 (``scale_ranks``), bits interleaved (``interleave``). Spark computes the ranks without holding the
-rows anywhere: per column, the distinct values are range-sorted and numbered
-(``zipWithIndex``) and joined back (null-safe). Rows are then range-partitioned on the key into
-as many partitions as output files and sorted within each, and each partition is written as one
-file by the engine's writer. Files therefore cover contiguous stretches of the curve, as when
-one process sorts the partition, and statistics skipping works for every Z-order column.
+rows anywhere: per column, the distinct values are range-sorted, numbered within each sorted
+partition and offset by the sizes of the partitions before it, and joined back (null-safe).
+Rows are then range-partitioned on the key into as many partitions as output files and sorted
+within each, and each partition is written as one file by the engine's writer. Files therefore
+cover contiguous stretches of the curve, as when one process sorts the partition, and
+statistics skipping works for every Z-order column.
 """
 
 from __future__ import annotations
@@ -47,22 +48,15 @@ def zorder_partition(spark, task: BinTask) -> list[dict]:
     bits = bits_per_column(len(columns))
     distinct: list[int] = []
     ranked = rows
+    cached = [rows]
     for i, name in enumerate(columns):
-        values = rows.select(F.col(name).alias("v")).distinct()
-        numbered = (
-            values.orderBy(F.col("v").asc_nulls_first()).rdd.zipWithIndex().map(lambda x: (x[0][0], x[1]))
-        )
-        value_type = schema[name].dataType
-        table = spark.createDataFrame(
-            numbered,
-            StructType([StructField("v", value_type), StructField(RANK.format(i), LongType(), False)]),
-        )
+        table = _dense_ranks(spark, rows, name, RANK.format(i), cached)
         distinct.append(table.count())
+        small = distinct[-1] < 1_000_000
         ranked = ranked.join(
-            F.broadcast(table) if distinct[-1] < 1_000_000 else table,
-            ranked[name].eqNullSafe(table["v"]),
-            "left",
-        ).drop("v")
+            F.broadcast(table) if small else table, ranked[name].eqNullSafe(table["v"]), "left"
+        )
+        ranked = ranked.drop("v")
 
     rank_names = [RANK.format(i) for i in range(len(columns))]
     keyed_schema = StructType([*schema.fields, StructField(KEY, LongType(), False)])
@@ -96,5 +90,30 @@ def zorder_partition(spark, task: BinTask) -> list[dict]:
         .mapInArrow(write, "add string")
         .collect()
     )
-    rows.unpersist()
+    for frame in cached:
+        frame.unpersist()
     return [json.loads(r["add"]) for r in written]
+
+
+def _dense_ranks(spark, rows, name: str, rank: str, cached: list):
+    """``(v, rank)``: every distinct value of column ``name`` with its 0-based rank, nulls first.
+
+    The distinct values are range-sorted by Spark; each sorted partition numbers its rows
+    (``monotonically_increasing_id`` counts up by one within a partition), and the offsets of the
+    partitions (their sizes, summed on the driver) make the numbers global. Everything stays in
+    the JVM, and no task holds more than its share of the values.
+    """
+    from pyspark.sql import functions as F
+
+    ordered = rows.select(F.col(name).alias("v")).distinct().orderBy(F.col("v").asc_nulls_first())
+    tagged = ordered.select(
+        "v", F.spark_partition_id().alias("pid"), F.monotonically_increasing_id().alias("mid")
+    ).persist()
+    cached.append(tagged)
+    sizes = sorted((r["pid"], r["count"]) for r in tagged.groupBy("pid").count().collect())
+    offsets, total = [], 0
+    for pid, count in sizes:
+        offsets.append((pid, total - (pid << 33)))  # rank = mid + this, as mid = (pid << 33) + row
+        total += count
+    shift = spark.createDataFrame(offsets or [(0, 0)], "pid int, shift long")
+    return tagged.join(F.broadcast(shift), "pid").select("v", (F.col("mid") + F.col("shift")).alias(rank))

@@ -172,3 +172,24 @@ def test_exit_codes_and_the_json_line(tmp_path):
     assert code == job.EXIT_INPUT and "--source" in out["message"]
     code, _, err = cli("spark_jobs.dml", "--table", str(tmp_path / "t"))
     assert code == job.EXIT_USAGE and "--delete" in err
+
+
+def test_spark_dense_ranks_equal_arrows(spark):
+    """The distributed ranks are the engine's own (nulls first, ties shared, no gaps), across
+    several sorted partitions."""
+    import pyarrow.compute as pc
+
+    from spark_jobs.zorder import _dense_ranks
+
+    rng = np.random.default_rng(3)
+    values = [None if v % 11 == 0 else int(v) for v in rng.integers(0, 500, 5000)]
+    df = spark.createDataFrame([(v,) for v in values], "x long").repartition(3)
+    cached: list = []
+    got = {r["v"]: r["rank"] for r in _dense_ranks(spark, df, "x", "rank", cached).collect()}
+    for frame in cached:
+        frame.unpersist()
+    arrow = pa.array(values, pa.int64())
+    ranks = pc.rank(arrow, sort_keys=[("", "ascending", "at_start")], tiebreaker="dense").to_pylist()
+    expected = {v: r - 1 for v, r in zip(values, ranks, strict=True)}
+    assert got == expected
+    assert sorted(got.values()) == list(range(len(got)))
