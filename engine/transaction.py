@@ -140,6 +140,41 @@ def commit_metadata_scope(metadata: Mapping[str, Any] | None) -> Iterator[None]:
         _COMMIT_METADATA.reset(token)
 
 
+class _AppTransaction:
+    """The application transaction a scope stamps on its first commit."""
+
+    def __init__(self, app_id: str, version: int):
+        self.app_id = app_id
+        self.version = version
+        self.committed = False
+
+
+_APP_TRANSACTION: contextvars.ContextVar[_AppTransaction | None] = contextvars.ContextVar(
+    "deltaplane_app_transaction", default=None
+)
+
+
+@contextlib.contextmanager
+def app_transaction_scope(app_id: str | None, version: int | None) -> Iterator[None]:
+    """The first commit made inside the scope also records ``txn(app_id, version)`` (and
+    conflicts with a concurrent commit of the same application), whatever command makes it:
+    how a scheduler makes DELETE, OPTIMIZE or VACUUM retry-safe without each command taking
+    ``app_id``. Check ``snapshot.app_transaction_version(app_id)`` before starting the work;
+    ``None`` for both arguments is a no-op scope."""
+    if app_id is None and version is None:
+        yield
+        return
+    if not isinstance(app_id, str) or not app_id:
+        raise InvalidArgumentError(f"app_id must be a non-empty string, got {app_id!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise InvalidArgumentError(f"the application version must be a non-negative integer, got {version!r}")
+    token = _APP_TRANSACTION.set(_AppTransaction(app_id, version))
+    try:
+        yield
+    finally:
+        _APP_TRANSACTION.reset(token)
+
+
 @dataclass
 class CommitResult:
     """What a commit did: the version it created (or found) and Delta Spark-style metrics."""
@@ -176,6 +211,8 @@ class Transaction:
         self.store = store
         # User metadata for commitInfo (an Airflow run id, say): the scope's, then the caller's.
         self.commit_metadata = {**(_COMMIT_METADATA.get() or {}), **check_commit_metadata(commit_metadata)}
+        scope = _APP_TRANSACTION.get()
+        self._scope_txn = scope if scope is not None and not scope.committed else None
         self.snapshot = snapshot
         self.operation = operation
         self.operation_parameters = dict(operation_parameters or {})
@@ -201,6 +238,8 @@ class Transaction:
         if level is None and snapshot is not None:
             level = snapshot.properties.isolation_level
         self.summary.isolation_level = level or WRITE_SERIALIZABLE
+        if self._scope_txn is not None:  # a concurrent commit of the same application conflicts
+            self.summary.read_app_ids.add(self._scope_txn.app_id)
         if self.summary.isolation_level not in ISOLATION_LEVELS:
             raise DeltaError(
                 f"unknown isolation level {self.summary.isolation_level!r} (use one of {ISOLATION_LEVELS})"
@@ -323,6 +362,8 @@ class Transaction:
         )
 
     def _committed(self, version: int, metrics: dict[str, str], attempts: int) -> CommitResult:
+        if self._scope_txn is not None:
+            self._scope_txn.committed = True  # later commits in the scope carry no txn
         result = CommitResult(version, self.operation, metrics, attempts=attempts, txn_id=self.txn_id)
         result.snapshot = self._state_after(version)
         if self.checkpoint and version > 0:
@@ -520,7 +561,11 @@ class Transaction:
             actions.append(self._protocol)
         if self._metadata is not None:
             actions.append(self._metadata)
-        actions += self._txns + self._domains + self._removes + self._adds + self._cdc
+        txns = list(self._txns)
+        scope = self._scope_txn
+        if scope is not None and all(t.app_id != scope.app_id for t in txns):
+            txns.append(Txn(scope.app_id, scope.version, now))
+        actions += txns + self._domains + self._removes + self._adds + self._cdc
         return ("\n".join(action_to_json_line(a) for a in actions) + "\n").encode("utf-8")
 
 

@@ -183,3 +183,28 @@ def test_concurrent_creators(table_dir):
     with pytest.raises(TableExistsError, match="plan the write again"):
         commit_write(b, write_files(b, rows(2, 2)))
     assert DeltaTable(uri).to_arrow().num_rows == 2
+
+
+def test_app_transaction_scope_stamps_the_first_commit_of_any_command(table_dir):
+    from engine.errors import ConcurrentTransactionError
+    from engine.transaction import app_transaction_scope
+
+    uri = str(table_dir)
+    write_table(uri, rows(0, 20), properties={"delta.enableDeletionVectors": "true"})
+    table = DeltaTable(uri)
+    with app_transaction_scope("dag.delete_task", 5):
+        table.delete("id < 3")
+        table.delete("id = 10")  # a second commit in the same scope carries no txn
+    assert deltalake.DeltaTable(uri).transaction_version("dag.delete_task") == 5
+    log = sorted((table_dir / "_delta_log").glob("*.json"))
+    assert '"txn"' in log[1].read_text() and '"txn"' not in log[2].read_text()
+    # A concurrent commit of the same application conflicts.
+    from engine.commands.dml import execute_delete
+
+    other = DeltaTable(uri)
+    stale = other.snapshot
+    DeltaTable(uri).append(rows(100, 1), app_id="dag.delete_task", app_version=6)  # lands first
+    with app_transaction_scope("dag.delete_task", 6), pytest.raises(ConcurrentTransactionError):
+        execute_delete(other._store, stale, "id = 11")
+    with pytest.raises(InvalidArgumentError), app_transaction_scope("", 1):
+        pass
