@@ -44,6 +44,8 @@ class CommitChanges:
     metadata: Metadata | None = field(default=None, repr=False)
     protocol: Protocol | None = field(default=None, repr=False)
     has_change_files: bool = False  # cdc files (an UPDATE/DELETE/MERGE with the change feed)
+    files_added: int = 0  # every add, data change or not (an OPTIMIZE's rewrites too)
+    files_removed: int = 0  # every remove
 
     @property
     def data_change(self) -> bool:
@@ -94,9 +96,12 @@ def commit_changes(store: ObjectStore, version: int, metadata: Metadata) -> Comm
     actions = read_commit(store, key, version)
     physical = partition_physical_names(parse_schema(metadata.schema_string), metadata.partition_columns)
     table = actions.file_actions
+    all_added = all_removed = 0
     if table is None or table.num_rows == 0:
         added = removed = _empty(physical)
     else:
+        all_added = int(pc.sum(table.column("is_add").cast(pa.int64())).as_py() or 0)
+        all_removed = table.num_rows - all_added
         table = normalize_partition_values(table, physical)
         changing = table.filter(pc.fill_null(table.column("data_change"), True))
         is_add = changing.column("is_add")
@@ -118,6 +123,8 @@ def commit_changes(store: ObjectStore, version: int, metadata: Metadata) -> Comm
         metadata=actions.metadata,
         protocol=actions.protocol,
         has_change_files=bool(actions.cdc),
+        files_added=all_added,
+        files_removed=all_removed,
     )
 
 

@@ -175,6 +175,13 @@ def app_transaction_scope(app_id: str | None, version: int | None) -> Iterator[N
         _APP_TRANSACTION.reset(token)
 
 
+def current_app_transaction() -> tuple[str, int] | None:
+    """The scope's ``(app_id, version)`` while its first commit has not happened, else ``None``
+    (for code that hands the commit to another process, e.g. a Spark job)."""
+    scope = _APP_TRANSACTION.get()
+    return None if scope is None or scope.committed else (scope.app_id, scope.version)
+
+
 @dataclass
 class CommitResult:
     """What a commit did: the version it created (or found) and Delta Spark-style metrics."""

@@ -17,7 +17,7 @@ import time
 
 from engine import DeltaTable
 from engine.commands.optimize import bin_tasks, commit_optimize, optimize_metrics, plan_optimize, run_bin_task
-from engine.transaction import commit_metadata_scope
+from engine.transaction import app_transaction_scope, commit_metadata_scope
 from spark_jobs import job
 from spark_jobs.options import parse_size
 
@@ -51,6 +51,12 @@ def main(args) -> dict:
     target = parse_size(args.target_size, "--target-size")
     max_task_bytes = parse_size(args.max_task_bytes, "--max-task-bytes") or DEFAULT_MAX_TASK_BYTES
     table = DeltaTable(args.table, storage_options=options)
+    if job.already_done(table, args):
+        return {
+            "version": None,
+            "skipped": True,
+            "reason": f"{args.app_id} {args.app_version} already committed",
+        }
     zorder = [c.strip() for c in args.zorder.split(",") if c.strip()] if args.zorder else None
     plan = plan_optimize(
         table.snapshot,
@@ -75,7 +81,7 @@ def main(args) -> dict:
         for task in large:
             adds += zorder_partition(spark, task)
     actions = [Add.from_json(a) for a in adds]
-    with commit_metadata_scope(job.commit_metadata(args)):
+    with commit_metadata_scope(job.commit_metadata(args)), app_transaction_scope(*job.app_transaction(args)):
         result = commit_optimize(table.snapshot.store, plan, actions)
     metrics = optimize_metrics(plan, actions, result, time.perf_counter() - start).to_dict()
     metrics["sparkSortedPartitions"] = len(large)

@@ -29,13 +29,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType as SparkStructType
 
 from engine.actions import Add
-from engine.commands.staged import StagedWrite, commit_write, plan_write, write_files
+from engine.commands.staged import StagedWrite, commit_write, plan_write, write_files, write_manifest
 from engine.errors import DeltaError
 from engine.expressions.bind import bind_predicate
 from engine.expressions.tree import And, Expr
 from engine.portable import PortableSnapshot
 from engine.scan import Scan, file_keep_mask
-from engine.storage import open_store
 from spark_jobs.filters import to_expr
 from spark_jobs.options import ReadOptions, StreamOptions, WriteOptions
 from spark_jobs.types import arrow_schema, as_nullable, conform_batch, spark_schema
@@ -204,7 +203,7 @@ class DeltaplaneWriter(DataSourceArrowWriter):
         adds = [a for m in messages if m is not None for a in m.adds]
         if self.options.stage_manifest is not None:
             staged = StagedWrite(self.spec, tuple(Add.from_json(a) for a in adds))
-            put_manifest(self.options.stage_manifest, staged.dumps(), self.options.storage_options)
+            write_manifest(self.options.stage_manifest, staged, self.options.storage_options)
             log.info(
                 "staged %d files for %s in %s (not committed)",
                 len(adds),
@@ -225,21 +224,3 @@ class DeltaplaneWriter(DataSourceArrowWriter):
             self.options.uri,
             written,
         )
-
-
-def _split_location(uri: str) -> tuple[str, str]:
-    head, _, name = uri.rstrip("/").rpartition("/")
-    if not name:
-        raise DeltaError(f"a manifest location needs a file name: {uri!r}")
-    return head or "/", name
-
-
-def put_manifest(uri: str, data: bytes, storage_options=None) -> None:
-    """Write a staged-write manifest (a local path or an object-store URI), replacing any."""
-    root, name = _split_location(uri)
-    open_store(root, storage_options).put(name, data, mode="overwrite")
-
-
-def get_manifest(uri: str, storage_options=None) -> bytes:
-    root, name = _split_location(uri)
-    return open_store(root, storage_options).get(name)

@@ -19,7 +19,7 @@ import time
 from engine import DeltaTable
 from engine.commands.dml import change_files, commit_row_level, plan_row_level
 from engine.portable import PortableSnapshot
-from engine.transaction import commit_metadata_scope
+from engine.transaction import app_transaction_scope, commit_metadata_scope
 from spark_jobs import job
 from spark_jobs.options import parse_size
 
@@ -62,6 +62,12 @@ def main(args) -> dict:
     elif args.set:
         raise job.JobError("--set goes with --update")
     table = DeltaTable(args.table, storage_options=options)
+    if job.already_done(table, args):
+        return {
+            "version": None,
+            "skipped": True,
+            "reason": f"{args.app_id} {args.app_version} already committed",
+        }
     snapshot = table.snapshot
     plan = plan_row_level(
         snapshot,
@@ -80,7 +86,7 @@ def main(args) -> dict:
         spark = job.spark_session(args, "dml")
         task_plan = plan.for_tasks()
         sets = spark.sparkContext.parallelize([(g, task_plan) for g in groups], tasks).map(_change).collect()
-    with commit_metadata_scope(job.commit_metadata(args)):
+    with commit_metadata_scope(job.commit_metadata(args)), app_transaction_scope(*job.app_transaction(args)):
         result = commit_row_level(snapshot.store, snapshot, plan, sets, seconds=time.perf_counter() - start)
     return {
         "operation": plan.operation,

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import uuid
 
-from engine import DeltaTable, StagedWrite
+from engine import DeltaTable
+from engine.commands.staged import read_manifest
 from spark_jobs import job
-from spark_jobs.datasource import get_manifest
 
 FORMATS = ("csv", "json", "parquet")
 RUN_KEY = "deltaplaneJobRun"
@@ -37,8 +37,6 @@ def build_parser():
         "--replace-where", help="with --mode overwrite: replace only the rows matching this predicate"
     )
     p.add_argument("--merge-schema", action="store_true", help="add new source columns to the table")
-    p.add_argument("--app-id", help="idempotency key: application id (with --app-version)")
-    p.add_argument("--app-version", type=int, help="idempotency key: monotonically increasing version")
     p.add_argument("--user-metadata", help="commitInfo.userMetadata")
     p.add_argument("--stage", metavar="MANIFEST", help="write the files and this manifest; commit nothing")
     p.add_argument("--commit-staged", metavar="MANIFEST", help="commit a staged manifest (no Spark needed)")
@@ -49,7 +47,7 @@ def main(args) -> dict:
     options = job.storage_options(args)
     metadata = job.commit_metadata(args)
     if args.commit_staged:
-        staged = StagedWrite.loads(get_manifest(args.commit_staged, options), options)
+        staged = read_manifest(args.commit_staged, options)
         if staged.spec.uri.rstrip("/") != args.table.rstrip("/"):
             raise job.JobError(f"{args.commit_staged} stages a write to {staged.spec.uri}, not {args.table}")
         result = staged.commit(commit_metadata=metadata)
@@ -97,7 +95,7 @@ def main(args) -> dict:
             settings[key] = str(value)
     writer.options(**settings).save(args.table)
     if args.stage:
-        staged = StagedWrite.loads(get_manifest(args.stage, options), options)
+        staged = read_manifest(args.stage, options)
         return {
             "action": "stage",
             "manifest": args.stage,

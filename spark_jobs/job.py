@@ -78,7 +78,24 @@ def parser(name: str, description: str) -> argparse.ArgumentParser:
         help="object store option, e.g. endpoint_url=http://127.0.0.1:8333 (repeatable)",
     )
     p.add_argument("--commit-metadata", help="JSON object merged into the commit's commitInfo")
+    p.add_argument(
+        "--app-id", help="idempotency: application id recorded with the commit (with --app-version)"
+    )
+    p.add_argument("--app-version", type=int, help="idempotency: a version already recorded commits nothing")
     return p
+
+
+def app_transaction(args) -> tuple[str | None, int | None]:
+    if (args.app_id is None) != (args.app_version is None):
+        raise JobError("--app-id and --app-version go together", EXIT_USAGE)
+    return args.app_id, args.app_version
+
+
+def already_done(table, args) -> bool:
+    """Whether the table records this application version already (a rerun of a committed job)."""
+    app_id, version = app_transaction(args)
+    done = table.snapshot.app_transaction_version(app_id) if app_id is not None else None
+    return done is not None and done >= version
 
 
 def commit_metadata(args) -> dict[str, Any]:

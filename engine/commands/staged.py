@@ -487,3 +487,22 @@ def stage_write(
     reader = as_reader(data, None)
     spec = plan_write(uri, reader.schema, mode=mode, storage_options=storage_options, **plan_options)
     return StagedWrite(spec, tuple(write_files(spec, reader)))
+
+
+def _split_location(uri: str) -> tuple[str, str]:
+    head, _, name = uri.rstrip("/").rpartition("/")
+    if not name:
+        raise InvalidArgumentError(f"a manifest location needs a file name: {uri!r}")
+    return head or "/", name
+
+
+def write_manifest(uri: str, staged: StagedWrite, storage_options: Mapping[str, str] | None = None) -> None:
+    """Write a staged-write manifest (a local path or an object-store URI), replacing any."""
+    root, name = _split_location(uri)
+    open_store(root, storage_options).put(name, staged.dumps(), mode="overwrite")
+
+
+def read_manifest(uri: str, storage_options: Mapping[str, str] | None = None) -> StagedWrite:
+    """The staged write recorded at ``uri`` (its spec gets ``storage_options``)."""
+    root, name = _split_location(uri)
+    return StagedWrite.loads(open_store(root, storage_options).get(name), storage_options)

@@ -1,0 +1,84 @@
+"""Running ``spark_jobs`` from Airflow: ``DeltaSparkJobOperator`` and the submit call the other
+operators use for work above their in-process threshold.
+
+The command line is built by ``spark_jobs.submit`` (the same one users run by hand) with the
+connection's Spark master and conf, the connection's storage options, this run's commit metadata
+and its txn (``--app-id``/``--app-version``), so a retried Spark job is as safe as an in-process
+commit. The job's JSON metrics line becomes the task's XCom; a non-zero exit fails the task with
+the job's own error message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from operators.base import DeltaTableOperator
+
+
+class SparkJobError(Exception):
+    """A Spark job exited with an error (its exit code and message are in the text)."""
+
+
+def run_spark_job(
+    job: str, args: list[str], *, hook, ident, txn: bool, timeout: float, log, conf=None
+) -> dict:
+    """Submit ``job`` with the connection's settings and this run's stamp; its metrics."""
+    from engine.transaction import current_app_transaction
+    from spark_jobs.submit import submit
+
+    full = [*args, *hook.storage_args(), "--commit-metadata", json.dumps(ident.commit_metadata())]
+    scope = current_app_transaction()
+    if txn and scope is not None:
+        full += ["--app-id", scope[0], "--app-version", str(scope[1])]
+    settings = hook.settings
+    log.info("submitting spark_jobs.%s to %s", job, settings.spark_master)
+    result = submit(
+        job, full, master=settings.spark_master, conf={**settings.spark_conf, **(conf or {})}, timeout=timeout
+    )
+    for line in result.stderr.splitlines()[-40:]:
+        log.info("spark: %s", line)
+    if not result.ok:
+        message = result.metrics.get("message") or result.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise SparkJobError(f"spark_jobs.{job} exited with {result.returncode}: {message}")
+    return result.metrics
+
+
+class DeltaSparkJobOperator(DeltaTableOperator):
+    """Run one ``spark_jobs`` entry point (``ingest``, ``compact``, ``dml``) on the table."""
+
+    template_fields = ("table_uri", "job_args")
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        job: str,
+        job_args: list[str] | None = None,
+        timeout: float = 6 * 3600,
+        **kwargs,
+    ):
+        super().__init__(table_uri=table_uri, **kwargs)
+        from spark_jobs.submit import JOBS
+
+        if job not in JOBS:
+            raise ValueError(f"unknown Spark job {job!r} (jobs: {', '.join(JOBS)})")
+        self.job = job
+        self.job_args = list(job_args or [])
+        self.timeout = timeout
+
+    def open_table(self, hook):
+        from engine import DeltaTable
+
+        if DeltaTable.is_deltatable(self.table_uri, hook.settings.storage_options):
+            return hook.get_table(self.table_uri)
+        return None  # ingest may create it
+
+    def run(self, context, hook, table, ident) -> dict[str, Any]:
+        args = ["--table", self.table_uri, *self.job_args]
+        metrics = run_spark_job(
+            self.job, args, hook=hook, ident=ident, txn=True, timeout=self.timeout, log=self.log
+        )
+        if "--stage" in self.job_args:
+            metrics["version"] = None  # staged: nothing committed yet
+        return metrics
