@@ -6,7 +6,8 @@ committed). The base class opens the table through ``DeltaHook``, skips the work
 task's run already committed (see ``operators.runs``), runs it inside
 ``commit_metadata_scope`` and ``app_transaction_scope`` (so whatever the engine commits carries
 the run's stamp and its txn), pushes the metrics to XCom (the return value) and, for a commit,
-sets the table Asset's event ``extra`` (version, operation, dataChange, files and rows).
+adds an event to the table's Asset (through the operator's ``AssetAlias`` outlet, so only a
+real commit makes one) whose ``extra`` holds version, operation, dataChange, files and rows.
 ``__init__`` does nothing but store arguments: DAG files stay fast to import.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator
+from airflow.sdk import Asset, AssetAlias, BaseOperator
 
 from operators.runs import asset_uri
 
@@ -22,6 +23,13 @@ from operators.runs import asset_uri
 def table_asset(table_uri: str) -> Asset:
     uri = asset_uri(table_uri)
     return Asset(name=uri, uri=uri)
+
+
+def commit_alias(table_uri: str) -> AssetAlias:
+    """The outlet a writing operator declares: events reach the table's Asset through it only
+    when the task really committed (a declared Asset outlet gets an event on every success,
+    also for a dry run or a retry with nothing to do, which would wake consumers for nothing)."""
+    return AssetAlias(name=f"deltaplane-commits:{asset_uri(table_uri)}")
 
 
 class DeltaTableOperator(BaseOperator):
@@ -41,7 +49,7 @@ class DeltaTableOperator(BaseOperator):
         **kwargs: Any,
     ):
         if self.writes and emit_asset and "outlets" not in kwargs and "{{" not in table_uri:
-            kwargs["outlets"] = [table_asset(table_uri)]
+            kwargs["outlets"] = [commit_alias(table_uri)]
         super().__init__(**kwargs)
         self.table_uri = table_uri
         self.deltaplane_conn_id = deltaplane_conn_id
@@ -109,7 +117,7 @@ class DeltaTableOperator(BaseOperator):
 
         extra = commit_event(hook.get_table(self.table_uri), int(version))
         result["event"] = extra
-        context["outlet_events"][table_asset(self.table_uri)].extra = extra
+        context["outlet_events"][commit_alias(self.table_uri)].add(table_asset(self.table_uri), extra=extra)
         self.log.info(
             "%s: version %s (%s) -> Asset event %s", self.table_uri, version, extra["operation"], extra
         )

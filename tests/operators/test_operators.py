@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import deltalake
@@ -77,3 +78,296 @@ def test_commit_then_maintenance(airflow_db, tmp_path):
     checkpoint = xcom(run, "checkpoint")["checkpoint"]
     assert checkpoint["version"] == 3  # after the three commits and the OPTIMIZE
     assert (table / checkpoint["key"]).exists()
+
+
+def test_a_retried_writing_task_commits_once(airflow_db, tmp_path):
+    """Try 1 commits, then dies before it can report success; try 2 finds its commit and succeeds
+    without writing (so does a DELETE, through the txn every command now carries)."""
+    table = tmp_path / "t"
+    source = landing(tmp_path / "landing", 1)
+    marker = tmp_path / "crashed"
+    run = run_dag(
+        "retry_once",
+        f"""
+        import datetime as dt
+        from pathlib import Path
+        import pendulum
+        from airflow.sdk import DAG
+        from operators.commit import DeltaCommitOperator
+        from operators.dml import DeltaDMLOperator
+
+        class CrashAfterCommit:
+            def publish(self, context, hook, result):
+                marker = Path({str(marker)!r} + "-" + self.task_id)
+                if not marker.exists():
+                    marker.write_text(str(result.get("version")))
+                    raise RuntimeError("worker lost after the commit")
+                return super().publish(context, hook, result)
+
+        class Commit(CrashAfterCommit, DeltaCommitOperator):
+            pass
+
+        class Delete(CrashAfterCommit, DeltaDMLOperator):
+            pass
+
+        args = dict(retries=1, retry_delay=dt.timedelta(seconds=0))
+        with DAG("retry_once", schedule=None, start_date=pendulum.datetime(2026, 1, 1), default_args=args) as dag:
+            commit = Commit(task_id="commit", table_uri={str(table)!r}, source={str(source)!r})
+            delete = Delete(task_id="delete", table_uri={str(table)!r}, operation="delete", predicate="id < 10")
+            commit >> delete
+        """,
+    )
+    assert task_states(run) == {"commit": "success", "delete": "success"}
+    dt = DeltaTable(str(table))
+    assert dt.version == 1 and dt.count() == 90  # one WRITE, one DELETE: nothing twice
+    assert [h["operation"] for h in dt.history()] == ["DELETE", "CREATE TABLE AS SELECT"]
+    assert all(h["airflow"]["try_number"] == 1 for h in dt.history())
+    assert xcom(run, "commit")["skipped"] is True and xcom(run, "commit")["version"] == 0
+    events = asset_events(f"file://{table}")
+    assert [e["version"] for e in events] == [0, 1]  # reported by the successful retries
+
+
+def test_auto_optimize_skips_compaction_when_there_is_nothing_to_do(airflow_db, tmp_path):
+    table = tmp_path / "t"
+    source = landing(tmp_path / "landing", 2)
+    run = run_dag(
+        "nothing_to_do",
+        f"""
+        import pendulum
+        from airflow.sdk import DAG
+        from operators.commit import DeltaCommitOperator
+        from operators.maintenance import DeltaAutoOptimizeOperator, DeltaCheckpointOperator, DeltaCompactionOperator
+
+        T = {str(table)!r}
+        with DAG("nothing_to_do", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+            load = DeltaCommitOperator(task_id="load", table_uri=T, source={str(source)!r})
+            decide = DeltaAutoOptimizeOperator(task_id="auto_optimize", table_uri=T)  # 50 small files by default
+            compact = DeltaCompactionOperator(task_id="compact", table_uri=T, decision_task_id="auto_optimize")
+            checkpoint = DeltaCheckpointOperator(task_id="checkpoint", table_uri=T, trigger_rule="none_failed")
+            load >> decide >> compact >> checkpoint
+        """,
+    )
+    states = task_states(run)
+    assert states == {
+        "load": "success",
+        "auto_optimize": "success",
+        "compact": "skipped",
+        "checkpoint": "success",
+    }
+    decision = xcom(run, "auto_optimize")
+    assert decision["action"] == "skip" and "fewer than 50 small files" in decision["reasons"][0]
+    assert DeltaTable(str(table)).version == 0
+
+
+def test_dml_operators(airflow_db, tmp_path):
+    table = tmp_path / "users"
+    source = landing(tmp_path / "landing", 1)
+    upserts = tmp_path / "upserts.parquet"
+    pq.write_table(pa.table({"id": pa.array([5, 500], pa.int64()), "day": ["gdpr", "new"]}), upserts)
+    DeltaTable.create(
+        str(table),
+        pa.schema([("id", pa.int64()), ("day", pa.string())]),
+        properties={"delta.enableDeletionVectors": "true"},
+    ).append(pq.read_table(source / "batch-0.parquet"))
+    run = run_dag(
+        "dml_ops",
+        f"""
+        import pendulum
+        from airflow.sdk import DAG
+        from operators.dml import DeltaDMLOperator
+
+        T = {str(table)!r}
+        with DAG("dml_ops", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+            forget = DeltaDMLOperator(task_id="gdpr_delete", table_uri=T, operation="delete", predicate="id IN (1, 2, 3)")
+            fix = DeltaDMLOperator(task_id="fix", table_uri=T, operation="update", predicate="id = 4", updates={{"day": "'fixed'"}})
+            upsert = DeltaDMLOperator(task_id="upsert", table_uri=T, operation="merge", source={str(upserts)!r},
+                                      merge_condition="t.id = s.id")
+            forget >> fix >> upsert
+        """,
+    )
+    assert set(task_states(run).values()) == {"success"}
+    rows = {r["id"]: r["day"] for r in DeltaTable(str(table)).to_arrow().to_pylist()}
+    assert (
+        1 not in rows and rows[4] == "fixed" and rows[5] == "gdpr" and rows[500] == "new" and len(rows) == 98
+    )
+    events = asset_events(f"file://{table}")
+    assert [e["operation"] for e in events] == ["DELETE", "UPDATE", "MERGE"]
+    assert events[0]["rowsRemoved"] == 3 and events[0]["dataChange"]
+    assert xcom(run, "gdpr_delete")["operationMetrics"]["numDeletionVectorsAdded"] == "1"
+
+
+def tree_bytes(root: Path, skip: str = "_quarantine") -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and skip not in p.parts
+    }
+
+
+def test_quality_gate_commits_good_batches_and_quarantines_bad_ones(airflow_db, tmp_path):
+    from engine import stage_write, write_table
+    from engine.commands.staged import write_manifest
+
+    table = tmp_path / "orders"
+    write_table(str(table), pa.table({"id": pa.array([1, 2], pa.int64()), "amount": [5.0, 6.0]}))
+    good = stage_write(str(table), pa.table({"id": pa.array([3, 4], pa.int64()), "amount": [7.0, 8.0]}))
+    bad = stage_write(
+        str(table), pa.table({"id": pa.array([5, None, 7], pa.int64()), "amount": [1.0, -2.0, 3.0]})
+    )
+    staging = tmp_path / "staging"
+    write_manifest(str(staging / "good.json"), good)
+    write_manifest(str(staging / "bad.json"), bad)
+    expectations = [
+        {"expectation": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}},
+        {"expectation": "expect_column_values_to_be_between", "kwargs": {"column": "amount", "min_value": 0}},
+    ]
+    source = f"""
+        import pendulum
+        from airflow.sdk import DAG
+        from operators.commit import DeltaCommitOperator
+        from operators.quality import DeltaQualityGateOperator
+
+        T = {str(table)!r}
+        with DAG("{{name}}", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+            gate = DeltaQualityGateOperator(task_id="gate", table_uri=T, staged_manifest={str(staging)!r} + "/{{batch}}.json",
+                                            expectations={expectations!r}, on_failure="{{on_failure}}")
+            commit = DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest={str(staging)!r} + "/{{batch}}.json")
+            gate >> commit
+        """
+    run = run_dag(
+        "gate_good",
+        source.replace("{name}", "gate_good").replace("{batch}", "good").replace("{on_failure}", "fail"),
+    )
+    assert task_states(run) == {"gate": "success", "commit": "success"}
+    assert xcom(run, "gate")["success"] and xcom(run, "gate")["rows"] == 2
+    assert sorted(DeltaTable(str(table)).to_arrow()["id"].to_pylist()) == [1, 2, 3, 4]
+
+    before = tree_bytes(table)
+    run = run_dag(
+        "gate_bad",
+        source.replace("{name}", "gate_bad").replace("{batch}", "bad").replace("{on_failure}", "skip"),
+    )
+    assert task_states(run) == {"gate": "success", "commit": "skipped"}
+    summary = xcom(run, "gate")
+    assert not summary["success"] and {f["expectation"] for f in summary["failed"]} == {
+        "expect_column_values_to_not_be_null",
+        "expect_column_values_to_be_between",
+    }
+    after = tree_bytes(table)
+    # Nothing committed, nothing committed touched: the table is byte-identical, minus the
+    # bad batch's own (never referenced) files, which moved to the quarantine.
+    bad_files = {a.path for a in bad.adds}
+    assert {k: v for k, v in before.items() if k not in bad_files} == after
+    quarantine = Path(summary["quarantine"])
+    assert quarantine == table / "_quarantine" / "bad"
+    assert sorted(p.name for p in (quarantine / "data").rglob("*.parquet")) == sorted(
+        Path(p).name for p in bad_files
+    )
+    assert (quarantine / "manifest.json").exists() and not (staging / "bad.json").exists()
+    validation = json.loads((quarantine / "validation.json").read_text())
+    assert validation["summary"]["failed"][0]["unexpected_count"] == 1
+    assert DeltaTable(str(table)).count() == 4
+    # A failing gate with on_failure="fail" fails the task (and so the run).
+    bad2 = stage_write(str(table), pa.table({"id": pa.array([None], pa.int64()), "amount": [1.0]}))
+    write_manifest(str(staging / "bad2.json"), bad2)
+    run = run_dag(
+        "gate_fail",
+        source.replace("{name}", "gate_fail").replace("{batch}", "bad2").replace("{on_failure}", "fail"),
+    )
+    assert task_states(run)["gate"] == "failed" and task_states(run)["commit"] in (
+        "upstream_failed",
+        "None",
+        "none",
+    )
+
+
+def test_operators_on_s3_through_a_connection(airflow_db, tmp_path, s3_server, monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LAKE",
+        json.dumps(
+            {
+                "conn_type": "deltaplane",
+                "host": s3_server.endpoint,
+                "login": "test",
+                "password": "test",
+                "extra": {"region": "us-east-1"},
+            }
+        ),
+    )
+    uri = s3_server.uri("airflow-events")
+    source = landing(tmp_path / "landing", 3)
+    run = run_dag(
+        "on_s3",
+        f"""
+        import pendulum
+        from airflow.sdk import DAG
+        from operators.commit import DeltaCommitOperator
+        from operators.dml import DeltaDMLOperator
+        from operators.maintenance import DeltaCompactionOperator, DeltaVacuumOperator
+
+        T = {uri!r}
+        with DAG("on_s3", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+            loads = [DeltaCommitOperator(task_id=f"load_{{i}}", table_uri=T, deltaplane_conn_id="lake",
+                                         source={str(source)!r} + f"/batch-{{i}}.parquet") for i in range(3)]
+            compact = DeltaCompactionOperator(task_id="compact", table_uri=T, deltaplane_conn_id="lake")
+            delete = DeltaDMLOperator(task_id="delete", table_uri=T, deltaplane_conn_id="lake",
+                                      operation="delete", predicate="id >= 290")
+            vacuum = DeltaVacuumOperator(task_id="vacuum", table_uri=T, deltaplane_conn_id="lake", dry_run=True)
+            loads[0] >> loads[1] >> loads[2] >> compact >> delete >> vacuum
+        """,
+    )
+    assert set(task_states(run).values()) == {"success"}, task_states(run)
+    rs = deltalake.DeltaTable(uri, storage_options=s3_server.delta_rs_options())
+    assert sorted(rs.to_pyarrow_table()["id"].to_pylist()) == list(range(290))
+    assert [h["operation"] for h in rs.history()][:3] == ["DELETE", "OPTIMIZE", "WRITE"]
+    events = asset_events(uri)
+    assert [e["operation"] for e in events] == [
+        "CREATE TABLE AS SELECT",
+        "WRITE",
+        "WRITE",
+        "OPTIMIZE",
+        "DELETE",
+    ]
+    assert xcom(run, "vacuum")["dry_run"] is True
+
+
+def test_spark_backed_operators(airflow_db, tmp_path):
+    """Above their size threshold, compaction and DML run as spark_jobs through spark-submit;
+    DeltaSparkJobOperator stages an ingest that the commit operator then commits."""
+    table = tmp_path / "t"
+    landing_dir = tmp_path / "landing"
+    landing_dir.mkdir()
+    (landing_dir / "a.csv").write_text("id,g\n" + "\n".join(f"{i},{i % 2}" for i in range(40)) + "\n")
+    manifest = tmp_path / "staging" / "b1.json"
+    run = run_dag(
+        "spark_ops",
+        f"""
+        import pendulum
+        from airflow.sdk import DAG
+        from operators.commit import DeltaCommitOperator
+        from operators.dml import DeltaDMLOperator
+        from operators.maintenance import DeltaCompactionOperator
+        from operators.spark import DeltaSparkJobOperator
+
+        T = {str(table)!r}
+        with DAG("spark_ops", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+            first = DeltaSparkJobOperator(task_id="ingest", table_uri=T, job="ingest",
+                                          job_args=["--source", {str(landing_dir)!r} + "/*.csv"])
+            staged = DeltaSparkJobOperator(task_id="ingest_staged", table_uri=T, job="ingest",
+                                           job_args=["--source", {str(landing_dir)!r} + "/*.csv", "--stage", {str(manifest)!r}])
+            commit = DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest={str(manifest)!r})
+            compact = DeltaCompactionOperator(task_id="compact", table_uri=T, spark_threshold_bytes=0)
+            delete = DeltaDMLOperator(task_id="delete", table_uri=T, operation="delete", predicate="id < 5",
+                                      spark_threshold_bytes=0)
+            first >> staged >> commit >> compact >> delete
+        """,
+    )
+    assert set(task_states(run).values()) == {"success"}, task_states(run)
+    assert xcom(run, "compact")["engine"] == "spark" and xcom(run, "delete")["engine"] == "spark"
+    dt = DeltaTable(str(table))
+    assert dt.count() == 80 - 10
+    ops = [h["operation"] for h in dt.history()]
+    assert ops == ["DELETE", "OPTIMIZE", "WRITE", "CREATE TABLE AS SELECT"]
+    stamps = [h["airflow"]["task_id"] for h in dt.history()]
+    assert stamps == ["delete", "compact", "commit", "ingest"]
+    assert deltalake.DeltaTable(str(table)).transaction_version("spark_ops.compact") is not None
