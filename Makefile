@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint unit conformance bench clean
+.PHONY: run airflow test lint unit conformance bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,9 +14,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[airflow,spark,quality,dev]'
 	touch $(STAMP)
 
-# The project's main job on embedded defaults.
+# The project's main job on embedded defaults: the platform's DAGs on a local folder lake,
+# a SQLite Airflow home and Spark local[2], all under ./demo/.
 run: $(STAMP)
-	$(BIN)/deltaplane demo ./demo-table
+	$(BIN)/python -m operators.demo --demo ./demo
+
+# The Airflow UI on the same DAGs and home (http://127.0.0.1:8080; user admin, password in
+# demo/airflow/simple_auth_manager_passwords.json.generated). Note: `airflow standalone` starts a
+# scheduler and triggerer whose log servers bind 0.0.0.0:8793/8794 (Airflow has no setting for
+# their host); run it on a trusted network only.
+airflow: $(STAMP)
+	AIRFLOW_HOME=$(CURDIR)/demo/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False DELTAPLANE_CONFIG=$(CURDIR)/config/tables.yaml \
+	AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=8080 AIRFLOW__CORE__PARALLELISM=4 \
+	$(BIN)/airflow standalone
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -37,4 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/spark.py
 
 clean:
-	rm -rf $(VENV) demo-table .pytest_cache .ruff_cache
+	rm -rf $(VENV) demo demo-table .pytest_cache .ruff_cache

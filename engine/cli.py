@@ -482,6 +482,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_repair)
 
+    # Verbs contributed by installed layers above the engine (the platform's ``config``),
+    # declared as entry points so the engine never imports them.
+    from importlib.metadata import entry_points
+
+    for plugin in entry_points(group="deltaplane.cli"):
+        try:
+            plugin.load()(sub)
+        except Exception as e:  # a broken add-on must not take the engine's verbs down with it
+            print(f"deltaplane: ignoring command {plugin.name!r}: {e}", file=sys.stderr)
+
     p = sub.add_parser("demo", help="create a demo table, read it back and describe it")
     p.add_argument("path", nargs="?", default="./demo-table", help="folder for the demo table")
     p.add_argument("--json", action="store_true", help="machine-readable output")

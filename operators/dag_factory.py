@@ -1,0 +1,237 @@
+"""DAGs from ``config/tables.yaml``: per table, a maintenance DAG, an ingest DAG and a consumer DAG.
+
+Building them reads only the configuration: no table is opened at parse time, and operators
+import the engine only when they run, so a DAG file that calls ``build_dags()`` parses fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG, Asset, AssetWatcher
+
+from operators.base import table_asset
+from operators.commit import DeltaCommitOperator
+from operators.config import PlatformConfig, TableConfig, load_config
+from operators.ingest import DeltaConsumeOperator, DeltaStageOperator, batch_id
+from operators.maintenance import (
+    DeltaAutoOptimizeOperator,
+    DeltaCheckpointOperator,
+    DeltaCompactionOperator,
+    DeltaManifestOperator,
+    DeltaVacuumOperator,
+)
+from operators.quality import DeltaQualityGateOperator
+from operators.runs import asset_uri
+from operators.sensors import DeltaLogTailSensor
+from operators.spark import DeltaSparkJobOperator
+from operators.triggers import DeltaCommitEventTrigger
+
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+MANIFEST = "{{ ti.xcom_pull(task_ids='stage')['manifest'] }}"
+_MANIFEST_DOC = "; **manifest** rewrites the symlink manifests"
+
+
+def _gate_doc(table: TableConfig) -> str:
+    if table.quality is None:
+        return ""
+    return (
+        f"checked by the **quality gate** ({len(table.quality.expectations)} Great Expectations; a failing "
+        "batch is quarantined under `_quarantine/` and never committed), "
+    )
+
+
+def _common(name: str, table: TableConfig, kind: str) -> dict[str, Any]:
+    return {
+        "dag_id": f"deltaplane_{name}_{kind}",
+        "start_date": START,
+        "catchup": False,
+        "max_active_runs": 1,
+        "tags": ["deltaplane", name, kind],
+        "default_args": {"retries": 2, "retry_delay": pendulum.duration(minutes=1)},
+        "user_defined_filters": {"batch_id": batch_id},
+    }
+
+
+def maintenance_dag(name: str, table: TableConfig) -> DAG:
+    conn = {"deltaplane_conn_id": table.conn_id}
+    with DAG(
+        schedule=table.schedules.maintenance,
+        doc_md=f"""### Maintenance of `{name}`
+
+{table.description or ""}
+
+Table: `{table.uri}`. **auto_optimize** asks the engine's health policy whether any partition
+has at least {table.auto_optimize.min_small_files} files under {table.auto_optimize.small_file_size >> 20} MiB
+or more than {table.auto_optimize.max_deleted_rows_ratio:.0%} of its rows hidden by deletion vectors; if not,
+**compact** is skipped (and says why in its log). **compact** rewrites the chosen partitions
+({"Z-order by " + ", ".join(table.zorder_by) if table.zorder_by else "bin-packing"}, `dataChange=false`;
+Spark above {table.spark_threshold_bytes >> 20} MiB). **checkpoint** writes a checkpoint and
+cleans up expired log files; **vacuum** deletes unreferenced files older than the retention
+({"dry run" if table.vacuum_dry_run else "for real"}){_MANIFEST_DOC if table.manifest else ""}.
+""",
+        **_common(name, table, "maintenance"),
+    ) as dag:
+        decide = DeltaAutoOptimizeOperator(
+            task_id="auto_optimize",
+            table_uri=table.uri,
+            min_small_files=table.auto_optimize.min_small_files,
+            small_file_size=table.auto_optimize.small_file_size,
+            max_deleted_rows_ratio=table.auto_optimize.max_deleted_rows_ratio,
+            zorder_by=table.zorder_by,
+            **conn,
+        )
+        compact = DeltaCompactionOperator(
+            task_id="compact",
+            table_uri=table.uri,
+            decision_task_id="auto_optimize",
+            target_file_size=table.target_file_size,
+            zorder_by=table.zorder_by,
+            spark_threshold_bytes=table.spark_threshold_bytes,
+            **conn,
+        )
+        checkpoint = DeltaCheckpointOperator(
+            task_id="checkpoint",
+            table_uri=table.uri,
+            cleanup_log=table.checkpoint_cleanup_log,
+            trigger_rule="none_failed",
+            **conn,
+        )
+        vacuum = DeltaVacuumOperator(
+            task_id="vacuum",
+            table_uri=table.uri,
+            dry_run=table.vacuum_dry_run,
+            retention_hours=table.retention_hours,
+            enforce_retention=table.enforce_retention,
+            **conn,
+        )
+        decide >> compact >> checkpoint >> vacuum
+        if table.manifest:
+            vacuum >> DeltaManifestOperator(task_id="manifest", table_uri=table.uri, **conn)
+    return dag
+
+
+def ingest_dag(name: str, table: TableConfig) -> DAG:
+    ingest = table.ingest
+    assert ingest is not None
+    staging = ingest.staging or f"{table.uri.rstrip('/')}/_deltaplane/staging"
+    conn = {"deltaplane_conn_id": table.conn_id}
+    with DAG(
+        schedule=table.schedules.ingest,
+        doc_md=f"""### Ingest into `{name}`
+
+Landing files (`{ingest.landing}`, {ingest.format}) are **staged** as one batch (data files
+written, nothing committed; {"with Spark" if ingest.engine == "spark" else "in-process"}),
+{_gate_doc(table)}
+then **committed** in one transaction, which emits an event on the table's Asset.
+Retries never commit a batch twice.
+""",
+        **_common(name, table, "ingest"),
+    ) as dag:
+        manifest_path = f"{staging}/{{{{ run_id | batch_id }}}}.json"
+        if ingest.engine == "spark":
+            args = [
+                "--source",
+                f"{ingest.landing}/*.{ingest.format}",
+                "--format",
+                ingest.format,
+                "--stage",
+                manifest_path,
+            ]
+            if ingest.schema_ddl:
+                args += ["--schema", ingest.schema_ddl]
+            if table.partition_by:
+                args += ["--partition-by", ",".join(table.partition_by)]
+            stage = DeltaSparkJobOperator(
+                task_id="stage", table_uri=table.uri, job="ingest", job_args=args, **conn
+            )
+        else:
+            stage = DeltaStageOperator(
+                task_id="stage",
+                table_uri=table.uri,
+                landing=ingest.landing,
+                staging=staging,
+                source_format=ingest.format,
+                partition_by=table.partition_by or None,
+                **conn,
+            )
+        commit = DeltaCommitOperator(task_id="commit", table_uri=table.uri, staged_manifest=MANIFEST, **conn)
+        if table.quality is not None:
+            gate = DeltaQualityGateOperator(
+                task_id="quality_gate",
+                table_uri=table.uri,
+                staged_manifest=MANIFEST,
+                expectations=[e.model_dump() for e in table.quality.expectations],
+                on_failure=table.quality.on_failure,
+                **conn,
+            )
+            stage >> gate >> commit
+        else:
+            stage >> commit
+    return dag
+
+
+def consumer_dag(name: str, table: TableConfig) -> DAG:
+    consumer = table.consumer
+    assert consumer is not None
+    conn = {"deltaplane_conn_id": table.conn_id}
+    dag_id = f"deltaplane_{name}_consumer"
+    if consumer.trigger == "asset":
+        uri = asset_uri(table.uri)
+        watcher = AssetWatcher(
+            name=f"{dag_id}_watcher",
+            trigger=DeltaCommitEventTrigger(table_uri=table.uri, watermark_key=dag_id, **conn),
+        )
+        schedule: Any = [Asset(name=uri, uri=uri, watchers=[watcher])]
+        how = "runs on every new data commit of the table's Asset (an `AssetWatcher` on the log, no polling)"
+    else:
+        schedule = consumer.schedule or "@hourly"
+        how = f"runs `{schedule}`; a deferrable log-tail sensor waits in the triggerer for new data commits"
+    with DAG(
+        schedule=schedule,
+        doc_md=f"""### Consumer of `{name}`
+
+{how.capitalize()}, then appends the rows of every data commit since its watermark to
+`{consumer.target}` (with `_source_version`). The watermark is a `txn` in the target's own log,
+committed with the rows: exactly once, across retries and restarts. OPTIMIZE commits are not data.
+""",
+        **_common(name, table, "consumer"),
+    ) as dag:
+        consume = DeltaConsumeOperator(
+            task_id="consume", table_uri=consumer.target, source_uri=table.uri, **conn
+        )
+        if consumer.trigger == "sensor":
+            (
+                DeltaLogTailSensor(
+                    task_id="wait_for_commits",
+                    table_uri=table.uri,
+                    watermark_key=dag_id,
+                    deferrable=True,
+                    poke_interval=30,
+                    **conn,
+                )
+                >> consume
+            )
+    return dag
+
+
+def build_dags(config: PlatformConfig | None = None, *, fileloc: str | None = None) -> dict[str, DAG]:
+    """Every table's DAGs; ``fileloc`` is the DAG file that calls this (Airflow finds, parses and
+    runs DAGs by the file that defines them, not by this module)."""
+    config = config if config is not None else load_config()
+    dags: dict[str, DAG] = {}
+    for name, table in config.tables.items():
+        for build in (maintenance_dag, ingest_dag, consumer_dag):
+            if build is ingest_dag and table.ingest is None:
+                continue
+            if build is consumer_dag and table.consumer is None:
+                continue
+            dag = build(name, table)
+            if fileloc is not None:
+                dag.fileloc = fileloc
+            dags[dag.dag_id] = dag
+    return dags
+
+
+__all__ = ["build_dags", "table_asset"]
