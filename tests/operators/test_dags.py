@@ -1,0 +1,227 @@
+"""The configuration, the DAG factory's DAGs through dag.test() (locally and on S3), DAG import
+time, the provider registration and `make run`'s main job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import deltalake
+import pytest
+
+from engine import DeltaTable
+from operators.config import ConfigError, load_config
+from tests.operators.conftest import DAGS, asset_events, run_dag, task_states, xcom
+
+pytestmark = pytest.mark.xdist_group("airflow")
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def write_config(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "tables.yaml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+GOOD = """
+    tables:
+      trips:
+        uri: lake/trips
+        partition_by: [day]
+        retention_hours: 0
+        enforce_retention: false
+        auto_optimize: {min_small_files: 2}
+        manifest: true
+        ingest: {landing: landing, format: csv, staging: staging}
+        quality:
+          on_failure: skip
+          expectations:
+            - {expectation: expect_column_values_to_not_be_null, kwargs: {column: id}}
+        consumer: {target: lake/copy}
+    """
+
+
+def test_config_errors_name_the_table_and_key(tmp_path):
+    config = load_config(write_config(tmp_path, GOOD))
+    assert config.tables["trips"].uri == str(tmp_path / "lake" / "trips")
+    assert config.tables["trips"].auto_optimize.small_file_size == 32 << 20
+    bad = GOOD.replace("min_small_files: 2", "min_small_files: 0").replace(
+        "retention_hours: 0", "retention_hours: 1"
+    )
+    bad = bad.replace("enforce_retention: false", "target_file_size: lots")
+    with pytest.raises(ConfigError) as e:
+        load_config(write_config(tmp_path, bad))
+    message = str(e.value)
+    assert "table 'trips': auto_optimize.min_small_files: Input should be greater than 0" in message
+    assert "table 'trips': target_file_size:" in message and "'lots' is not a size" in message
+    with pytest.raises(ConfigError, match="table 'trips': zorder: Extra inputs are not permitted"):
+        load_config(write_config(tmp_path, GOOD.replace("manifest: true", "zorder: [a]")))
+    with pytest.raises(ConfigError, match="under the 7-day safety limit"):
+        load_config(
+            write_config(tmp_path, GOOD.replace("enforce_retention: false", "enforce_retention: true"))
+        )
+    # the command line
+    ok = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "config", "validate", str(tmp_path / "tables.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 2 and "deltaplane: error:" in ok.stderr and "table 'trips'" in ok.stderr
+    good = write_config(tmp_path, GOOD)
+    ok = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "config", "validate", str(good)], capture_output=True, text=True
+    )
+    assert ok.returncode == 0 and "ok: 1 table(s)" in ok.stdout
+
+
+def dag_file(name: str, config: Path) -> str:
+    return f"""
+        # An Airflow DAG file (the DAG processor skips files that do not say "airflow" and "dag").
+        from operators.config import load_config
+        from operators.dag_factory import build_dags
+
+        dags = build_dags(load_config({str(config)!r}), fileloc=__file__)
+        dag = dags["{name}"]
+        """
+
+
+def land(landing: Path, start: int, *, bad: bool = False) -> None:
+    landing.mkdir(parents=True, exist_ok=True)
+    for part in range(2):
+        rows = [f"{'' if bad and i == 1 else start + part * 10 + i},2026-11-0{1 + i % 2}" for i in range(10)]
+        (landing / f"b{start}-{part}.csv").write_text("id,day\n" + "\n".join(rows) + "\n")
+
+
+def test_factory_dags_ingest_consume_and_maintain(airflow_db, tmp_path):
+    config = write_config(tmp_path, GOOD)
+    table = tmp_path / "lake" / "trips"
+    runs = {}
+    for batch, bad in ((0, False), (100, True), (200, False)):
+        land(tmp_path / "landing", batch, bad=bad)
+        runs[batch] = run_dag(f"ingest_{batch}", dag_file("deltaplane_trips_ingest", config))
+    assert task_states(runs[0]) == {"stage": "success", "quality_gate": "success", "commit": "success"}
+    assert task_states(runs[100]) == {"stage": "success", "quality_gate": "success", "commit": "skipped"}
+    assert xcom(runs[100], "quality_gate")["quarantine"].startswith(str(table / "_quarantine"))
+    assert DeltaTable(str(table)).count() == 40 and not list((tmp_path / "landing").glob("*.csv"))
+    # The consumer: asset-scheduled, one watcher on the table's commits.
+    consumer = run_dag("consume", dag_file("deltaplane_trips_consumer", config))
+    assert task_states(consumer) == {"consume": "success"}
+    assert xcom(consumer, "consume")["source_versions"] == [0, 1]
+    copy = DeltaTable(str(tmp_path / "lake" / "copy"))
+    assert copy.count() == 40 and copy.snapshot.app_transaction_version(f"consume:{table}") == 1
+    again = run_dag("consume_again", dag_file("deltaplane_trips_consumer", config))
+    assert (
+        xcom(again, "consume")["reason"] == "no new commits"
+        and DeltaTable(str(tmp_path / "lake" / "copy")).version == 0
+    )
+    # Maintenance: compaction of the two batches' small files, checkpoint, vacuum, manifest.
+    run = run_dag("maintain", dag_file("deltaplane_trips_maintenance", config))
+    states = task_states(run)
+    assert set(states.values()) == {"success"}, states
+    assert xcom(run, "compact")["num_files_removed"] == 4
+    assert sorted(deltalake.DeltaTable(str(table)).to_pyarrow_table()["id"].to_pylist()) == sorted(
+        [*range(0, 20), *range(200, 220)]
+    )
+    ops = [e["operation"] for e in asset_events(f"file://{table}")]
+    assert ops == ["CREATE TABLE AS SELECT", "WRITE", "OPTIMIZE", "VACUUM END"]
+
+
+def test_factory_maintenance_on_s3(airflow_db, tmp_path, s3_server, monkeypatch):
+    from engine import write_table
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_S3LAKE",
+        json.dumps(
+            {"conn_type": "deltaplane", "host": s3_server.endpoint, "login": "test", "password": "test"}
+        ),
+    )
+    uri = s3_server.uri("factory-s3")
+    import pyarrow as pa
+
+    for i in range(4):
+        write_table(
+            uri, pa.table({"id": [i], "g": ["x"]}), mode="append", storage_options=s3_server.options()
+        )
+    config = write_config(
+        tmp_path,
+        f"""
+        tables:
+          remote:
+            uri: {uri}
+            conn_id: s3lake
+            retention_hours: 0
+            enforce_retention: false
+            auto_optimize: {{min_small_files: 2}}
+        """,
+    )
+    run = run_dag("s3_maintain", dag_file("deltaplane_remote_maintenance", config))
+    assert set(task_states(run).values()) == {"success"}, task_states(run)
+    rs = deltalake.DeltaTable(uri, storage_options=s3_server.delta_rs_options())
+    assert sorted(rs.to_pyarrow_table()["id"].to_pylist()) == [0, 1, 2, 3]
+    assert len(rs.file_uris()) == 1
+    assert [h["operation"] for h in rs.history(3)] == ["VACUUM END", "VACUUM START", "OPTIMIZE"]
+
+
+def test_dag_files_import_fast_and_touch_no_table(tmp_path):
+    """Measured, not asserted: the time to execute the DAG file once Airflow is imported (what
+    the DAG processor pays per parse). No table exists, so touching one would fail."""
+    config = write_config(tmp_path, GOOD)
+    code = (
+        "import time, runpy, airflow.sdk;"
+        "t = time.perf_counter();"
+        f"d = runpy.run_path({str(PROJECT / 'dags' / 'deltaplane_tables.py')!r});"
+        "print(round(time.perf_counter() - t, 3), sorted(k for k in d if k.startswith('deltaplane_')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "DELTAPLANE_CONFIG": str(config)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seconds, dag_ids = done.stdout.strip().split(" ", 1)
+    assert "deltaplane_trips_ingest" in dag_ids and "deltaplane_trips_consumer" in dag_ids
+    assert not (tmp_path / "lake").exists()
+    print(json.dumps({"dag_file_import_seconds": float(seconds)}))
+
+
+def test_provider_is_listed_by_airflow():
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+    assert "deltaplane" in manager.providers
+    assert "deltaplane" in manager.hooks
+
+
+def test_make_run_main_job(tmp_path):
+    """`make run`'s job end to end, on a copy of the configuration pointing into tmp_path."""
+    config = (PROJECT / "config" / "tables.yaml").read_text().replace("../demo/", "")
+    (tmp_path / "tables.yaml").write_text(config)
+    start = time.perf_counter()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "operators.demo",
+            "--demo",
+            str(tmp_path / "demo"),
+            "--config",
+            str(tmp_path / "tables.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert out.count("passed 3 expectations") == 3 and "batch 3: REJECTED" in out
+    assert "consumer appended 120 rows" in out and "the OPTIMIZE fired no consumer run: yes" in out
+    assert DeltaTable(str(tmp_path / "lake" / "trips")).count() == 360
+    assert DeltaTable(str(tmp_path / "lake" / "trips_by_zone")).count() == 360
+    assert list((tmp_path / "lake" / "trips" / "_quarantine").iterdir())
+    print(json.dumps({"make_run_seconds": round(time.perf_counter() - start, 1)}))
