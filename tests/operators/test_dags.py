@@ -15,7 +15,7 @@ import pytest
 
 from engine import DeltaTable
 from operators.config import ConfigError, load_config
-from tests.operators.conftest import DAGS, asset_events, run_dag, task_states, xcom
+from tests.operators.conftest import asset_events, run_dag, task_states, xcom
 
 pytestmark = pytest.mark.xdist_group("airflow")
 
