@@ -44,10 +44,13 @@ def run_dag(name: str, source: str, **test_kwargs):
     """Write ``source`` as ``<dags>/<name>.py`` (it must define ``dag``), import it, ``dag.test()``."""
     path = DAGS / f"{name}.py"
     path.write_text(textwrap.dedent(source))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.dag.test(**test_kwargs)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.dag.test(**test_kwargs)
+    finally:
+        path.unlink()  # later DAG files may define the same DAG ids
 
 
 def task_states(run) -> dict[str, str]:
