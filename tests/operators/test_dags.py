@@ -225,3 +225,38 @@ def test_make_run_main_job(tmp_path):
     assert DeltaTable(str(tmp_path / "lake" / "trips_by_zone")).count() == 360
     assert list((tmp_path / "lake" / "trips" / "_quarantine").iterdir())
     print(json.dumps({"make_run_seconds": round(time.perf_counter() - start, 1)}))
+
+
+def test_factory_spark_ingest_and_sensor_consumer_on_s3(airflow_db, tmp_path, s3_server, monkeypatch):
+    """The other DAG shapes, on SeaweedFS: ingest staged by the Spark job, a sensor-driven consumer."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_S3LAKE",
+        json.dumps(
+            {"conn_type": "deltaplane", "host": s3_server.endpoint, "login": "test", "password": "test"}
+        ),
+    )
+    uri, target = s3_server.uri("spark-ingest"), s3_server.uri("spark-ingest-copy")
+    config = write_config(
+        tmp_path,
+        f"""
+        tables:
+          events:
+            uri: {uri}
+            conn_id: s3lake
+            ingest: {{landing: landing, format: csv, staging: {s3_server.uri("spark-staging")}, engine: spark}}
+            quality:
+              expectations:
+                - {{expectation: expect_column_values_to_not_be_null, kwargs: {{column: id}}}}
+            consumer: {{target: {target}, trigger: sensor, schedule: "@hourly"}}
+        """,
+    )
+    land(tmp_path / "landing", 0)
+    run = run_dag("spark_ingest", dag_file("deltaplane_events_ingest", config))
+    assert task_states(run) == {"stage": "success", "quality_gate": "success", "commit": "success"}, (
+        task_states(run)
+    )
+    assert xcom(run, "stage")["rows"] == 20
+    run = run_dag("sensor_consumer", dag_file("deltaplane_events_consumer", config))
+    assert task_states(run) == {"wait_for_commits": "success", "consume": "success"}
+    rs = deltalake.DeltaTable(target, storage_options=s3_server.delta_rs_options())
+    assert sorted(rs.to_pyarrow_table()["id"].to_pylist()) == list(range(20))

@@ -371,3 +371,83 @@ def test_spark_backed_operators(airflow_db, tmp_path):
     stamps = [h["airflow"]["task_id"] for h in dt.history()]
     assert stamps == ["delete", "compact", "commit", "ingest"]
     assert deltalake.DeltaTable(str(table)).transaction_version("spark_ops.compact") is not None
+
+
+def test_gate_sensor_manifest_consumer_and_spark_on_s3(airflow_db, tmp_path, s3_server, monkeypatch):
+    """The rest of the operators on SeaweedFS: a staged batch gated and committed, a bad batch
+    quarantined on S3, the deferred log-tail sensor, manifests, the consumer, a Spark compaction."""
+    from engine import stage_write, write_table
+    from engine.commands.staged import write_manifest
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LAKE",
+        json.dumps(
+            {"conn_type": "deltaplane", "host": s3_server.endpoint, "login": "test", "password": "test"}
+        ),
+    )
+    options = s3_server.options()
+    uri, copy = s3_server.uri("gated"), s3_server.uri("gated-copy")
+    write_table(
+        uri,
+        pa.table({"id": pa.array([1, 2], pa.int64()), "g": ["a", "b"]}),
+        partition_by=["g"],
+        storage_options=options,
+    )
+    good = stage_write(
+        uri, pa.table({"id": pa.array([3, 4], pa.int64()), "g": ["a", "b"]}), storage_options=options
+    )
+    bad = stage_write(
+        uri, pa.table({"id": pa.array([None], pa.int64()), "g": ["a"]}), storage_options=options
+    )
+    manifests = s3_server.uri("staging")
+    write_manifest(f"{manifests}/good.json", good, options)
+    write_manifest(f"{manifests}/bad.json", bad, options)
+    expectations = [{"expectation": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}]
+    run = run_dag(
+        "s3_rest",
+        f"""
+        import pendulum
+        from airflow.sdk import DAG
+        from operators.commit import DeltaCommitOperator
+        from operators.ingest import DeltaConsumeOperator
+        from operators.maintenance import DeltaCompactionOperator, DeltaManifestOperator
+        from operators.quality import DeltaQualityGateOperator
+        from operators.sensors import DeltaLogTailSensor
+
+        T, C, M = {uri!r}, {copy!r}, {manifests!r}
+        X = {expectations!r}
+        c = dict(deltaplane_conn_id="lake")
+        with DAG("s3_rest", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+            gate_bad = DeltaQualityGateOperator(task_id="gate_bad", table_uri=T, staged_manifest=M + "/bad.json",
+                                                expectations=X, on_failure="skip", **c)
+            commit_bad = DeltaCommitOperator(task_id="commit_bad", table_uri=T, staged_manifest=M + "/bad.json", **c)
+            gate = DeltaQualityGateOperator(task_id="gate", table_uri=T, staged_manifest=M + "/good.json",
+                                            expectations=X, trigger_rule="none_failed", **c)
+            commit = DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest=M + "/good.json", **c)
+            wait = DeltaLogTailSensor(task_id="wait", table_uri=T, after_version=0, deferrable=True,
+                                      poke_interval=0.5, **c)
+            consume = DeltaConsumeOperator(task_id="consume", table_uri=C, source_uri=T, **c)
+            compact = DeltaCompactionOperator(task_id="compact", table_uri=T, spark_threshold_bytes=0, **c)
+            manifest = DeltaManifestOperator(task_id="manifest", table_uri=T, **c)
+            gate_bad >> commit_bad >> gate >> commit >> wait >> consume >> compact >> manifest
+        """,
+    )
+    states = task_states(run)
+    assert states.pop("commit_bad") == "skipped" and set(states.values()) == {"success"}, states
+    assert [c["version"] for c in xcom(run, "wait")["commits"]] == [1]
+    assert xcom(run, "compact")["engine"] == "spark"
+    quarantine = xcom(run, "gate_bad")["quarantine"]
+    assert quarantine == f"{uri}/_quarantine/bad"
+    keys = [
+        o["Key"]
+        for o in s3_server.client().list_objects_v2(
+            Bucket=s3_server.bucket, Prefix=quarantine.split("/", 3)[3]
+        )["Contents"]
+    ]
+    assert any(k.endswith("validation.json") for k in keys) and any(k.endswith(".parquet") for k in keys)
+    rs = deltalake.DeltaTable(uri, storage_options=s3_server.delta_rs_options())
+    assert sorted(rs.to_pyarrow_table()["id"].to_pylist()) == [1, 2, 3, 4]
+    assert [h["operation"] for h in rs.history()][:2] == ["OPTIMIZE", "WRITE"]
+    copied = deltalake.DeltaTable(copy, storage_options=s3_server.delta_rs_options()).to_pyarrow_table()
+    assert sorted(copied["id"].to_pylist()) == [1, 2, 3, 4]
+    assert xcom(run, "manifest")["manifest"]["filesWritten"] == 2
