@@ -29,5 +29,5 @@ def get_provider_info() -> dict:
         "triggers": [{"integration-name": "Deltaplane", "python-modules": ["operators.triggers"]}],
         "hooks": [{"integration-name": "Deltaplane", "python-modules": ["operators.hooks"]}],
         "integrations": [{"integration-name": "Deltaplane", "external-doc-url": "https://delta.io/"}],
-        "plugins": [],
+        "plugins": [{"name": "deltaplane", "plugin-class": "operators.plugin.DeltaplanePlugin"}],
     }
