@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run airflow test lint unit conformance bench clean
+.PHONY: run airflow stack stack-down test lint unit conformance bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,15 @@ airflow: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+
+# The docker-compose topology natively on 127.0.0.1 (SeaweedFS, Spark master + worker, Airflow
+# api-server/scheduler/dag-processor/triggerer), under ./demo/stack; stops itself after 4 hours.
+stack: $(STAMP)
+	$(BIN)/python -m operators.stack up --root ./demo/stack
+
+# Stop exactly the processes `make stack` started (by the PIDs in demo/stack/pids.json).
+stack-down:
+	$(BIN)/python -m operators.stack down --root ./demo/stack
 
 # The whole suite: lint, import-layer contract, then every test tier.
 test: lint

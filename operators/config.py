@@ -110,8 +110,12 @@ class TableConfig(_Model):
     quality: Quality | None = None
     consumer: Consumer | None = None
 
-    _sizes = field_validator("target_file_size", "spark_threshold_bytes", mode="before")(
+    _sizes = field_validator("target_file_size", mode="before")(
         lambda cls, v: None if v is None else parse_size(v)
+    )
+    # 0: every compaction and DML goes to Spark
+    _threshold = field_validator("spark_threshold_bytes", mode="before")(
+        lambda cls, v: 0 if v in (0, "0") else parse_size(v)
     )
 
     @field_validator("uri")

