@@ -72,6 +72,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._changes: dict[int, CommitChanges] = {}
         self._snapshots: dict[int, Snapshot] = {}
         self._available_now: int | None = None
+        self._initial: dict | None = None
 
     # The reader is pickled to the tasks that call read(): caches and the store stay behind.
     def __getstate__(self) -> dict[str, Any]:
@@ -123,6 +124,14 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     # --- offsets -----------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
+        # Spark may ask more than once (to plan the first batch, then to run it); the answer must
+        # not move with the table in between, or the first batch would plan one range and read
+        # another (found as a lost first batch when appends landed at query start).
+        if self._initial is None:
+            self._initial = self._compute_initial_offset()
+        return dict(self._initial)
+
+    def _compute_initial_offset(self) -> dict:
         latest = list_log(self.store, 0).max_version
         if latest is None:
             raise StreamingSourceError(f"no Delta table at {self.options.uri}")
@@ -231,6 +240,10 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     # --- planning and reading ----------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> list[FilesPartition]:
+        if _before(end, start):
+            raise StreamingSourceError(
+                f"{self.options.uri}: the batch ends ({end}) before it starts ({start})"
+            )
         pieces: list[pa.Table] = []
         run: tuple[Any, int, int] | None = None  # (source key, first, last) of consecutive files
 

@@ -181,3 +181,119 @@ def test_pages_render_svg_without_outside_requests(ops_server):
     )
     status, page = request(base + "/deltaplane/", token=token)
     assert status == 200 and "trips" in page and f"data-k=files>{health.num_files}<" in page
+
+
+def test_the_plugin_is_registered_with_its_nav_entry(ops_server):
+    base, token, _ = ops_server
+    status, body = request(base + "/api/v2/plugins", token=token)
+    assert status == 200, body
+    plugins = {p["name"]: p for p in json.loads(body)["plugins"]}
+    views = plugins["deltaplane"]["external_views"]
+    assert views[0]["href"] == "/deltaplane/" and views[0]["destination"] == "nav"
+
+
+def test_in_a_real_browser(ops_server, tmp_path):
+    """Headless Chromium (Debian's `chromium`) opens the table page with the session of a user
+    who logged in through Airflow's auth endpoint; the numbers it renders equal health(); the
+    screenshot is kept as a test artifact."""
+    import asyncio
+    import base64
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    from airflow.api_fastapi.core_api.security import COOKIE_NAME_JWT_TOKEN
+
+    base, token, trips = ops_server
+    artifacts = Path(
+        os.environ.get("DELTAPLANE_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")
+    )
+    artifacts.mkdir(parents=True, exist_ok=True)
+    profile = tmp_path / "chromium-profile"
+    browser = subprocess.Popen(
+        [
+            chromium,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            "--window-size=1280,1600",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        active = profile / "DevToolsActivePort"
+        deadline = time.time() + 30
+        while not active.exists() or not active.read_text().strip():
+            assert time.time() < deadline and browser.poll() is None, "Chromium did not start"
+            time.sleep(0.2)
+        port = int(active.read_text().splitlines()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=10) as r:
+            page = next(t for t in json.load(r) if t["type"] == "page")
+        values, png = asyncio.run(
+            _browse(
+                page["webSocketDebuggerUrl"],
+                base,
+                f"{base}/deltaplane/tables/trips",
+                COOKIE_NAME_JWT_TOKEN,
+                token,
+            )
+        )
+    finally:
+        os.killpg(browser.pid, signal.SIGTERM)
+        browser.wait(timeout=20)
+    shot = artifacts / "ops-view-trips.png"
+    shot.write_bytes(base64.b64decode(png))
+    assert shot.stat().st_size > 10_000
+    health = DeltaTable(trips).health(small_file_size=32 << 20)
+    assert values["version"] == str(health.version) and values["files"] == str(health.num_files)
+    assert values["small_files"] == str(health.num_small_files)
+    assert values["versions_since_checkpoint"] == str(health.versions_since_checkpoint)
+    assert values["deleted_rows_ratio"] == f"{health.deleted_rows_ratio:.1%}"
+
+
+async def _browse(ws_url: str, base: str, url: str, cookie: str, token: str):
+    import websockets
+
+    async with websockets.connect(ws_url, max_size=None) as ws:
+        counter = 0
+
+        async def call(method: str, **params):
+            nonlocal counter
+            counter += 1
+            await ws.send(json.dumps({"id": counter, "method": method, "params": params}))
+            while True:
+                message = json.loads(await ws.recv())
+                if message.get("id") == counter:
+                    assert "error" not in message, message
+                    return message.get("result", {})
+
+        await call("Network.enable")
+        await call("Network.setCookie", name=cookie, value=token, url=base)
+        await call("Page.enable")
+        await call("Page.navigate", url=url)
+        for _ in range(200):
+            state = await call("Runtime.evaluate", expression="document.readyState", returnByValue=True)
+            if state["result"]["value"] == "complete":
+                break
+            await asyncio_sleep(0.1)
+        script = (
+            "JSON.stringify(Object.fromEntries([...document.querySelectorAll('[data-k]')]"
+            ".map(e => [e.dataset.k, e.textContent.trim()])))"
+        )
+        result = await call("Runtime.evaluate", expression=script, returnByValue=True)
+        shot = await call("Page.captureScreenshot", format="png")
+        return json.loads(result["result"]["value"]), shot["data"]
+
+
+async def asyncio_sleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)

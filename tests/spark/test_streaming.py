@@ -10,6 +10,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 from pyspark.errors import PySparkException
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 from pyspark.sql.utils import CapturedException, StreamingQueryException
 
 from engine import DeltaTable, write_table
@@ -166,3 +167,25 @@ def test_a_replayed_sink_batch_is_not_committed_twice(spark, tmp_path):
     assert info["operation"] == "STREAMING UPDATE"
     assert info["streamingBatchId"] == last
     assert DeltaTable(dst).snapshot.app_transaction_version(info["streamingQueryId"]) == last
+
+
+def test_the_initial_offset_does_not_move_with_the_table(tmp_path):
+    """Spark asks for it to plan the first batch and again to run it; appends in between must
+    not shift the start (they did: the first batch planned one range and read another, empty)."""
+    from spark_jobs.options import StreamOptions
+    from spark_jobs.streaming import DeltaplaneStreamReader, StreamingSourceError
+    from spark_jobs.types import spark_schema
+
+    src = str(tmp_path / "src")
+    write_table(src, rows(0, 10))
+    reader = DeltaplaneStreamReader(
+        StreamOptions.parse({"path": src}), spark_schema(DeltaTable(src).snapshot.schema)
+    )
+    first = reader.initialOffset()
+    write_table(src, rows(10, 5), mode="append")
+    assert reader.initialOffset() == first == {**first, "version": 0, "initialSnapshot": True}
+    end = reader.latestOffset(first, ReadAllAvailable())
+    assert end["version"] == 2 and not end["initialSnapshot"]
+    assert len(reader.partitions(first, end)) == 1
+    with pytest.raises(StreamingSourceError, match="ends"):
+        reader.partitions(end, first)
