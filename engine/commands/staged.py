@@ -311,7 +311,15 @@ def commit_write(
         metadata["userMetadata"] = spec.user_metadata
     operation_metrics = _write_metrics(adds)
     if spec.read_version is None:
-        return _commit_create(spec, adds, store, metadata, operation_metrics)
+        return _commit_create(
+            spec,
+            adds,
+            store,
+            metadata,
+            operation_metrics,
+            operation=operation,
+            parameters=operation_parameters,
+        )
     snapshot = load_snapshot(store, spec.read_version)
     params: dict[str, Any] = {"mode": spec.mode.capitalize(), "partitionBy": snapshot.partition_columns}
     if spec.replace_where is not None:
@@ -360,12 +368,24 @@ def commit_write(
 
 
 def _commit_create(
-    spec: WriteSpec, adds: list[Add], store: ObjectStore, metadata, operation_metrics
+    spec: WriteSpec,
+    adds: list[Add],
+    store: ObjectStore,
+    metadata,
+    operation_metrics,
+    *,
+    operation: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
 ) -> CommitResult:
     table_metadata = spec.metadata
     params = {"partitionBy": table_metadata.partition_columns, "properties": table_metadata.configuration}
+    params.update(parameters or {})
     txn = Transaction(
-        store, None, operation="CREATE TABLE AS SELECT", operation_parameters=params, commit_metadata=metadata
+        store,
+        None,
+        operation=operation or "CREATE TABLE AS SELECT",
+        operation_parameters=params,
+        commit_metadata=metadata,
     )
     txn.update_protocol(spec.protocol)
     txn.update_metadata(table_metadata)

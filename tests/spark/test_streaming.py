@@ -167,6 +167,8 @@ def test_a_replayed_sink_batch_is_not_committed_twice(spark, tmp_path):
     assert info["operation"] == "STREAMING UPDATE"
     assert info["streamingBatchId"] == last
     assert DeltaTable(dst).snapshot.app_transaction_version(info["streamingQueryId"]) == last
+    first = DeltaTable(dst).history()[-1]  # the batch that created the table is a streaming commit too
+    assert first["operation"] == "STREAMING UPDATE" and first["operationParameters"]["epochId"] == "0"
 
 
 def test_the_initial_offset_does_not_move_with_the_table(tmp_path):
