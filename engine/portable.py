@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from engine.actions import Metadata, Protocol
 from engine.errors import InvalidArgumentError
-from engine.snapshot import Snapshot
+from engine.snapshot import Snapshot, files_snapshot
 from engine.storage import open_store
 from engine.storage.base import ObjectStore
 
@@ -87,17 +87,12 @@ class PortableSnapshot:
 
     def snapshot(self, store: ObjectStore | None = None) -> Snapshot:
         """An engine snapshot holding only these files (nothing is read from the log)."""
-        files = self.files
-        return Snapshot(
-            store=store if store is not None else self.store(),
-            version=self.version,
-            protocol=Protocol.from_json(json.loads(self.protocol_json)),
-            metadata=Metadata.from_json(json.loads(self.metadata_json)),
-            files=files,
-            tombstones=pa.table({}),
-            txns={},
-            domains={},
-            commit_info=None,
+        return files_snapshot(
+            store if store is not None else self.store(),
+            self.version,
+            Protocol.from_json(json.loads(self.protocol_json)),
+            Metadata.from_json(json.loads(self.metadata_json)),
+            self.files,
         )
 
     def with_files(self, files: pa.Table) -> PortableSnapshot:

@@ -95,6 +95,24 @@ class Snapshot:
         return txn.version if txn else None
 
 
+def files_snapshot(
+    store: ObjectStore, version: int, protocol: Protocol, metadata: Metadata, files: pa.Table
+) -> Snapshot:
+    """A snapshot holding only ``files`` (live-file rows) under this protocol and metadata, built
+    without reading the log: what a task, a staged batch or a log consumer scans."""
+    return Snapshot(
+        store=store,
+        version=version,
+        protocol=protocol,
+        metadata=metadata,
+        files=files,
+        tombstones=pa.table({}),
+        txns={},
+        domains={},
+        commit_info=None,
+    )
+
+
 def partition_fields(schema: StructType, metadata: Metadata, root: str = "") -> list[StructField]:
     out = []
     for name in metadata.partition_columns:

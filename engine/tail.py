@@ -63,16 +63,21 @@ class CommitChanges:
 
     def added_rows(self) -> int | None:
         """Rows in the added files from their statistics (``None`` if a file has none)."""
-        total = 0
-        for stats in self.added.column("stats").to_pylist():
-            if not stats or "numRecords" not in (parsed := json.loads(stats)):
-                return None
-            total += int(parsed["numRecords"])
-        return total
+        return num_records(self.added)
 
     def metadata_schema(self):
         """The schema this commit set (``None`` when it did not change metadata)."""
         return parse_schema(self.metadata.schema_string) if self.metadata is not None else None
+
+
+def num_records(files: pa.Table) -> int | None:
+    """Rows in these files from their statistics (``None`` if a file has none)."""
+    total = 0
+    for stats in files.column("stats").to_pylist():
+        if not stats or "numRecords" not in (parsed := json.loads(stats)):
+            return None
+        total += int(parsed["numRecords"])
+    return total
 
 
 def versions_after(store: ObjectStore, version: int, *, until: int | None = None) -> list[int]:

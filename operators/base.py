@@ -37,6 +37,7 @@ class DeltaTableOperator(BaseOperator):
 
     template_fields: tuple[str, ...] = ("table_uri",)
     writes = True  # whether the operator may commit (and so emits Asset events)
+    creates_table = False  # whether a missing table is created by the operator (else an error)
     ui_color = "#cfe8ff"
 
     def __init__(
@@ -103,7 +104,14 @@ class DeltaTableOperator(BaseOperator):
 
     def open_table(self, hook):
         """The table (``None`` when it does not exist yet and the operator may create it)."""
-        return hook.get_table(self.table_uri)
+        from engine.errors import TableNotFoundError
+
+        try:
+            return hook.get_table(self.table_uri)
+        except TableNotFoundError:
+            if self.creates_table:
+                return None
+            raise
 
     def run(self, context, hook, table, ident) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError

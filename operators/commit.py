@@ -15,6 +15,7 @@ class DeltaCommitOperator(DeltaTableOperator):
     A missing table is created by the write. One commit, retry-safe."""
 
     template_fields = ("table_uri", "staged_manifest", "source", "replace_where")
+    creates_table = True
     template_fields_renderers = {"staged_manifest": "py"}
 
     def __init__(
@@ -40,13 +41,6 @@ class DeltaCommitOperator(DeltaTableOperator):
         self.partition_by = partition_by
         self.schema_mode = schema_mode
         self.replace_where = replace_where
-
-    def open_table(self, hook):
-        from engine import DeltaTable
-
-        if DeltaTable.is_deltatable(self.table_uri, hook.settings.storage_options):
-            return hook.get_table(self.table_uri)
-        return None
 
     def run(self, context, hook, table, ident) -> dict[str, Any]:
         options = hook.settings.storage_options

@@ -30,9 +30,9 @@ def find_new_commits(
     from engine.expressions.parser import parse_predicate
     from engine.scan import Scan, file_keep_mask
     from engine.schema import parse_schema
-    from engine.snapshot import load_table_config
+    from engine.snapshot import files_snapshot, load_table_config
     from engine.storage import open_store
-    from engine.tail import commit_changes, versions_after
+    from engine.tail import commit_changes, num_records, versions_after
 
     store = open_store(table_uri, storage_options)
     versions = versions_after(store, after_version)[:max_versions]
@@ -44,67 +44,39 @@ def find_new_commits(
     }
     if not versions:
         return out
-    _, metadata = load_table_config(store, versions[0])
+    protocol, metadata = load_table_config(store, versions[0])
     wanted = {o.upper() for o in operations} if operations else None
+    predicate = parse_predicate(partition_filter) if partition_filter else None
+    bound = schema = None
     for version in versions:
         changes = commit_changes(store, version, metadata)
         if changes.metadata is not None:
-            metadata = changes.metadata
+            metadata, bound = changes.metadata, None
         if data_change_only and not changes.data_change:
             continue
         if wanted is not None and (changes.operation or "").upper() not in wanted:
             continue
         added, removed = changes.added, changes.removed
-        if partition_filter:
-            schema = parse_schema(metadata.schema_string)
-            predicate = bind_predicate(parse_predicate(partition_filter), schema)
+        if predicate is not None:
+            if bound is None:  # bound again only when a commit changes the schema
+                schema = parse_schema(metadata.schema_string)
+                bound = bind_predicate(predicate, schema)
             if added.num_rows:
-                added = added.filter(file_keep_mask(added, predicate, schema, metadata, store.root))
+                added = added.filter(file_keep_mask(added, bound, schema, metadata, store.root))
             if removed.num_rows:
-                removed = removed.filter(file_keep_mask(removed, predicate, schema, metadata, store.root))
+                removed = removed.filter(file_keep_mask(removed, bound, schema, metadata, store.root))
             if added.num_rows == 0 and removed.num_rows == 0:
                 continue
-        snapshot_like = _files_snapshot(store, version, metadata, added) if added.num_rows else None
+        files = files_snapshot(store, version, protocol, metadata, added)
         out["commits"].append(
             {
                 "version": version,
                 "operation": changes.operation,
                 "timestamp": changes.timestamp,
                 "dataChange": changes.data_change,
-                "files": Scan(snapshot_like, None, None).file_uris() if snapshot_like is not None else [],
+                "files": Scan(files, None, None).file_uris() if added.num_rows else [],
                 "filesRemoved": int(removed.num_rows),
-                "rowsAdded": _rows(added),
+                "rowsAdded": num_records(added),
             }
         )
     return out
-
-
-def _files_snapshot(store, version, metadata, files):
-    import pyarrow as pa
-
-    from engine.actions import Protocol
-    from engine.snapshot import Snapshot
-
-    return Snapshot(
-        store=store,
-        version=version,
-        protocol=Protocol(1, 2),
-        metadata=metadata,
-        files=files,
-        tombstones=pa.table({}),
-        txns={},
-        domains={},
-        commit_info=None,
-    )
-
-
-def _rows(files) -> int | None:
-    import json
-
-    total = 0
-    for stats in files.column("stats").to_pylist():
-        parsed = json.loads(stats) if stats else {}
-        if "numRecords" not in parsed:
-            return None
-        total += int(parsed["numRecords"])
-    return total

@@ -118,25 +118,19 @@ class DeltaConsumeOperator(DeltaTableOperator):
     ``skip_change_commits``); OPTIMIZE commits are not data. Rows get ``_source_version``."""
 
     template_fields = ("table_uri", "source_uri")
+    creates_table = True
 
     def __init__(self, *, table_uri: str, source_uri: str, skip_change_commits: bool = False, **kwargs: Any):
         super().__init__(table_uri=table_uri, **kwargs)
         self.source_uri = source_uri
         self.skip_change_commits = skip_change_commits
 
-    def open_table(self, hook):
-        from engine import DeltaTable
-
-        if DeltaTable.is_deltatable(self.table_uri, hook.settings.storage_options):
-            return hook.get_table(self.table_uri)
-        return None
-
     def run(self, context, hook, table, ident) -> dict[str, Any]:
         import pyarrow as pa
 
         from engine import write_table
         from engine.scan import Scan
-        from engine.snapshot import Snapshot, load_table_config
+        from engine.snapshot import files_snapshot, load_table_config
         from engine.storage import open_store
         from engine.tail import commit_changes, versions_after
 
@@ -162,7 +156,7 @@ class DeltaConsumeOperator(DeltaTableOperator):
                     "set skip_change_commits=True to ignore such commits"
                 )
             if changes.added.num_rows:
-                files = Snapshot(store, v, protocol, metadata, changes.added, pa.table({}), {}, {}, None)
+                files = files_snapshot(store, v, protocol, metadata, changes.added)
                 rows = Scan(files, None, None).to_table()
                 pieces.append(
                     rows.append_column("_source_version", pa.repeat(pa.scalar(v, pa.int64()), rows.num_rows))

@@ -48,6 +48,7 @@ class DeltaSparkJobOperator(DeltaTableOperator):
     """Run one ``spark_jobs`` entry point (``ingest``, ``compact``, ``dml``) on the table."""
 
     template_fields = ("table_uri", "job_args")
+    creates_table = True  # ingest may create it
 
     def __init__(
         self,
@@ -66,13 +67,6 @@ class DeltaSparkJobOperator(DeltaTableOperator):
         self.job = job
         self.job_args = list(job_args or [])
         self.timeout = timeout
-
-    def open_table(self, hook):
-        from engine import DeltaTable
-
-        if DeltaTable.is_deltatable(self.table_uri, hook.settings.storage_options):
-            return hook.get_table(self.table_uri)
-        return None  # ingest may create it
 
     def run(self, context, hook, table, ident) -> dict[str, Any]:
         args = ["--table", self.table_uri, *self.job_args]

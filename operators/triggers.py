@@ -23,6 +23,12 @@ from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from operators.conditions import find_new_commits
 
 
+def _serialize(trigger, names: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+    """Classpath and kwargs: each constructor argument is kept under its own name, so the
+    triggerer rebuilds the same trigger from them."""
+    return f"{type(trigger).__module__}.{type(trigger).__qualname__}", {n: getattr(trigger, n) for n in names}
+
+
 def _storage_options(conn_id: str | None) -> dict[str, str]:
     from operators.hooks import DeltaHook
 
@@ -51,17 +57,17 @@ class DeltaCommitTrigger(BaseTrigger):
         self.poke_interval = float(poke_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "table_uri": self.table_uri,
-                "after_version": self.after_version,
-                "deltaplane_conn_id": self.deltaplane_conn_id,
-                "data_change_only": self.data_change_only,
-                "operations": self.operations,
-                "partition_filter": self.partition_filter,
-                "poke_interval": self.poke_interval,
-            },
+        return _serialize(
+            self,
+            (
+                "table_uri",
+                "after_version",
+                "deltaplane_conn_id",
+                "data_change_only",
+                "operations",
+                "partition_filter",
+                "poke_interval",
+            ),
         )
 
     def check(self) -> dict[str, Any]:
@@ -113,18 +119,18 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
         self.poke_interval = float(poke_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "table_uri": self.table_uri,
-                "deltaplane_conn_id": self.deltaplane_conn_id,
-                "watermark_key": self.watermark_key,
-                "start_after": self.start_after,
-                "data_change_only": self.data_change_only,
-                "operations": self.operations,
-                "partition_filter": self.partition_filter,
-                "poke_interval": self.poke_interval,
-            },
+        return _serialize(
+            self,
+            (
+                "table_uri",
+                "deltaplane_conn_id",
+                "watermark_key",
+                "start_after",
+                "data_change_only",
+                "operations",
+                "partition_filter",
+                "poke_interval",
+            ),
         )
 
     def _watermark(self, options) -> int:

@@ -62,12 +62,9 @@ def main(args) -> dict:
     elif args.set:
         raise job.JobError("--set goes with --update")
     table = DeltaTable(args.table, storage_options=options)
-    if job.already_done(table, args):
-        return {
-            "version": None,
-            "skipped": True,
-            "reason": f"{args.app_id} {args.app_version} already committed",
-        }
+    skipped = job.already_done(table, args)
+    if skipped is not None:
+        return skipped
     snapshot = table.snapshot
     plan = plan_row_level(
         snapshot,

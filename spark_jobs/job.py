@@ -91,11 +91,14 @@ def app_transaction(args) -> tuple[str | None, int | None]:
     return args.app_id, args.app_version
 
 
-def already_done(table, args) -> bool:
-    """Whether the table records this application version already (a rerun of a committed job)."""
+def already_done(table, args) -> dict | None:
+    """The metrics of a skipped run when the table records this application version already
+    (a rerun of a committed job), else ``None``."""
     app_id, version = app_transaction(args)
     done = table.snapshot.app_transaction_version(app_id) if app_id is not None else None
-    return done is not None and done >= version
+    if done is None or done < version:
+        return None
+    return {"version": None, "skipped": True, "reason": f"{app_id} {version} already committed"}
 
 
 def commit_metadata(args) -> dict[str, Any]:

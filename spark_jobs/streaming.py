@@ -42,7 +42,7 @@ from engine.commands.staged import commit_write, write_files
 from engine.errors import DeltaError
 from engine.log.segment import list_log
 from engine.portable import PortableSnapshot
-from engine.snapshot import Snapshot, load_snapshot, load_table_config
+from engine.snapshot import Snapshot, files_snapshot, load_snapshot, load_table_config
 from engine.storage import open_store
 from engine.tail import FILE_COLUMNS, CommitChanges, commit_changes
 from spark_jobs.datasource import FilesPartition, FilesWritten, plan_for, read_partition
@@ -268,17 +268,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             return []
         files = pa.concat_tables([p.cast(pieces[0].schema) for p in pieces])
         protocol, metadata = self._table_config()
-        snapshot = Snapshot(
-            store=self.store,
-            version=int(end["version"]),
-            protocol=protocol,
-            metadata=metadata,
-            files=files,
-            tombstones=pa.table({}),
-            txns={},
-            domains={},
-            commit_info=None,
-        )
+        snapshot = files_snapshot(self.store, int(end["version"]), protocol, metadata, files)
         portable = PortableSnapshot.of(
             snapshot, uri=self.options.uri, storage_options=self.options.storage_options
         )

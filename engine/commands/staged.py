@@ -59,7 +59,7 @@ from engine.log.replay import reconcile_rows
 from engine.log.segment import list_log
 from engine.scan import Scan
 from engine.schema import StructType, parse_schema, partition_physical_names
-from engine.snapshot import Snapshot, load_snapshot
+from engine.snapshot import files_snapshot, load_snapshot
 from engine.storage import open_store
 from engine.storage.base import ObjectStore
 from engine.transaction import CommitResult, Transaction, check_commit_metadata
@@ -445,18 +445,7 @@ class StagedWrite:
         files = reconcile_rows(
             [(version, [("add", a.to_json()) for a in self.adds])], store.root, physical
         ).live
-        snapshot = Snapshot(
-            store=store,
-            version=version,
-            protocol=self.spec.protocol,
-            metadata=metadata,
-            files=files,
-            tombstones=pa.table({}),
-            txns={},
-            domains={},
-            commit_info=None,
-        )
-        return Scan(snapshot, None, None)
+        return Scan(files_snapshot(store, version, self.spec.protocol, metadata, files), None, None)
 
     def commit(self, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
         return commit_write(self.spec, self.adds, commit_metadata=commit_metadata)
