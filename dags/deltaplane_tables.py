@@ -1,5 +1,9 @@
-"""Airflow DAG file: one maintenance, ingest and consumer DAG per table of config/tables.yaml
-($DELTAPLANE_CONFIG).
+"""Airflow DAG file: one maintenance, ingest and consumer DAG per valid table of
+config/tables.yaml ($DELTAPLANE_CONFIG).
+
+An invalid table gets no DAGs; its errors are the import error of deltaplane_config_errors.py,
+so the other tables' DAGs keep running. An error of the whole file (not YAML, a table name
+written twice, ...) is this file's import error: then no table's DAGs load.
 
 Parsing reads only the configuration (no table is opened); see operators/dag_factory.py.
 """

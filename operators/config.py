@@ -6,15 +6,26 @@ with a quality suite, and a consumer. Errors name the file, the table and the ke
 
     config/tables.yaml: table 'trips': auto_optimize.min_small_files: Input should be greater than 0
 
+A key written twice (which YAML parsers silently resolve by keeping the last) is an error naming
+both lines: ``config/tables.yaml: table 'trips': defined twice (lines 2 and 40)``.
+
+Each table is validated on its own. :func:`read_config` returns the valid tables and every
+invalid table's errors (the DAG files build the valid tables' DAGs and report the rest as an
+Airflow import error); :func:`load_config` is strict: any error is a ``ConfigError`` listing
+all of them. Errors of the file itself (not YAML, no ``tables`` mapping, an unknown top-level
+key, a table name written twice) are a ``ConfigError`` for both.
+
 ``deltaplane config validate [PATH]`` checks a file from the command line (the verb is added to
-the engine's CLI through the ``deltaplane.cli`` entry point).
+the engine's CLI through the ``deltaplane.cli`` entry point): every error, exit code 2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -149,17 +160,20 @@ class PlatformConfig(_Model):
         return tables
 
 
-def _explain(error: ValidationError, source: str) -> str:
+def _explain(error: ValidationError, source: str, table: str | None = None) -> list[str]:
+    """One line per pydantic error: ``<file>: table '<name>': <key>: <message>``."""
     lines = []
     for e in error.errors():
         loc = [str(p) for p in e["loc"]]
         where = f"{source}: "
-        if len(loc) >= 2 and loc[0] == "tables":
+        if table is not None:
+            where += f"table {table!r}: "
+        elif len(loc) >= 2 and loc[0] == "tables":
             where += f"table {loc[1]!r}: "
             loc = loc[2:]
         key = ".".join(loc) or "(top level)"
         lines.append(f"{where}{key}: {e['msg']}")
-    return "\n".join(lines)
+    return lines
 
 
 def resolve(uri: str, base: Path) -> str:
@@ -169,25 +183,145 @@ def resolve(uri: str, base: Path) -> str:
     return str((base / uri).resolve())
 
 
-def load_config(path: str | os.PathLike | None = None) -> PlatformConfig:
-    """Read and validate the tables file (``$DELTAPLANE_CONFIG`` or ``config/tables.yaml``)."""
+# --- YAML with duplicate keys detected --------------------------------------------------------
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _unique_key_loader():
+    """A ``yaml.SafeLoader`` subclass that records every mapping key written more than once.
+
+    PyYAML keeps the last of two equal keys, so a second ``trips:`` silently replaces the first
+    table. The check runs on the composed node tree (what the file says, before merge keys
+    ``<<: *anchor`` are expanded: overriding a merged key is not a duplicate), and records the
+    key path and the line of every occurrence in ``loader.duplicates``."""
     import yaml
 
-    path = Path(path or os.environ.get("DELTAPLANE_CONFIG") or DEFAULT_PATH)
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def __init__(self, stream):
+            super().__init__(stream)
+            self.duplicates: list[tuple[tuple[str, ...], list[int]]] = []
+
+        def construct_document(self, node):
+            self._find_duplicates(node, (), set())
+            return super().construct_document(node)
+
+        def _find_duplicates(self, node, where: tuple[str, ...], seen: set[int]) -> None:
+            if id(node) in seen:  # an alias: checked where its anchor is
+                return
+            seen.add(id(node))
+            if isinstance(node, yaml.SequenceNode):
+                for i, item in enumerate(node.value):
+                    self._find_duplicates(item, (*where, str(i)), seen)
+            elif isinstance(node, yaml.MappingNode):
+                lines: dict[Any, list[int]] = {}
+                for key_node, value_node in node.value:
+                    if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
+                        key = self.construct_object(key_node)  # `trips` and "trips" are one key
+                        with contextlib.suppress(TypeError):  # unhashable: PyYAML refuses it
+                            lines.setdefault(key, []).append(key_node.start_mark.line + 1)
+                        self._find_duplicates(value_node, (*where, str(key)), seen)
+                    else:
+                        self._find_duplicates(value_node, where, seen)
+                for key, at in lines.items():
+                    if len(at) > 1:
+                        self.duplicates.append(((*where, str(key)), at))
+
+    return UniqueKeyLoader
+
+
+def _twice(lines: list[int]) -> str:
+    times = "twice" if len(lines) == 2 else f"{len(lines)} times"
+    at = ", ".join(map(str, lines[:-1])) + f" and {lines[-1]}"
+    return f"defined {times} (lines {at})"
+
+
+def _read_yaml(path: Path) -> tuple[Any, list[tuple[tuple[str, ...], list[int]]]]:
+    import yaml
+
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
+    loader = _unique_key_loader()(text)
+    try:
+        return loader.get_single_data(), loader.duplicates
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping with a 'tables' key")
+    finally:
+        loader.dispose()
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+@dataclass
+class ConfigReport:
+    """The tables file, validated table by table (see :func:`read_config`)."""
+
+    path: Path
+    config: PlatformConfig  # the valid tables only
+    errors: dict[str, list[str]] = field(default_factory=dict)  # invalid table -> its error lines
+
+    def error(self) -> ConfigError | None:
+        """Every invalid table's errors as one ``ConfigError`` (None when every table is valid)."""
+        lines = [line for table_lines in self.errors.values() for line in table_lines]
+        return ConfigError("\n".join(lines)) if lines else None
+
+
+def _validate_table(name: Any, body: Any, source: str) -> tuple[TableConfig | None, list[str]]:
+    where = f"{source}: table {name!r}: "
+    if not isinstance(name, str) or not _NAME.match(name):
+        return None, [f"{where}table name must be letters, digits and _ (it names DAGs)"]
+    if not isinstance(body, dict):
+        shown = "null" if body is None else repr(body)
+        return None, [f"{where}expected a mapping of settings (uri, schedules, ...), got {shown}"]
     try:
-        config = PlatformConfig.model_validate(raw)
+        return TableConfig.model_validate(body), []
     except ValidationError as e:
-        raise ConfigError(_explain(e, str(path))) from None
+        return None, _explain(e, source, table=name)
+
+
+def read_config(path: str | os.PathLike | None = None) -> ConfigReport:
+    """Read the tables file (``$DELTAPLANE_CONFIG`` or ``config/tables.yaml``) and validate each
+    table on its own: the valid tables come back in ``.config``, the invalid ones' errors (each
+    line naming the file, the table and the key) in ``.errors``.
+
+    Errors of the file itself raise ``ConfigError``, with every error found: not YAML, no
+    ``tables`` mapping, an unknown top-level key, a table name or top-level key written twice
+    (which of the two is meant is anybody's guess). A key written twice inside a table makes
+    that table invalid."""
+    path = Path(path or os.environ.get("DELTAPLANE_CONFIG") or DEFAULT_PATH)
+    source = str(path)
+    raw, duplicates = _read_yaml(path)
+    fatal: list[str] = []
+    in_table: dict[str, list[str]] = {}
+    for key_path, lines in sorted(duplicates, key=lambda d: d[1]):  # in the file's order
+        if len(key_path) == 2 and key_path[0] == "tables":
+            fatal.append(f"{source}: table {key_path[1]!r}: {_twice(lines)}")
+        elif len(key_path) > 2 and key_path[0] == "tables":
+            table, key = key_path[1], ".".join(key_path[2:])
+            in_table.setdefault(table, []).append(f"{source}: table {table!r}: {key}: {_twice(lines)}")
+        else:
+            fatal.append(f"{source}: {'.'.join(key_path)}: {_twice(lines)}")
+    if not isinstance(raw, dict) or "tables" not in raw:
+        raise ConfigError("\n".join([*fatal, f"{source}: expected a mapping with a 'tables' key"]))
+    fatal += [f"{source}: {key}: Extra inputs are not permitted" for key in raw if key != "tables"]
+    tables = raw["tables"]
+    if not isinstance(tables, dict):
+        raise ConfigError(
+            "\n".join([*fatal, f"{source}: tables: expected a mapping of table names to their settings"])
+        )
+    valid: dict[str, TableConfig] = {}
+    errors: dict[str, list[str]] = {}
     base = path.resolve().parent
-    for table in config.tables.values():
+    for name, body in tables.items():
+        table, problems = _validate_table(name, body, source)
+        problems = in_table.get(str(name), []) + problems
+        if problems:
+            errors.setdefault(str(name), []).extend(problems)
+            continue
+        assert table is not None
         table.uri = resolve(table.uri, base)
         if table.ingest is not None:
             table.ingest.landing = resolve(table.ingest.landing, base)
@@ -195,7 +329,21 @@ def load_config(path: str | os.PathLike | None = None) -> PlatformConfig:
                 table.ingest.staging = resolve(table.ingest.staging, base)
         if table.consumer is not None:
             table.consumer.target = resolve(table.consumer.target, base)
-    return config
+        valid[name] = table
+    if fatal:  # with the tables' own errors: the command line reports everything at once
+        raise ConfigError("\n".join([*fatal, *(line for lines in errors.values() for line in lines)]))
+    return ConfigReport(path=path, config=PlatformConfig(tables=valid), errors=errors)
+
+
+def load_config(path: str | os.PathLike | None = None) -> PlatformConfig:
+    """Read and validate the tables file (``$DELTAPLANE_CONFIG`` or ``config/tables.yaml``);
+    strict: any invalid table is a ``ConfigError`` listing every error (see :func:`read_config`
+    for the valid tables despite invalid ones)."""
+    report = read_config(path)
+    error = report.error()
+    if error is not None:
+        raise error
+    return report.config
 
 
 def register_cli(sub) -> None:
@@ -209,11 +357,12 @@ def register_cli(sub) -> None:
 
 def _cmd_validate(args) -> int:
     try:
-        config = load_config(args.path)
+        report = read_config(args.path)
     except ConfigError as e:
         for line in str(e).splitlines():
             print(f"deltaplane: error: {line}", file=sys.stderr)
         return 2
+    config = report.config
     for name, table in config.tables.items():
         parts = [table.uri]
         if table.ingest:
@@ -223,5 +372,12 @@ def _cmd_validate(args) -> int:
         if table.consumer:
             parts.append(f"consumer -> {table.consumer.target}")
         print(f"{name}: " + "; ".join(parts))
+    if report.errors:
+        for lines in report.errors.values():
+            for line in lines:
+                print(f"deltaplane: error: {line}", file=sys.stderr)
+        counts = f"{len(report.errors)} of {len(config.tables) + len(report.errors)} table(s)"
+        print(f"deltaplane: error: {counts} invalid: {', '.join(report.errors)}", file=sys.stderr)
+        return 2
     print(f"ok: {len(config.tables)} table(s)")
     return 0

@@ -13,7 +13,7 @@ from airflow.sdk import DAG, Asset, AssetWatcher
 
 from operators.base import table_asset
 from operators.commit import DeltaCommitOperator
-from operators.config import PlatformConfig, TableConfig, load_config
+from operators.config import PlatformConfig, TableConfig, read_config
 from operators.ingest import DeltaConsumeOperator, DeltaStageOperator, batch_id
 from operators.maintenance import (
     DeltaAutoOptimizeOperator,
@@ -218,8 +218,13 @@ committed with the rows: exactly once, across retries and restarts. OPTIMIZE com
 
 def build_dags(config: PlatformConfig | None = None, *, fileloc: str | None = None) -> dict[str, DAG]:
     """Every table's DAGs; ``fileloc`` is the DAG file that calls this (Airflow finds, parses and
-    runs DAGs by the file that defines them, not by this module)."""
-    config = config if config is not None else load_config()
+    runs DAGs by the file that defines them, not by this module).
+
+    Without ``config``: the valid tables of ``$DELTAPLANE_CONFIG`` (or ``config/tables.yaml``),
+    so one invalid table does not take every other table's DAGs down; its errors are
+    ``dags/deltaplane_config_errors.py``'s import error. An error of the file itself (not YAML,
+    a table name written twice...) still raises ``ConfigError``: no table can be trusted."""
+    config = config if config is not None else read_config().config
     dags: dict[str, DAG] = {}
     for name, table in config.tables.items():
         for build in (maintenance_dag, ingest_dag, consumer_dag):

@@ -65,6 +65,9 @@ def test_config_errors_name_the_table_and_key(tmp_path):
         load_config(
             write_config(tmp_path, GOOD.replace("enforce_retention: false", "enforce_retention: true"))
         )
+    # A table written twice is an error naming both lines, not a silent replacement of the first.
+    with pytest.raises(ConfigError, match=r"table 'trips': defined twice \(lines 3 and 16\)"):
+        load_config(write_config(tmp_path, GOOD.rstrip() + "\n      trips:\n        uri: lake/other\n"))
     # the command line
     ok = subprocess.run(
         [sys.executable, "-m", "engine.cli", "config", "validate", str(tmp_path / "tables.yaml")],
