@@ -9,18 +9,30 @@ commits with the DAG run that made each). Pages: ``/deltaplane/`` and
 ``/deltaplane/tables/{name}``, with charts drawn on the server as SVG (no request leaves the
 Airflow server: air-gapped installs work). Every route requires an authenticated Airflow user
 (a bearer token or the UI's session cookie): Airflow does not protect plugin routes by itself.
+
+Commits are written by anyone (this engine, Delta Spark, delta-rs, Databricks, a hostile
+writer), so their commitInfo is data of any shape: ``commit_row`` turns it into typed fields in
+one place and never raises, and a table the engine cannot read is a row with an error. Pages are
+Jinja2 templates (``operators/templates``) with autoescaping on for every template, SVG
+included: no value reaches the markup unescaped, and data in links is URL-quoted as well.
 """
 
 from __future__ import annotations
 
-import html
 import json
+import math
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
+from jinja2 import Environment, PackageLoader, StrictUndefined
 
 RECENT_COMMITS = 50
+MAX_TEXT = 1000  # characters kept of any string from a commit, an XCom or an error
+MAX_ITEMS = 20  # failed expectations, kwargs, examples shown per gate result
+_LONG = (1 << 63) - 1  # Delta's metrics and versions are longs
 COLORS = {
     "WRITE": "#2f80ed",
     "CREATE TABLE AS SELECT": "#2f80ed",
@@ -32,6 +44,7 @@ COLORS = {
     "VACUUM START": "#828282",
     "VACUUM END": "#828282",
 }
+OTHER_COLOR = "#bdbdbd"
 
 
 def _auth():
@@ -59,8 +72,156 @@ def _open(config):
     return DeltaHook(config.conn_id).get_table(config.uri)
 
 
+# --- foreign data, typed in one place ------------------------------------------------------------
+
+
+def _text(value: Any) -> str | None:
+    """A string field: a string (cut to MAX_TEXT) or a number's decimal text; None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, int) and abs(value) <= _LONG:
+        text = str(value)
+    elif isinstance(value, float) and math.isfinite(value):
+        text = repr(value)
+    else:
+        return None
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "\u2026"
+
+
+def _count(value: Any) -> int | None:
+    """A long >= 0 from an int, an integral float or a decimal string (Delta Spark writes metrics
+    as strings); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer() or abs(value) > _LONG:
+            return None
+        n = int(value)
+    elif isinstance(value, str):
+        digits = value.strip()
+        if not (0 < len(digits) <= 19 and digits.isascii() and digits.isdigit()):
+            return None
+        n = int(digits)
+    else:
+        return None
+    return n if 0 <= n <= _LONG else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value) if abs(value) < 1e300 else math.inf
+    return number if math.isfinite(number) else None
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """Any value as strict JSON (no NaN), strings and collections cut, nesting bounded."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) <= _LONG else None
+    if isinstance(value, float):
+        return _number(value)
+    if isinstance(value, str):
+        return _text(value)
+    if depth >= 4:
+        return None
+    if isinstance(value, list | tuple):
+        return [_plain(v, depth + 1) for v in value[:MAX_ITEMS]]
+    if isinstance(value, Mapping):
+        return {_text(str(k)): _plain(v, depth + 1) for k, v in list(value.items())[:MAX_ITEMS]}
+    return None
+
+
+def _metric(metrics: Mapping, *names: str) -> int:
+    for name in names:
+        n = _count(metrics.get(name))
+        if n is not None:
+            return n
+    return 0
+
+
+def _dag_run(stamp: Any) -> dict[str, Any] | None:
+    """The Airflow stamp of a commit (``commitInfo.airflow``); None unless an object with at
+    least one usable field."""
+    if not isinstance(stamp, Mapping):
+        return None
+    run = {
+        "dag_id": _text(stamp.get("dag_id")),
+        "run_id": _text(stamp.get("run_id")),
+        "task_id": _text(stamp.get("task_id")),
+        "try_number": _count(stamp.get("try_number")),
+    }
+    return run if any(v is not None for v in run.values()) else None
+
+
+def commit_row(info: Any) -> dict[str, Any]:
+    """The view's row for one history entry (commitInfo plus ``version`` and ``timestamp``), of
+    any shape any writer left: every field typed (version, timestamp: int or None; operation:
+    str or None; counts: int >= 0; dag_run: None or str/None ids and an int/None try number),
+    strings cut to MAX_TEXT, strict JSON. Never raises."""
+    if not isinstance(info, Mapping):
+        info = {}
+    metrics = info.get("operationMetrics")
+    if not isinstance(metrics, Mapping):
+        metrics = {}
+    return {
+        "version": _count(info.get("version")),
+        "timestamp": _count(info.get("timestamp")),
+        "operation": _text(info.get("operation")),
+        "files_added": _metric(metrics, "numFiles", "numAddedFiles"),
+        "files_removed": _metric(metrics, "numRemovedFiles"),
+        "rows_added": _metric(metrics, "numOutputRows", "numTargetRowsInserted"),
+        "rows_removed": _metric(metrics, "numDeletedRows", "numTargetRowsDeleted"),
+        "bytes_added": _metric(metrics, "numOutputBytes", "numAddedBytes"),
+        "dag_run": _dag_run(info.get("airflow")),
+    }
+
+
+def gate_result(dag_id: str, run_id: Any, value: Any) -> dict[str, Any] | None:
+    """A quality-gate XCom (``DeltaQualityGateOperator``'s summary) typed like ``commit_row``."""
+    if isinstance(value, str | bytes):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, Mapping):
+        return None
+    failed = value.get("failed")
+    success = value.get("success")
+    return {
+        "dag_id": dag_id,
+        "run_id": _text(run_id),
+        "success": success if isinstance(success, bool) else None,
+        "rows": _count(value.get("rows")),
+        "batch": _text(value.get("batch")),
+        "quarantine": _text(value.get("quarantine")),
+        "failed": [
+            _failure(f)
+            for f in (failed if isinstance(failed, list) else [])[:MAX_ITEMS]
+            if isinstance(f, Mapping)
+        ],
+    }
+
+
+def _failure(failure: Mapping) -> dict[str, Any]:
+    kwargs, examples = failure.get("kwargs"), failure.get("examples")
+    return {
+        "expectation": _text(failure.get("expectation")),
+        "kwargs": _plain(kwargs) if isinstance(kwargs, Mapping) else {},
+        "unexpected_count": _count(failure.get("unexpected_count")),
+        "unexpected_percent": _number(failure.get("unexpected_percent")),
+        "examples": _plain(examples) if isinstance(examples, list) else [],
+    }
+
+
 def _last_gate(name: str) -> dict | None:
     """The newest quality-gate XCom of the table's ingest DAG (None if there is none)."""
+    dag_id = f"deltaplane_{name}_ingest"
     try:
         from airflow.models.xcom import XComModel
         from airflow.utils.session import create_session
@@ -68,37 +229,44 @@ def _last_gate(name: str) -> dict | None:
         with create_session() as session:
             row = (
                 session.query(XComModel)
-                .filter_by(dag_id=f"deltaplane_{name}_ingest", task_id="quality_gate", key="return_value")
+                .filter_by(dag_id=dag_id, task_id="quality_gate", key="return_value")
                 .order_by(XComModel.timestamp.desc())
                 .first()
             )
-            if row is None:
-                return None
-            value = json.loads(row.value) if isinstance(row.value, str | bytes) else row.value
-            return {
-                "run_id": row.run_id,
-                "success": value.get("success"),
-                "failed": value.get("failed", []),
-                "rows": value.get("rows"),
-                "quarantine": value.get("quarantine"),
-            }
+            return None if row is None else gate_result(dag_id, row.run_id, row.value)
     except Exception:  # the view must still render without a metadata DB
         return None
 
 
+# --- the JSON ----------------------------------------------------------------------------------
+
+
+def _error_row(name: str, config, error: Exception) -> dict[str, Any]:
+    return {"name": name, "uri": config.uri, "error": _text(f"{type(error).__name__}: {error}")}
+
+
+def _read(config, *, history: bool):
+    table = _open(config)
+    health = table.health(small_file_size=config.auto_optimize.small_file_size)
+    return health, (table.history(RECENT_COMMITS) if history else [])
+
+
 def table_summary(name: str, config) -> dict[str, Any]:
+    try:
+        health, _ = _read(config, history=False)
+    except Exception as e:  # missing, unreachable or unreadable: a row with an error, not a 500
+        return _error_row(name, config, e)
+    return _summary(name, config, health)
+
+
+def _summary(name: str, config, health) -> dict[str, Any]:
     from engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
 
-    try:
-        table = _open(config)
-    except Exception as e:  # a missing or unreachable table is a row with an error, not a 500
-        return {"name": name, "uri": config.uri, "error": f"{type(e).__name__}: {e}"}
     policy = AutoOptimizePolicy(
         min_num_small_files=config.auto_optimize.min_small_files,
         small_file_size=config.auto_optimize.small_file_size,
         max_deleted_rows_ratio=config.auto_optimize.max_deleted_rows_ratio,
     )
-    health = table.health(small_file_size=policy.small_file_size)
     decision = decide_auto_optimize(health, policy)
     return {
         "name": name,
@@ -137,31 +305,12 @@ def _event(event) -> dict | None:
 
 
 def table_detail(name: str, config) -> dict[str, Any]:
-    summary = table_summary(name, config)
-    if "error" in summary:
-        return summary
-    table = _open(config)
-    health = table.health(small_file_size=config.auto_optimize.small_file_size)
-    commits = []
-    for info in table.history(RECENT_COMMITS):
-        metrics = info.get("operationMetrics", {}) or {}
-        stamp = info.get("airflow") or {}
-        commits.append(
-            {
-                "version": info["version"],
-                "timestamp": info.get("timestamp"),
-                "operation": info.get("operation"),
-                "files_added": _int(metrics, "numFiles", "numAddedFiles"),
-                "files_removed": _int(metrics, "numRemovedFiles"),
-                "rows_added": _int(metrics, "numOutputRows", "numTargetRowsInserted"),
-                "rows_removed": _int(metrics, "numDeletedRows", "numTargetRowsDeleted"),
-                "bytes_added": _int(metrics, "numOutputBytes", "numAddedBytes"),
-                "dag_run": {k: stamp.get(k) for k in ("dag_id", "run_id", "task_id", "try_number")}
-                if stamp
-                else None,
-            }
-        )
-    summary["partitions"] = [
+    try:
+        health, history = _read(config, history=True)
+    except Exception as e:
+        return _error_row(name, config, e)
+    detail = _summary(name, config, health)
+    detail["partitions"] = [
         {
             "partition": p.partition or "(table)",
             "files": p.num_files,
@@ -172,47 +321,39 @@ def table_detail(name: str, config) -> dict[str, Any]:
         }
         for p in health.partitions
     ]
-    summary["file_size_histogram"] = health.file_size_histogram
-    summary["commits"] = commits
-    return summary
+    detail["file_size_histogram"] = health.file_size_histogram
+    detail["commits"] = [commit_row(info) for info in history]
+    return detail
 
 
-def _int(metrics: dict, *names: str) -> int:
-    for n in names:
-        if metrics.get(n) not in (None, ""):
-            return int(metrics[n])
-    return 0
-
-
-# --- SVG, drawn here ---------------------------------------------------------------------------
+# --- the pages ---------------------------------------------------------------------------------
 
 
 def bar_chart(
     values: list[tuple[str, float, str]], *, width: int = 720, height: int = 180, title: str
-) -> str:
-    """A bar chart as an SVG string: ``(label, value, color)`` per bar."""
+) -> dict[str, Any]:
+    """A bar chart's geometry, ``(label, value, color)`` per bar; ``charts.html`` draws it as SVG
+    (labels and title escaped there like every other value)."""
     top = max((v for _, v, _ in values), default=0) or 1
     n = max(len(values), 1)
     bar = (width - 40) / n
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 40}" role="img" '
-        f'aria-label="{html.escape(title)}"><title>{html.escape(title)}</title>',
-        f'<line x1="30" y1="{height}" x2="{width - 10}" y2="{height}" stroke="#999"/>',
-    ]
+    bars = []
     for i, (label, value, color) in enumerate(values):
         h = (value / top) * (height - 20)
         x = 30 + i * bar
-        parts.append(
-            f'<rect x="{x + 1:.1f}" y="{height - h:.1f}" width="{max(bar - 2, 1):.1f}" height="{h:.1f}" '
-            f'fill="{color}"><title>{html.escape(label)}: {value:g}</title></rect>'
+        bars.append(
+            {
+                "x": f"{x + 1:.1f}",
+                "y": f"{height - h:.1f}",
+                "width": f"{max(bar - 2, 1):.1f}",
+                "height": f"{h:.1f}",
+                "color": color,
+                "tip": f"{label}: {value:g}",
+                "label": label[:10] if n <= 24 else None,
+                "label_x": f"{x + bar / 2:.1f}",
+            }
         )
-        if n <= 24:
-            parts.append(
-                f'<text x="{x + bar / 2:.1f}" y="{height + 14}" font-size="9" text-anchor="middle">'
-                f"{html.escape(label[:10])}</text>"
-            )
-    parts.append(f'<text x="30" y="12" font-size="11">max {top:g}</text></svg>')
-    return "".join(parts)
+    return {"width": width, "height": height, "title": title, "bars": bars, "top": f"{top:g}"}
 
 
 def _human(n: float | None) -> str:
@@ -225,72 +366,62 @@ def _human(n: float | None) -> str:
     return f"{n:.1f} PiB"
 
 
-_STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}table{border-collapse:collapse}
-td,th{padding:.3rem .6rem;border-bottom:1px solid #ddd;text-align:left;font-size:.9rem}
-.num{text-align:right}.bad{color:#b00020}.ok{color:#1b7f3b}h1,h2{font-weight:600}
-"""
+def _shown(value: Any) -> str:
+    """A JSON value as a reader sees it: strings as they are, the rest as compact JSON."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "\u2026"
 
 
-def _page(title: str, body: str) -> HTMLResponse:
-    return HTMLResponse(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{_STYLE}</style></head><body>{body}</body></html>"
+def _templates() -> Environment:
+    env = Environment(
+        loader=PackageLoader("operators", "templates"),
+        autoescape=True,  # every template, whatever its name: HTML and SVG alike
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
+    env.filters.update(
+        human=_human,
+        pct=lambda ratio: "?" if ratio is None else f"{ratio:.1%}",
+        urlpart=lambda value: quote(str(value), safe=""),  # one path segment; HTML-escaped after
+        shown=_shown,
+    )
+    return env
+
+
+TEMPLATES = _templates()
+
+
+def _render(template: str, **context: Any) -> HTMLResponse:
+    return HTMLResponse(TEMPLATES.get_template(template).render(**context))
 
 
 def list_page(rows: list[dict]) -> HTMLResponse:
-    out = [
-        "<h1>Delta tables</h1><table><tr><th>table</th><th>version</th><th class=num>files</th>"
-        "<th class=num>size</th><th class=num>small files</th><th class=num>DV-hidden rows</th>"
-        "<th class=num>versions since checkpoint</th><th>auto-optimize</th><th>quality gate</th></tr>"
-    ]
-    for r in rows:
-        name = html.escape(r["name"])
-        if "error" in r:
-            out.append(
-                f"<tr><td><a href='tables/{name}'>{name}</a></td><td colspan=8 class=bad>{html.escape(r['error'])}</td></tr>"
-            )
-            continue
-        gate = r.get("quality_gate")
-        gate_cell = (
-            "-"
-            if gate is None
-            else ("<span class=ok>passed</span>" if gate["success"] else "<span class=bad>rejected</span>")
-        )
-        out.append(
-            f"<tr><td><a href='tables/{name}'>{name}</a></td><td data-k=version>{r['version']}</td>"
-            f"<td class=num data-k=files>{r['files']}</td><td class=num data-k=bytes title='{r['bytes']}'>{_human(r['bytes'])}</td>"
-            f"<td class=num data-k=small_files>{r['small_files']}</td>"
-            f"<td class=num data-k=deleted_rows_ratio>{r['deleted_rows_ratio']:.1%}</td>"
-            f"<td class=num data-k=versions_since_checkpoint>{r['versions_since_checkpoint']}</td>"
-            f"<td>{html.escape(r['auto_optimize']['action'])}</td><td>{gate_cell}</td></tr>"
-        )
-    out.append("</table>")
-    return _page("Delta tables", "".join(out))
+    return _render("tables.html", rows=rows)
 
 
 def detail_page(d: dict) -> HTMLResponse:
-    name = html.escape(d["name"])
     if "error" in d:
-        return _page(d["name"], f"<h1>{name}</h1><p class=bad>{html.escape(d['error'])}</p>")
+        return _render("table.html", d=d, charts=[], legend=[])
     commits = list(reversed(d["commits"]))
-    ops = bar_chart(
-        [
-            (
-                f"v{c['version']} {c['operation']}",
-                max(c["files_added"], 1),
-                COLORS.get(c["operation"], "#bdbdbd"),
-            )
-            for c in commits
-        ],
-        title="commits: files added per version, colored by operation",
-    )
-    size = bar_chart(
-        [(f"v{c['version']}", c["bytes_added"], COLORS.get(c["operation"], "#bdbdbd")) for c in commits],
-        title="bytes added per version",
-    )
-    hist = bar_chart(
+
+    def color(c: dict) -> str:
+        return COLORS.get(c["operation"] or "", OTHER_COLOR)
+
+    charts = [
+        bar_chart(
+            [
+                (f"v{c['version']} {c['operation'] or '?'}", max(c["files_added"], 1), color(c))
+                for c in commits
+            ],
+            title="commits: files added per version, colored by operation",
+        ),
+        bar_chart(
+            [(f"v{c['version']}", c["bytes_added"], color(c)) for c in commits],
+            title="bytes added per version",
+        ),
+    ]
+    histogram = bar_chart(
         [
             (_human(b["min_bytes"]), b["num_files"], "#2f80ed")
             for b in d["file_size_histogram"]
@@ -298,51 +429,9 @@ def detail_page(d: dict) -> HTMLResponse:
         ],
         title="file-size histogram (files per size bucket)",
     )
-    legend = " ".join(
-        f"<span style='color:{c}'>&#9632;</span> {html.escape(o)}"
-        for o, c in COLORS.items()
-        if o in {x["operation"] for x in commits}
-    )
-    parts = [
-        f"<p><a href='../'>&larr; all tables</a></p><h1>{name}</h1><p><code>{html.escape(d['uri'])}</code></p>",
-        f"<p>version <b data-k=version>{d['version']}</b>, <b data-k=files>{d['files']}</b> files, "
-        f"<span data-k=bytes title='{d['bytes']}'>{_human(d['bytes'])}</span>, <span data-k=small_files>{d['small_files']}</span> small, "
-        f"<span data-k=deleted_rows_ratio>{d['deleted_rows_ratio']:.1%}</span> rows hidden by deletion vectors, "
-        f"<span data-k=versions_since_checkpoint>{d['versions_since_checkpoint']}</span> versions since the last checkpoint</p>",
-        f"<p>auto-optimize: <b>{html.escape(d['auto_optimize']['action'])}</b> &mdash; {html.escape('; '.join(d['auto_optimize']['reasons']))}</p>",
-        "<p>DAGs: "
-        + ", ".join(f"<a href='/dags/{html.escape(g)}'>{html.escape(g)}</a>" for g in d["dags"])
-        + "</p>",
-        f"<h2>Commits</h2><p>{legend}</p>{ops}{size}<h2>File sizes</h2>{hist}",
-        "<h2>Partitions</h2><table><tr><th>partition</th><th class=num>files</th><th class=num>size</th>"
-        "<th class=num>small</th><th class=num>rows</th><th class=num>DV-hidden</th></tr>",
-    ]
-    for p in d["partitions"]:
-        parts.append(
-            f"<tr><td>{html.escape(p['partition'])}</td><td class=num>{p['files']}</td><td class=num>{_human(p['bytes'])}</td>"
-            f"<td class=num>{p['small_files']}</td><td class=num>{p['rows']}</td><td class=num>{p['deleted_rows_ratio']:.1%}</td></tr>"
-        )
-    parts.append(
-        "</table><h2>Recent commits</h2><table><tr><th>version</th><th>operation</th><th class=num>files +/-</th>"
-        "<th class=num>rows +/-</th><th>DAG run</th></tr>"
-    )
-    for c in d["commits"]:
-        run = c["dag_run"]
-        who = (
-            "-"
-            if not run
-            else (
-                f"<a href='/dags/{html.escape(str(run['dag_id']))}/runs/{html.escape(str(run['run_id']))}'>"
-                f"{html.escape(str(run['dag_id']))}.{html.escape(str(run['task_id']))}</a> (try {run['try_number']})"
-            )
-        )
-        parts.append(
-            f"<tr><td>{c['version']}</td><td>{html.escape(str(c['operation']))}</td>"
-            f"<td class=num>+{c['files_added']} / -{c['files_removed']}</td>"
-            f"<td class=num>+{c['rows_added']} / -{c['rows_removed']}</td><td>{who}</td></tr>"
-        )
-    parts.append("</table>")
-    return _page(d["name"], "".join(parts))
+    seen = {c["operation"] for c in commits}
+    legend = [(op, c) for op, c in COLORS.items() if op in seen]
+    return _render("table.html", d=d, charts=charts, histogram=histogram, legend=legend)
 
 
 def create_app(*, authenticated: bool = True) -> FastAPI:

@@ -1,12 +1,16 @@
 """The ops view inside a real `airflow api-server` on 127.0.0.1 (plugin loaded from its entry
 point): anonymous requests are refused, the numbers equal the engine's health(), pages render
-with server-side SVG and no outside request."""
+with server-side SVG and no outside request; commits written by anyone (injection payloads in
+every rendered field, commitInfo shapes of other engines) answer 200 and render inert, in the
+HTML and in a real Chromium."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,15 +18,33 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import quote
 
 import pyarrow as pa
 import pytest
 
 from engine import DeltaTable, write_table
+from engine.partitions import partition_directory
 from engine.transaction import commit_metadata_scope
+from tests.operators.conftest import run_dag
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
+
+
+def payload(field: str) -> str:
+    """Markup that, rendered unescaped, runs script (sets document.title and a global), adds
+    elements and attributes, and breaks out of quoted attributes; ``field`` names where it was put."""
+    return (
+        f'\'"><script>document.title="pwned";window.__pwned="{field}"</script>'
+        f"<img src=x onerror=\"document.title='pwned'\">"
+        f"<a href=\"javascript:void(document.title='pwned')\">{field}</a>"
+    )
+
+
+# A directory name cannot hold "/": the URI's payload closes no element.
+URI_PAYLOAD = '\'"><img src=x onerror="document.title=\'pwned\'"><svg onload="window.__pwned=1">'
 
 
 def _port() -> int:
@@ -42,6 +64,126 @@ def request(url: str, *, token: str | None = None, data: dict | None = None):
             return response.status, response.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+def _raw_commit(table: str, info: object | None, *, add_txn: bool = False) -> int:
+    """Append a commit file written by hand (as another engine would): ``info`` as its
+    commitInfo, ``None`` for a commit without one."""
+    version = DeltaTable(table).version + 1
+    lines = []
+    if info is not None:
+        lines.append(json.dumps({"commitInfo": info}))  # NaN and Infinity as Python writes them
+    if add_txn or info is None:
+        lines.append(json.dumps({"txn": {"appId": f"foreign-{version}", "version": version}}))
+    Path(table, "_delta_log", f"{version:020d}.json").write_text("\n".join(lines) + "\n")
+    return version
+
+
+# commitInfo as Delta Spark, delta-rs, Databricks or a hostile writer may leave it.
+FOREIGN_COMMIT_INFOS = [
+    {"operation": "WRITE", "airflow": payload("airflow-as-string")},
+    {"operation": "WRITE", "airflow": ["deltaplane_x", payload("airflow-as-list")]},
+    {"operation": "WRITE", "airflow": 7},
+    {"operation": "WRITE", "airflow": None},
+    {"operation": "WRITE", "airflow": {"dag_id": None, "run_id": None}},
+    {  # no operation; stamp fields of the wrong types
+        "airflow": {
+            "dag_id": payload("dag_id-foreign"),
+            "run_id": {"nested": payload("run_id-nested")},
+            "task_id": ["t"],
+            "try_number": "2",
+        }
+    },
+    {  # Delta Spark writes every metric as a string
+        "operation": "WRITE",
+        "operationMetrics": {"numFiles": "3", "numOutputRows": "12", "numOutputBytes": "1024"},
+        "engineInfo": "Apache-Spark/3.5.0 Delta-Lake/3.2.0",
+    },
+    {"operation": 42, "operationMetrics": "garbage"},
+    {"operation": ["MERGE"], "operationMetrics": ["numFiles", 3]},
+    {"operation": {"name": "MERGE"}, "operationMetrics": None},
+    {"operation": True, "operationMetrics": {"numFiles": True}},
+    {
+        "operation": "DELETE",
+        "operationMetrics": {
+            "numFiles": "abc",
+            "numRemovedFiles": -1,
+            "numOutputBytes": 1.5e300,
+            "numDeletedRows": float("nan"),
+            "numOutputRows": float("inf"),
+            "numAddedFiles": "99999999999999999999999999999",
+        },
+        "airflow": {"dag_id": "d", "run_id": "r", "task_id": "t", "try_number": float("inf")},
+    },
+    {"operation": "DELETE", "inCommitTimestamp": "yesterday"},
+    {"operation": "X" * 200_000, "airflow": {"dag_id": "D" * 100_000, "run_id": "r", "task_id": "t"}},
+    {
+        "operation": payload("operation"),
+        "airflow": {"dag_id": "d", "run_id": "r", "task_id": "t", "try_number": 2.0},
+    },
+    None,  # a commit without commitInfo
+]
+
+
+def _stamped_table(path: str) -> None:
+    """Commits by this engine whose Airflow stamp and partition values carry payloads."""
+    stamp = {
+        "airflow": {
+            "dag_id": payload("dag_id"),
+            "run_id": payload("run_id"),
+            "task_id": payload("task_id"),
+            "try_number": payload("try_number"),
+        }
+    }
+    with commit_metadata_scope(stamp):
+        write_table(path, pa.table({"id": [1, 2], "day": [payload("partition"), "ok"]}), partition_by=["day"])
+
+
+def _foreign_table(path: str) -> None:
+    write_table(path, pa.table({"id": [1]}))
+    for info in FOREIGN_COMMIT_INFOS:
+        _raw_commit(path, info)
+
+
+GATE = {
+    "success": False,
+    "rows": 3,
+    "evaluated": 2,
+    "batch": payload("batch"),
+    "quarantine": payload("quarantine"),
+    "failed": [
+        {
+            "expectation": payload("expectation"),
+            "kwargs": {"column": payload("kwargs"), "mostly": 0.9},
+            "unexpected_count": 1,
+            "unexpected_percent": 33.3,
+            "examples": [payload("example"), 7],
+        },
+        "not an object",
+        {"expectation": ["x"], "kwargs": "not an object", "unexpected_count": "many", "examples": "x"},
+    ],
+}
+
+
+def _gate_xcom() -> None:
+    """The ingest DAG of `stamped` leaves a rejected quality-gate summary with payloads in XCom
+    (through a real `dag.test()`, as the gate operator would)."""
+    run = run_dag(
+        "deltaplane_stamped_ingest",
+        f"""
+        import json
+        import pendulum
+        from airflow.sdk import DAG, task
+
+        with DAG("deltaplane_stamped_ingest", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+            @task(task_id="quality_gate")
+            def quality_gate():
+                return json.loads({json.dumps(GATE)!r})
+
+            quality_gate()
+        """,
+    )
+    assert run.state == "success", run.state
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +212,31 @@ def ops_server(airflow_db, tmp_path_factory):
                     else None,
                 )
     DeltaTable(trips).delete("id = 0")
+    hostile = work / URI_PAYLOAD
+    stamped, foreign, unreadable = (
+        str(hostile / "stamped"),
+        str(hostile / "foreign"),
+        str(work / "unreadable"),
+    )
+    _stamped_table(stamped)
+    _foreign_table(foreign)
+    # An OPTIMIZE whose in-commit timestamp is not a number: health() cannot read this table.
+    write_table(unreadable, pa.table({"id": [1]}))
+    _raw_commit(unreadable, {"operation": "OPTIMIZE", "inCommitTimestamp": "yesterday"})
+    _gate_xcom()
     config = work / "tables.yaml"
-    config.write_text(
-        f"tables:\n  trips:\n    uri: {trips}\n    auto_optimize: {{min_small_files: 2}}\n"
-        f"  missing:\n    uri: {work / 'nope'}\n"
+    config.write_text(  # JSON is YAML: every URI quoted as it is
+        json.dumps(
+            {
+                "tables": {
+                    "trips": {"uri": trips, "auto_optimize": {"min_small_files": 2}},
+                    "missing": {"uri": str(hostile / "nope")},
+                    "stamped": {"uri": stamped},
+                    "foreign": {"uri": foreign},
+                    "unreadable": {"uri": unreadable},
+                }
+            }
+        )
     )
     port = _port()
     env = {
@@ -164,7 +327,12 @@ def test_api_numbers_equal_the_engines_health(ops_server):
     detail = json.loads(body)
     assert [p["partition"] for p in detail["partitions"]] == sorted(p.partition for p in health.partitions)
     assert detail["commits"][0]["operation"] == "DELETE"
-    assert detail["commits"][-1]["dag_run"]["dag_id"] == "deltaplane_trips_ingest"
+    assert detail["commits"][-1]["dag_run"] == {
+        "dag_id": "deltaplane_trips_ingest",
+        "run_id": "r0",
+        "task_id": "commit",
+        "try_number": 1,
+    }
     assert sum(b["num_files"] for b in detail["file_size_histogram"]) == health.num_files
     assert request(base + "/deltaplane/api/tables/nope", token=token)[0] == 404
 
@@ -179,6 +347,9 @@ def test_pages_render_svg_without_outside_requests(ops_server):
         f"<b data-k=files>{health.num_files}</b>" in page
         and f"<b data-k=version>{health.version}</b>" in page
     )
+    run = _links(page)["/dags/deltaplane_trips_ingest/runs/r0"]
+    assert run["target"] == "_top" and "deltaplane_trips_ingest.commit" in run["text"]
+    assert _links(page)["/dags/deltaplane_trips_maintenance"]["target"] == "_top"
     status, page = request(base + "/deltaplane/", token=token)
     assert status == 200 and "trips" in page and f"data-k=files>{health.num_files}<" in page
 
@@ -192,32 +363,381 @@ def test_the_plugin_is_registered_with_its_nav_entry(ops_server):
     assert views[0]["href"] == "/deltaplane/" and views[0]["destination"] == "nav"
 
 
-def test_in_a_real_browser(ops_server, tmp_path):
-    """Headless Chromium (Debian's `chromium`) opens the table page with the session of a user
-    who logged in through Airflow's auth endpoint; the numbers it renders equal health(); the
-    screenshot is kept as a test artifact."""
-    import asyncio
-    import base64
-    import shutil
+# --- data from anyone: escaped, typed, never a 500 ----------------------------------------------
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
-    from airflow.api_fastapi.core_api.security import COOKIE_NAME_JWT_TOKEN
 
-    base, token, trips = ops_server
-    artifacts = Path(
-        os.environ.get("DELTAPLANE_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")
+class _Page(HTMLParser):
+    """Every element with its attributes, and the text a reader sees (entities decoded)."""
+
+    def __init__(self, page: str):
+        super().__init__(convert_charrefs=True)
+        self.elements: list[tuple[str, dict[str, str]]] = []
+        self.text: list[str] = []
+        self._open_a: list[dict] = []
+        self.links: list[dict] = []
+        self.feed(page)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        attributes = {k: v or "" for k, v in attrs}
+        self.elements.append((tag, attributes))
+        if tag == "a":
+            link = {**attributes, "text": ""}
+            self.links.append(link)
+            self._open_a.append(link)
+
+    def handle_startendtag(self, tag, attrs):
+        self.elements.append((tag, {k: v or "" for k, v in attrs}))
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._open_a:
+            self._open_a.pop()
+
+    def handle_data(self, data):
+        self.text.append(data)
+        for link in self._open_a:
+            link["text"] += data
+
+
+def _links(page: str) -> dict[str, dict]:
+    return {link.get("href", ""): link for link in _Page(page).links}
+
+
+# What the view's own templates emit; an element of any other kind came from data.
+OWN_ELEMENTS = {
+    "html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "a", "b", "code", "span",
+    "table", "tr", "th", "td", "ul", "li", "svg", "line", "rect", "text",
+}  # fmt: skip
+# hrefs built from data are URL-quoted: nothing but unreserved characters, "%" and "/".
+QUOTED_HREF = re.compile(r"[A-Za-z0-9%/._~-]*")
+
+
+def assert_inert(page: str, shown: list[str]) -> _Page:
+    """No element or attribute of ``page`` comes from a payload, and every string of ``shown``
+    is there as text (escaped, so the browser shows it instead of running it)."""
+    parsed = _Page(page)
+    for tag, attributes in parsed.elements:
+        assert tag in OWN_ELEMENTS, (tag, attributes)
+        for name, value in attributes.items():
+            assert not name.startswith("on") and name not in ("src", "srcdoc", "formaction"), (tag, name)
+            if name == "href":
+                assert QUOTED_HREF.fullmatch(value), value
+            else:
+                assert "pwned" not in value and "<" not in value and "javascript:" not in value.lower()
+    # The markup itself: escaped data reads "&lt;script", a payload that got through "<script".
+    assert "<script" not in page.lower()
+    text = "".join(parsed.text)
+    for expected in shown:
+        assert expected in text, expected[:200]
+    return parsed
+
+
+def test_the_api_answers_200_with_typed_rows_for_foreign_commit_infos(ops_server):
+    base, token, _ = ops_server
+    status, body = request(base + "/deltaplane/api/tables", token=token)
+    assert status == 200, body[-2000:]
+    rows = {r["name"]: r for r in json.loads(body)}
+    assert "error" in rows["unreadable"] and "error" in rows["missing"]
+    assert URI_PAYLOAD in rows["missing"]["error"]  # JSON carries the data as it is
+    assert rows["foreign"]["version"] == len(FOREIGN_COMMIT_INFOS)
+    status, body = request(base + "/deltaplane/api/tables/foreign", token=token)
+    assert status == 200, body[-2000:]
+    detail = json.loads(body, parse_constant=lambda c: pytest.fail(f"non-JSON number {c} in the API"))
+    commits = detail["commits"]
+    assert [c["version"] for c in commits] == list(range(len(FOREIGN_COMMIT_INFOS), -1, -1))
+    for c in commits:
+        assert isinstance(c["version"], int)
+        assert c["timestamp"] is None or type(c["timestamp"]) is int
+        assert c["operation"] is None or (isinstance(c["operation"], str) and len(c["operation"]) <= 1000)
+        for k in ("files_added", "files_removed", "rows_added", "rows_removed", "bytes_added"):
+            assert type(c[k]) is int and c[k] >= 0, (k, c)
+        run = c["dag_run"]
+        assert run is None or set(run) == {"dag_id", "run_id", "task_id", "try_number"}
+        if run:
+            assert all(run[k] is None or isinstance(run[k], str) for k in ("dag_id", "run_id", "task_id"))
+            assert run["try_number"] is None or type(run["try_number"]) is int
+    by_version = {c["version"]: c for c in commits}
+
+    def row(i):  # the commit of FOREIGN_COMMIT_INFOS[i]
+        return by_version[i + 1]
+
+    spark = row(6)
+    assert (spark["files_added"], spark["rows_added"], spark["bytes_added"]) == (3, 12, 1024)
+    assert all(row(i)["dag_run"] is None for i in range(5))  # "airflow" not an object, or empty
+    odd = row(5)
+    assert odd["operation"] is None and odd["dag_run"]["try_number"] == 2
+    assert odd["dag_run"]["dag_id"] == payload("dag_id-foreign") and odd["dag_run"]["run_id"] is None
+    assert row(7)["operation"] == "42" and [row(i)["operation"] for i in (8, 9, 10)] == [None] * 3
+    assert row(11)["dag_run"]["try_number"] is None and row(11)["rows_removed"] == 0
+    assert row(11)["files_added"] == 0  # "abc", and a count beyond a long
+    assert row(12)["timestamp"] is None
+    assert row(14)["operation"] == payload("operation") and row(14)["dag_run"]["try_number"] == 2
+    status, page = request(base + "/deltaplane/tables/foreign", token=token)
+    assert status == 200, page[-2000:]
+    assert_inert(page, [payload("operation"), payload("dag_id-foreign"), URI_PAYLOAD])
+    assert len(page) < 200_000  # huge strings are cut
+    for name in ("unreadable", "missing"):
+        status, page = request(base + f"/deltaplane/tables/{name}", token=token)
+        assert status == 200, page[-2000:]
+        assert_inert(page, [URI_PAYLOAD] if name == "missing" else [])
+
+
+def test_every_rendered_field_is_escaped(ops_server):
+    base, token, _ = ops_server
+    status, body = request(base + "/deltaplane/api/tables/stamped", token=token)
+    assert status == 200, body[-2000:]
+    detail = json.loads(body)
+    assert URI_PAYLOAD in detail["uri"]
+    run = detail["commits"][0]["dag_run"]
+    assert run["dag_id"] == payload("dag_id") and run["try_number"] is None  # not a number: dropped
+    gate = detail["quality_gate"]
+    assert gate["success"] is False and gate["failed"][0]["expectation"] == payload("expectation")
+    status, page = request(base + "/deltaplane/tables/stamped", token=token)
+    assert status == 200, page[-2000:]
+    parsed = assert_inert(
+        page,
+        [
+            URI_PAYLOAD,
+            payload("dag_id"),
+            payload("run_id"),
+            payload("task_id"),
+            partition_directory(["day"], [payload("partition")]),
+            payload("expectation"),
+            "column=" + payload("kwargs"),
+            payload("example"),
+            payload("quarantine"),
+            payload("batch"),
+        ],
     )
-    artifacts.mkdir(parents=True, exist_ok=True)
+    assert "try_number" not in "".join(parsed.text)  # the stamp's try_number was not a number
+    href = f"/dags/{quote(payload('dag_id'), safe='')}/runs/{quote(payload('run_id'), safe='')}"
+    link = {link["href"]: link for link in parsed.links}[href]
+    assert link["target"] == "_top" and payload("dag_id") in link["text"]
+    gate_runs = [
+        link for link in parsed.links if link["href"].startswith("/dags/deltaplane_stamped_ingest/runs/")
+    ]
+    assert gate_runs and all(link["target"] == "_top" for link in gate_runs)
+    status, page = request(base + "/deltaplane/", token=token)
+    assert status == 200, page[-2000:]
+    assert_inert(page, [URI_PAYLOAD])  # in the error row of `missing`
+    assert "rejected" in page
+
+
+def test_fields_the_config_cannot_carry_are_escaped_too():
+    """Table names are letters, digits and _ in the configuration; the pages escape them (and
+    the rest of a summary) all the same, should a name ever come from elsewhere."""
+    from operators.ops_view import detail_page, list_page
+
+    name = payload("name")
+    error_row = {"name": name, "uri": payload("uri"), "error": payload("error")}
+    for response in (list_page([error_row]), detail_page(error_row)):
+        page = response.body.decode()
+        parsed = assert_inert(page, [name, payload("error")])
+        if "<h1>Delta tables</h1>" in page:
+            assert f"tables/{quote(name, safe='')}" in {link["href"] for link in parsed.links}
+    summary = {
+        "name": name,
+        "uri": payload("uri"),
+        "version": 3,
+        "files": 2,
+        "bytes": 2048,
+        "rows": 5,
+        "small_files": 2,
+        "small_file_size": 1024,
+        "deleted_rows_ratio": 0.25,
+        "versions_since_checkpoint": 4,
+        "last_checkpoint_version": None,
+        "last_optimize": None,
+        "last_vacuum": None,
+        "auto_optimize": {"action": payload("action"), "reasons": [payload("reason")]},
+        "quality_gate": None,
+        "dags": [payload("dag")],
+        "partitions": [
+            {
+                "partition": payload("partition"),
+                "files": 2,
+                "bytes": 2048,
+                "small_files": 2,
+                "rows": 5,
+                "deleted_rows_ratio": 0.25,
+            }
+        ],
+        "file_size_histogram": [{"min_bytes": 0, "num_files": 2, "bytes": 2048}],
+        "commits": [
+            {
+                "version": 3,
+                "timestamp": 1,
+                "operation": payload("op"),
+                "files_added": 1,
+                "files_removed": 0,
+                "rows_added": 1,
+                "rows_removed": 0,
+                "bytes_added": 10,
+                "dag_run": {"dag_id": payload("d"), "run_id": payload("r"), "task_id": None, "try_number": 1},
+            }
+        ],
+    }
+    page = detail_page(summary).body.decode()
+    assert_inert(
+        page,
+        [name, *map(payload, ("uri", "action", "reason", "dag", "partition", "op", "d"))],
+    )
+    page = list_page([summary]).body.decode()
+    assert_inert(page, [name, payload("action")])
+
+
+def test_any_commit_info_becomes_a_typed_row():
+    """The one place foreign commitInfo is read: any JSON object (and junk that is not one)
+    gives a row of typed fields that serializes as strict JSON, and never raises."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from operators.ops_view import commit_row
+
+    leaves = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30)
+    values = st.recursive(
+        leaves,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+        max_leaves=20,
+    )
+    known = st.sampled_from(
+        [
+            "operation",
+            "operationMetrics",
+            "airflow",
+            "version",
+            "timestamp",
+            "inCommitTimestamp",
+            "numFiles",
+            "numOutputRows",
+            "numOutputBytes",
+            "dag_id",
+            "run_id",
+            "task_id",
+            "try_number",
+        ]
+    )
+    infos = st.dictionaries(known | st.text(max_size=10), values, max_size=8)
+    nested = st.fixed_dictionaries(
+        {
+            "operationMetrics": st.dictionaries(known, values, max_size=6),
+            "airflow": st.dictionaries(known, values),
+        }
+    )
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(info=infos | nested | values)
+    def check(info):
+        row = commit_row(info)
+        json.dumps(row, allow_nan=False)
+        assert row["version"] is None or type(row["version"]) is int
+        assert row["timestamp"] is None or type(row["timestamp"]) is int
+        assert row["operation"] is None or type(row["operation"]) is str
+        for k in ("files_added", "files_removed", "rows_added", "rows_removed", "bytes_added"):
+            assert type(row[k]) is int and row[k] >= 0
+
+    check()
+    huge = commit_row({"version": 3, "operation": "x" * 10**6, "airflow": {"dag_id": "y" * 10**6}})
+    assert len(huge["operation"]) <= 1000 and len(huge["dag_run"]["dag_id"]) <= 1000
+    assert commit_row({"version": 1, "operationMetrics": {"numFiles": "7"}})["files_added"] == 7
+    assert commit_row({"version": 1, "operationMetrics": {"numFiles": 1e300}})["files_added"] == 0
+    assert commit_row({"version": 1, "operationMetrics": {"numFiles": math.nan}})["files_added"] == 0
+
+
+# --- a real browser --------------------------------------------------------------------------
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+APT_TIMEOUT = 600  # seconds, update and install together; about 35 s on a fresh machine
+
+
+def _find_chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's `chromium`, installed with apt-get when missing (once per test run, only when a
+    browser test runs); the test fails, never skips, if it cannot be had."""
+    found = _find_chromium()
+    if found is None:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            pytest.fail("Chromium is missing and cannot be installed here (needs root and apt-get): "
+                        "apt-get install -y chromium")  # fmt: skip
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        deadline = time.monotonic() + APT_TIMEOUT
+        started = time.monotonic()
+        for command in (
+            ["apt-get", "update"],
+            ["apt-get", "-o", "DPkg::Lock::Timeout=120", "install", "-y", "chromium"],
+        ):
+            try:
+                done = subprocess.run(
+                    command,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    stdin=subprocess.DEVNULL,
+                    timeout=max(deadline - time.monotonic(), 1),
+                )
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{' '.join(command)} took more than {APT_TIMEOUT} s")
+            if done.returncode != 0:
+                pytest.fail(f"{' '.join(command)} failed ({done.returncode}): {done.stderr[-3000:]}")
+        print(f"installed chromium in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        found = _find_chromium()
+    if found is None:
+        pytest.fail("apt-get installed chromium but no chromium binary is on PATH")
+    return found
+
+
+def _loopback_listeners(pgid: int) -> list[str]:
+    """Local addresses of the TCP sockets that processes of group ``pgid`` listen on."""
+    inodes = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                address = fields[1].split(":")[0]
+                if len(address) == 8:
+                    found.append(socket.inet_ntop(socket.AF_INET, bytes.fromhex(address)[::-1]))
+                else:
+                    words = bytes.fromhex(address)
+                    raw = b"".join(words[i : i + 4][::-1] for i in range(0, 16, 4))
+                    found.append(socket.inet_ntop(socket.AF_INET6, raw))
+    return found
+
+
+@pytest.fixture
+def browser(chromium, tmp_path):
+    """A headless Chromium on a fresh profile, DevTools on 127.0.0.1 only; stopped by its PID."""
     profile = tmp_path / "chromium-profile"
-    browser = subprocess.Popen(
+    process = subprocess.Popen(
         [
             chromium,
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
+            *CHROMIUM_FLAGS,
             f"--user-data-dir={profile}",
             "--remote-debugging-address=127.0.0.1",
             "--remote-debugging-port=0",
@@ -225,41 +745,85 @@ def test_in_a_real_browser(ops_server, tmp_path):
             "about:blank",
         ],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         start_new_session=True,
     )
     try:
         active = profile / "DevToolsActivePort"
         deadline = time.time() + 30
         while not active.exists() or not active.read_text().strip():
-            assert time.time() < deadline and browser.poll() is None, "Chromium did not start"
+            if process.poll() is not None or time.time() > deadline:
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+                pytest.fail(
+                    "Chromium did not start: " + process.stderr.read().decode(errors="replace")[-3000:]
+                )
             time.sleep(0.2)
         port = int(active.read_text().splitlines()[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=10) as r:
-            page = next(t for t in json.load(r) if t["type"] == "page")
-        values, png = asyncio.run(
-            _browse(
-                page["webSocketDebuggerUrl"],
-                base,
-                f"{base}/deltaplane/tables/trips",
-                COOKIE_NAME_JWT_TOKEN,
-                token,
-            )
-        )
+        listeners = _loopback_listeners(process.pid)
+        assert listeners and all(a in ("127.0.0.1", "::ffff:127.0.0.1") for a in listeners), listeners
+        yield port
     finally:
-        os.killpg(browser.pid, signal.SIGTERM)
-        browser.wait(timeout=20)
-    shot = artifacts / "ops-view-trips.png"
-    shot.write_bytes(base64.b64decode(png))
-    assert shot.stat().st_size > 10_000
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        process.stderr.close()
+
+
+def test_in_a_real_browser(ops_server, browser):
+    """Headless Chromium (Debian's `chromium`) opens the table page with the session of a user
+    who logged in through Airflow's auth endpoint; the numbers it renders equal health(); the
+    screenshot is kept as a test artifact. Pages with payloads in every field run none of them:
+    the document's title and globals are what the view set, read back over DevTools."""
+    import asyncio
+    import base64
+
+    from airflow.api_fastapi.core_api.security import COOKIE_NAME_JWT_TOKEN
+
+    base, token, trips = ops_server
+    artifacts = Path(
+        os.environ.get("DELTAPLANE_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")
+    )
+    artifacts.mkdir(parents=True, exist_ok=True)
+    with urllib.request.urlopen(f"http://127.0.0.1:{browser}/json", timeout=10) as r:
+        page = next(t for t in json.load(r) if t["type"] == "page")
+    seen = asyncio.run(
+        _browse(
+            page["webSocketDebuggerUrl"],
+            base,
+            [f"{base}/deltaplane/tables/{name}" for name in ("trips", "stamped", "foreign")]
+            + [f"{base}/deltaplane/"],
+            COOKIE_NAME_JWT_TOKEN,
+            token,
+        )
+    )
+    trips_page, stamped, foreign, index = seen
+    for name, shot in (("trips", trips_page["png"]), ("stamped", stamped["png"])):
+        out = artifacts / f"ops-view-{name}.png"
+        out.write_bytes(base64.b64decode(shot))
+        assert out.stat().st_size > 10_000
+    values = trips_page["values"]
     health = DeltaTable(trips).health(small_file_size=32 << 20)
     assert values["version"] == str(health.version) and values["files"] == str(health.num_files)
     assert values["small_files"] == str(health.num_small_files)
     assert values["versions_since_checkpoint"] == str(health.versions_since_checkpoint)
     assert values["deleted_rows_ratio"] == f"{health.deleted_rows_ratio:.1%}"
+    for name, seen_page in (("stamped", stamped), ("foreign", foreign), ("Delta tables", index)):
+        assert seen_page["title"] == name, seen_page  # no payload set the title
+        assert seen_page["pwned"] == "undefined", seen_page  # nor the global
+        assert seen_page["foreign_elements"] == 0, seen_page
+    assert 'window.__pwned="run_id"' in stamped["text"]  # the payload is on the page, as text
+    assert 'window.__pwned="operation"' in foreign["text"]
 
 
-async def _browse(ws_url: str, base: str, url: str, cookie: str, token: str):
+async def _browse(ws_url: str, base: str, urls: list[str], cookie: str, token: str) -> list[dict]:
+    import asyncio
+
     import websockets
 
     async with websockets.connect(ws_url, max_size=None) as ws:
@@ -275,25 +839,41 @@ async def _browse(ws_url: str, base: str, url: str, cookie: str, token: str):
                     assert "error" not in message, message
                     return message.get("result", {})
 
+        async def evaluate(expression: str):
+            result = await call("Runtime.evaluate", expression=expression, returnByValue=True)
+            return result["result"].get("value")
+
         await call("Network.enable")
         await call("Network.setCookie", name=cookie, value=token, url=base)
         await call("Page.enable")
-        await call("Page.navigate", url=url)
-        for _ in range(200):
-            state = await call("Runtime.evaluate", expression="document.readyState", returnByValue=True)
-            if state["result"]["value"] == "complete":
-                break
-            await asyncio_sleep(0.1)
-        script = (
-            "JSON.stringify(Object.fromEntries([...document.querySelectorAll('[data-k]')]"
-            ".map(e => [e.dataset.k, e.textContent.trim()])))"
-        )
-        result = await call("Runtime.evaluate", expression=script, returnByValue=True)
-        shot = await call("Page.captureScreenshot", format="png")
-        return json.loads(result["result"]["value"]), shot["data"]
-
-
-async def asyncio_sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)
+        seen = []
+        for url in urls:
+            await call("Page.navigate", url=url)
+            await asyncio.sleep(0.2)
+            for _ in range(200):
+                if (
+                    await evaluate("document.readyState") == "complete"
+                    and await evaluate("location.href") == url
+                ):
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.3)  # event handlers a payload might have added get their chance
+            values = await evaluate(
+                "JSON.stringify(Object.fromEntries([...document.querySelectorAll('[data-k]')]"
+                ".map(e => [e.dataset.k, e.textContent.trim()])))"
+            )
+            shot = await call("Page.captureScreenshot", format="png")
+            seen.append(
+                {
+                    "url": url,
+                    "title": await evaluate("document.title"),
+                    "pwned": await evaluate("String(window.__pwned)"),
+                    "foreign_elements": await evaluate(
+                        "document.querySelectorAll('script, img, iframe, [onerror], [onload]').length"
+                    ),
+                    "text": await evaluate("document.body.innerText"),
+                    "values": json.loads(values),
+                    "png": shot["data"],
+                }
+            )
+        return seen
