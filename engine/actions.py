@@ -263,21 +263,46 @@ ACTION_TYPES: dict[str, type] = {
 ACTION_KEYS: dict[type, str] = {cls: key for key, cls in ACTION_TYPES.items()}
 
 
-def parse_action(obj: dict[str, Any]) -> Action | None:
-    """One log line (already JSON-decoded) to an action; ``None`` for unknown action types.
+FILE_ACTION_KEYS = ("add", "remove")
 
-    A line must be an object with exactly one known action key, or only unknown keys (a future
-    action type, ignored). Anything else raises ``ValueError`` and the caller names the file.
+
+def known_actions(obj: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The ``(key, body)`` pairs of the known actions on one log line (already JSON-decoded).
+
+    The rule every parser of the log follows: **a line is the action(s) whose known key it
+    has**. Unknown keys beside an action (``{"add": {...}, "someFutureKey": [...]}``) are
+    ignored, as the protocol requires; unknown fields inside an action are the action's business
+    (kept in ``extra``). A key whose value is JSON ``null`` is absent, as a null column is in a
+    checkpoint. A line with only unknown keys is no action at all.
+
+    A line with several known actions is not allowed by the protocol but is written by some
+    tools: each of them counts, as if it stood on a line of its own, so that nothing a writer
+    put in the log is silently dropped. delta-rs reads such lines the same way (one column per
+    action type), except that from an add and a remove on one line it takes only the add; Delta
+    Spark's ``SingleAction.unwrap`` keeps only the first of add, remove, metaData, txn,
+    protocol, ... Pairs come in the order of the line. Raises ``ValueError`` when the line is
+    not a JSON object.
     """
     if not isinstance(obj, dict):
         raise ValueError("a log line must be a JSON object")
-    known = [k for k in obj if k in ACTION_TYPES]
-    if not known:
+    return [(k, v) for k, v in obj.items() if v is not None and k in ACTION_TYPES]
+
+
+def parse_action(obj: dict[str, Any]) -> Action | None:
+    """One log line (already JSON-decoded) holding a single action; ``None`` when it holds none.
+
+    For callers that handle one action at a time: a line with only unknown keys (a future
+    action type) is ``None``, unknown keys beside the action are ignored, and a line with
+    several known actions raises ``ValueError`` (the log parsers take each of them instead,
+    through :func:`known_actions`).
+    """
+    actions = known_actions(obj)
+    if not actions:
         return None
-    if len(known) > 1:
-        raise ValueError(f"a log line holds several actions: {sorted(known)}")
-    key = known[0]
-    return ACTION_TYPES[key].from_json(obj[key])
+    if len(actions) > 1:
+        raise ValueError(f"a log line holds several actions: {sorted(k for k, _ in actions)}")
+    key, body = actions[0]
+    return ACTION_TYPES[key].from_json(body)
 
 
 def action_to_json_line(action: Action) -> str:

@@ -24,6 +24,7 @@ How it runs:
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,7 +36,8 @@ import pyarrow.compute as pc
 
 from engine.commands.dml import RowLevelChange, _ms, choose_strategy, rewrite_threshold
 from engine.commands.write import WriteContext
-from engine.errors import DeltaError, InvalidPredicateError
+from engine.enforcement import conform_table
+from engine.errors import DeltaError, InvalidPredicateError, SchemaMismatchError
 from engine.expressions.arrow import evaluate
 from engine.expressions.bind import bind, require_condition
 from engine.expressions.parser import parse_expression, parse_predicate
@@ -50,9 +52,9 @@ from engine.expressions.tree import (
     conjuncts,
     transform,
 )
-from engine.inputs import as_reader
+from engine.inputs import as_reader, delta_schema
 from engine.scan import Scan, file_keep_mask
-from engine.schema import StructField, StructType, from_arrow_schema, to_arrow_type
+from engine.schema import DataType, StructField, StructType, to_arrow_type
 from engine.snapshot import Snapshot
 from engine.storage.base import ObjectStore
 from engine.transaction import CommitResult, check_commit_metadata, commit_metadata_scope
@@ -89,6 +91,7 @@ class MergeBuilder:
     ):
         self._table = table
         self._commit_metadata = check_commit_metadata(commit_metadata)
+        # Any source a write takes, in the same Arrow layout (one normalisation: engine.inputs).
         self._source = as_reader(source, table.snapshot.schema).read_all()
         self._predicate = predicate
         self._source_alias = source_alias
@@ -206,11 +209,18 @@ def _target_pruning(keys, residual, scope: _Scope, source: pa.Table) -> Expr | N
         col = Column((t_name,), dtype)
         if len(values) == 0:
             return Literal(False)
+        try:
+            values = values.cast(to_arrow_type(dtype))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            # Some source keys do not fit the target's narrower type (an int64 pandas column
+            # against an int column): they match nothing, but pruning on this key is skipped
+            # rather than filtering them out one type at a time.
+            continue
         if len(values) <= MAX_IN_LIST:
-            literals = tuple(Literal(v, dtype) for v in values.cast(to_arrow_type(dtype)).to_pylist())
+            literals = tuple(Literal(v, dtype) for v in values.to_pylist())
             parts.append(In(col, literals))
         else:
-            bounds = pc.min_max(values.cast(to_arrow_type(dtype))).as_py()
+            bounds = pc.min_max(values).as_py()
             parts.append(Comparison(">=", col, Literal(bounds["min"], dtype)))
             parts.append(Comparison("<=", col, Literal(bounds["max"], dtype)))
     for part in residual:  # residual conjuncts about the target alone prune too
@@ -257,7 +267,7 @@ def execute_merge(
 ) -> CommitResult:
     start = time.perf_counter()
     target_schema = snapshot.schema
-    source_schema = from_arrow_schema(source.schema)
+    source_schema = delta_schema(source.schema)
     scope = _Scope(target_schema, source_schema, target_alias, source_alias)
     bound_condition = require_condition(scope.qualify(parse_predicate(condition), "the merge condition"))
     keys, residual = _join_keys(bound_condition, scope)
@@ -298,8 +308,9 @@ def execute_merge(
     )
     target_ids = pa.array(np.arange(target.num_rows), pa.int64())
     source_ids = pa.array(np.arange(source.num_rows), pa.int64())
-    left = pa.table({**{f"__t{i}": target.column(k) for i, (k, _) in enumerate(keys)}, "__tid": target_ids})
-    right = pa.table({**{f"__s{i}": source.column(s) for i, (_, s) in enumerate(keys)}, "__sid": source_ids})
+    left_keys, right_keys = _join_columns(keys, target, source, scope)
+    left = pa.table({**{f"__t{i}": c for i, c in enumerate(left_keys)}, "__tid": target_ids})
+    right = pa.table({**{f"__s{i}": c for i, c in enumerate(right_keys)}, "__sid": source_ids})
     joined = left.join(
         right,
         keys=[f"__t{i}" for i in range(len(keys))],
@@ -415,6 +426,49 @@ def execute_merge(
         }
     )
     return context.txn.commit(m)
+
+
+def _join_columns(keys, target: pa.Table, source: pa.Table, scope: _Scope):
+    """The key columns of both sides in one type per key, so the hash join can compare them.
+
+    Both sides are already in the engine's Arrow layout; keys of different Delta types are
+    compared in the wider one when one side widens to the other without loss (by the rules
+    writes use: an int source key against a long target key, or the reverse). Anything else
+    cannot be compared and is a ``SchemaMismatchError`` naming both columns.
+    """
+    left, right = [], []
+    for t_name, s_name in keys:
+        t_col, s_col = target.column(t_name), source.column(s_name)
+        t_type, s_type = scope.target[t_name].type, scope.source[s_name].type
+        if t_type != s_type:
+            widened = _widen(s_col, s_name, t_type)
+            if widened is not None:
+                s_col = widened
+            else:
+                t_col = _widen(t_col, t_name, s_type)
+                if t_col is None:
+                    raise SchemaMismatchError(
+                        f"the merge condition compares {scope.t}.{t_name} ({_type_name(t_type)}) with "
+                        f"{scope.s}.{s_name} ({_type_name(s_type)}): column {s_name!r} of the source "
+                        "cannot be compared with the target's column"
+                    )
+        left.append(t_col)
+        right.append(s_col)
+    return left, right
+
+
+def _widen(column: pa.ChunkedArray, name: str, to: DataType) -> pa.ChunkedArray | None:
+    """``column`` as Delta type ``to`` if the write path would take it without loss, else None."""
+    try:
+        one = conform_table(pa.table({name: column}), StructType((StructField(name, to),)))
+    except SchemaMismatchError:
+        return None
+    return one.column(0)
+
+
+def _type_name(t: DataType) -> str:
+    text = t.to_json()
+    return text if isinstance(text, str) else json.dumps(text)
 
 
 def target_schema_empty(schema: StructType) -> pa.Table:

@@ -9,6 +9,13 @@ go through ``json.loads`` and become :mod:`engine.actions` objects that keep unk
 cannot produce maps, so it infers a struct per commit, and replay later reshapes every source
 to the snapshot's partition columns. If the fast parse fails (a writer with odd but valid
 JSON), the commit is parsed again line by line so that the error, if real, names the line.
+
+Every path reads a line by the same rule (:func:`engine.actions.known_actions`): a line is the
+action(s) whose known key it has. Unknown keys beside an action are ignored, unknown fields inside
+it are kept in ``extra`` (non-file actions) or dropped (file actions, which become Arrow rows), a
+line with only unknown keys is skipped, and a line with several known actions (not allowed, but
+written by some tools) counts as each of them. ``tests/engine/test_log_unknown_keys.py`` holds
+every path to that rule.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from engine.actions import (
+    ACTION_TYPES,
+    FILE_ACTION_KEYS,
     AddCDCFile,
     CheckpointMetadata,
     CommitInfo,
@@ -31,7 +40,7 @@ from engine.actions import (
     Protocol,
     Sidecar,
     Txn,
-    parse_action,
+    known_actions,
 )
 from engine.errors import CorruptLogError
 
@@ -251,25 +260,70 @@ def parse_log_json(
             )
     except pa.ArrowInvalid:
         return _parse_line_by_line(data, version=version, source=source, partition_keys=keys)
-    is_file = np.zeros(table.num_rows, dtype=bool)
-    for kind in ("add", "remove"):
-        if kind in table.column_names:
-            is_file |= table.column(kind).is_valid().to_numpy(zero_copy_only=False)
-    other_rows = np.flatnonzero(~is_file)
+    is_file = _valid_rows(table, FILE_ACTION_KEYS)
+    other_rows = np.flatnonzero(~is_file | _valid_rows(table, _NON_FILE_KEYS))
     other_lines = _lines_at(data, other_rows, table.num_rows)
     if other_lines is None:
         return _parse_line_by_line(data, version=version, source=source, partition_keys=keys)
     out = LogActions(source=source, version=version)
+    missed: list[tuple[str, dict]] = []
     for row, line in zip(other_rows.tolist(), other_lines, strict=True):
-        try:
-            action = parse_action(json.loads(line))
-        except (ValueError, TypeError) as e:
-            raise CorruptLogError(f"{source} line {row + 1}: invalid action: {e}", source) from e
-        if action is not None:
-            out.add_non_file_action(action, row + 1)
-    if len(other_rows) < table.num_rows:
+        # The file actions of a row are in the Arrow columns already; take the rest from JSON.
+        _add_decoded_line(out, line, row + 1, file_rows=None if is_file[row] else missed)
+    if missed:  # a file action Arrow did not see: trust the careful parser
+        return _parse_line_by_line(data, version=version, source=source, partition_keys=keys)
+    if is_file.any():
         out.file_actions = file_actions_from_structs(table, source)
     return out
+
+
+# Top-level keys of the known actions that are not add/remove.
+_NON_FILE_KEYS = tuple(k for k in ACTION_TYPES if k not in FILE_ACTION_KEYS)
+
+
+def _valid_rows(table: pa.Table, keys) -> np.ndarray:
+    """Rows where any of the top-level ``keys`` holds a (non-null) value."""
+    mask = np.zeros(table.num_rows, dtype=bool)
+    for key in keys:
+        if key in table.column_names:
+            mask |= table.column(key).is_valid().to_numpy(zero_copy_only=False)
+    return mask
+
+
+def _add_decoded_line(
+    out: LogActions, line: bytes, line_no: int | None, file_rows: list[tuple[str, dict]] | None
+) -> None:
+    """Decode one line and take its actions: non-file ones into ``out``, add/remove bodies
+    (checked) into ``file_rows``; ``file_rows=None`` when the caller has them already."""
+    try:
+        obj = json.loads(line)
+    except ValueError as e:
+        raise CorruptLogError(f"{_where(out, line, line_no)}: invalid action: {e}", out.source) from e
+    _take_actions(out, obj, line, line_no, file_rows)
+
+
+def _take_actions(
+    out: LogActions, obj, line: bytes, line_no: int | None, file_rows: list[tuple[str, dict]] | None
+) -> None:
+    """The actions of one decoded line, by the rule of :func:`engine.actions.known_actions`."""
+    try:
+        actions = known_actions(obj)
+    except ValueError as e:
+        raise CorruptLogError(f"{_where(out, line, line_no)}: invalid action: {e}", out.source) from e
+    for key, body in actions:
+        if key in FILE_ACTION_KEYS:
+            if file_rows is not None:
+                file_rows.append((key, _checked_file_action(key, body, out.source, line)))
+            continue
+        try:
+            action = ACTION_TYPES[key].from_json(body)
+        except (ValueError, TypeError) as e:
+            raise CorruptLogError(f"{_where(out, line, line_no)}: invalid action: {e}", out.source) from e
+        out.add_non_file_action(action, line_no)
+
+
+def _where(out: LogActions, line: bytes, line_no: int | None) -> str:
+    return f"{out.source} line {line_no}" if line_no else f"{out.source} ({line[:200]!r})"
 
 
 def _lines_at(data: bytes, rows: np.ndarray, num_rows: int) -> list[bytes] | None:
@@ -306,29 +360,24 @@ def _parse_line_by_line(data: bytes, *, version: int, source: str, partition_key
     file_lines: list[bytes] = []
     for line_no, line in enumerate(data.split(b"\n"), start=1):
         if line.startswith(_FILE_PREFIXES):
-            file_lines.append(line)
+            file_lines.append(line)  # decoded in bulk below, keys beside the action included
             continue
-        stripped = line.strip()
-        if not stripped:
+        if not line.strip():
             continue
-        try:
-            obj = json.loads(stripped)
-            action = parse_action(obj)
-        except (ValueError, TypeError) as e:
-            raise CorruptLogError(f"{source} line {line_no}: invalid action: {e}", source) from e
-        if action is None:
-            continue
-        if isinstance(obj, dict) and ("add" in obj or "remove" in obj):
-            # A file action written with unusual spacing: give it to the columnar parser.
-            file_lines.append(json.dumps(obj, separators=(",", ":")).encode())
-            continue
-        out.add_non_file_action(action, line_no)
+        rows: list[tuple[str, dict]] = []
+        _add_decoded_line(out, line.strip(), line_no, rows)
+        # A file action written with unusual spacing, or after another key: give each one to
+        # the columnar parser on a line of its own.
+        file_lines.extend(json.dumps({kind: body}, separators=(",", ":")).encode() for kind, body in rows)
     if file_lines:
-        out.file_actions = _parse_file_lines(file_lines, source, partition_keys)
+        out.file_actions = _parse_file_lines(file_lines, out, partition_keys)
     return out
 
 
-def _parse_file_lines(lines: list[bytes], source: str, partition_keys: set[str]) -> pa.Table:
+def _parse_file_lines(lines: list[bytes], out: LogActions, partition_keys: set[str]) -> pa.Table:
+    """The file actions of lines that start with one; any other known action beside one of
+    them (a line with several actions) goes into ``out``."""
+    source = out.source
     try:
         body = b"\n".join(lines)
         table = pj.read_json(io.BytesIO(body), parse_options=_parse_options(frozenset(partition_keys)))
@@ -337,9 +386,11 @@ def _parse_file_lines(lines: list[bytes], source: str, partition_keys: set[str])
             partition_keys |= typed
             table = pj.read_json(io.BytesIO(body), parse_options=_parse_options(frozenset(partition_keys)))
     except pa.ArrowInvalid:
-        return _parse_file_lines_slowly(lines, source)
-    if table.num_rows != len(lines):
-        return _parse_file_lines_slowly(lines, source)
+        return _parse_file_lines_slowly(lines, out)
+    if table.num_rows != len(lines) or not _valid_rows(table, FILE_ACTION_KEYS).all():
+        return _parse_file_lines_slowly(lines, out)
+    for row in np.flatnonzero(_valid_rows(table, _NON_FILE_KEYS)).tolist():
+        _add_decoded_line(out, lines[row], None, None)
     return file_actions_from_structs(table, source)
 
 
@@ -359,16 +410,13 @@ def _parse_small(data: bytes, *, version: int, source: str) -> LogActions:
             obj = json.loads(line)
         except ValueError as e:
             raise CorruptLogError(f"{source} line {line_no}: invalid action: {e}", source) from e
-        if isinstance(obj, dict) and len(obj) == 1 and ("add" in obj or "remove" in obj):
-            kind = "add" if "add" in obj else "remove"
-            rows.append((kind, _checked_file_action(kind, obj[kind], source, line)))
-            continue
-        try:
-            action = parse_action(obj)
-        except (ValueError, TypeError) as e:
-            raise CorruptLogError(f"{source} line {line_no}: invalid action: {e}", source) from e
-        if action is not None:
-            out.add_non_file_action(action, line_no)
+        if isinstance(obj, dict) and len(obj) == 1:
+            # The usual line: one add or remove and nothing else.
+            kind = "add" if "add" in obj else "remove" if "remove" in obj else None
+            if kind is not None and obj[kind] is not None:
+                rows.append((kind, _checked_file_action(kind, obj[kind], source, line)))
+                continue
+        _take_actions(out, obj, line, line_no, rows)
     if rows:
         # Adds before removes, as the columnar path stacks them.
         out.set_file_rows([r for r in rows if r[0] == "add"] + [r for r in rows if r[0] == "remove"])
@@ -389,18 +437,14 @@ def _checked_file_action(kind: str, body, source: str, line: bytes) -> dict:
     return body
 
 
-def _parse_file_lines_slowly(lines: list[bytes], source: str) -> pa.Table:
+def _parse_file_lines_slowly(lines: list[bytes], out: LogActions) -> pa.Table:
     """Line-by-line parse: slower, but it names the bad line when there is one."""
-    rows = []
+    rows: list[tuple[str, dict]] = []
     for line in lines:
-        try:
-            obj = json.loads(line)
-            kind = "add" if "add" in obj else "remove"
-            body = obj[kind]
-        except (ValueError, TypeError, KeyError) as e:
-            raise CorruptLogError(f"{source}: invalid file action ({e}): {line[:200]!r}", source) from e
-        rows.append((kind, _checked_file_action(kind, body, source, line)))
-    return _file_actions_from_bodies(rows, source)
+        _add_decoded_line(out, line, None, rows)
+    # Adds before removes, as the columnar path stacks them.
+    rows = [r for r in rows if r[0] == "add"] + [r for r in rows if r[0] == "remove"]
+    return _file_actions_from_bodies(rows, out.source)
 
 
 def _file_actions_from_bodies(rows: list[tuple[str, dict]], source: str) -> pa.Table:
