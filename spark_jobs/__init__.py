@@ -8,11 +8,9 @@ from __future__ import annotations
 
 
 def register(spark) -> None:
-    """Register the ``deltaplane`` data source on ``spark`` (and turn on filter pushdown, which
-    the data source needs for partition pruning and statistics skipping)."""
+    """Register the ``deltaplane`` data source on ``spark``."""
     from spark_jobs.datasource import DeltaplaneDataSource
 
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(DeltaplaneDataSource)
 
 

@@ -1,10 +1,16 @@
 """The ``deltaplane`` PySpark data source: Delta tables read and written through the engine.
 
-Spark never touches ``_delta_log``. For a batch read, the driver loads the snapshot, prunes
-files with the pushed filters (partition values and statistics), and hands each task a
-``PortableSnapshot`` of about ``maxPartitionBytes`` of files (their deletion vectors
-included); tasks read them with the engine's scan, which applies the deletion vectors. Every
-filter is returned to Spark, which evaluates it again on the rows.
+Spark never touches ``_delta_log``. ``load()`` pins the table version (``schema()`` reads the
+snapshot once and remembers its version), so every action on a DataFrame, and the schema Spark
+analysed it with, see the same version. For a batch read the driver hands each task a
+``PortableSnapshot`` of about ``maxPartitionBytes`` of that version's live files (their deletion
+vectors included); tasks read them with the engine's scan, which applies the deletion vectors.
+
+The reader takes no filters from Spark. PySpark 4.3 stores the read it planned (partitions and the
+read function) on the data-source object that every DataFrame derived from one ``load()`` shares,
+and reuses it for any later scan that pushes no filter and for every side of a self-join: a read
+planned with one query's filters (files skipped) would silently serve another query. So the plan
+depends on the pinned version only, and Spark applies every filter to the rows itself.
 
 A batch write plans once on the driver (``plan_write``: schema, mode, idempotency), every task
 writes Parquet files through the engine's writer and returns their ``add`` actions, and the
@@ -31,11 +37,9 @@ from pyspark.sql.types import StructType as SparkStructType
 from engine.actions import Add
 from engine.commands.staged import StagedWrite, commit_write, plan_write, write_files, write_manifest
 from engine.errors import DeltaError
-from engine.expressions.bind import bind_predicate
-from engine.expressions.tree import And, Expr
+from engine.expressions.tree import Expr
 from engine.portable import PortableSnapshot
-from engine.scan import Scan, file_keep_mask
-from spark_jobs.filters import to_expr
+from engine.scan import Scan
 from spark_jobs.options import ReadOptions, StreamOptions, WriteOptions
 from spark_jobs.types import arrow_schema, as_nullable, conform_batch, spark_schema
 
@@ -52,10 +56,19 @@ class DeltaplaneDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> SparkStructType:
-        return spark_schema(ReadOptions.parse(self.options).open().snapshot.schema)
+        # Called once per load(), on the driver, before PySpark pickles this object for every later
+        # step: the version read here is the one every scan of the DataFrame reads.
+        options = ReadOptions.parse(self.options)
+        snapshot = options.open().snapshot
+        self.pinned_version = snapshot.version
+        return spark_schema(snapshot.schema)
 
     def reader(self, schema: SparkStructType) -> DataSourceReader:
-        return DeltaplaneReader(ReadOptions.parse(self.options), schema)
+        options = ReadOptions.parse(self.options)
+        pinned = getattr(self, "pinned_version", None)
+        if pinned is not None:
+            options = options.at_version(pinned)
+        return DeltaplaneReader(options, schema)
 
     def writer(self, schema: SparkStructType, overwrite: bool) -> DeltaplaneWriter:
         return DeltaplaneWriter(WriteOptions.parse(self.options), schema, overwrite)
@@ -95,55 +108,27 @@ def read_partition(partition: FilesPartition, schema: SparkStructType) -> Iterat
             yield conform_batch(batch, target)
 
 
-def bound_predicate(filters: list[Expr], table_schema) -> Expr | None:
-    """The filters Spark pushed that bind to the table's columns, as one conjunction (a filter
-    that does not bind is only lost for skipping: Spark evaluates every filter anyway)."""
-    bound = []
-    for expr in filters:
-        try:
-            bound.append(bind_predicate(expr, table_schema))
-        except (DeltaError, TypeError, ValueError) as e:
-            log.debug("filter %s not used for skipping: %s", expr, e)
-    if not bound:
-        return None
-    return bound[0] if len(bound) == 1 else And(tuple(bound))
-
-
 class DeltaplaneReader(DataSourceReader):
+    """Plans one version's live files into tasks; takes no filters (see the module docstring)."""
+
     def __init__(self, options: ReadOptions, schema: SparkStructType):
         self.options = options
         self.schema = schema
-        self.filters: list[Expr] = []
-
-    def pushFilters(self, filters):
-        for f in filters:
-            expr = to_expr(f)
-            if expr is not None:
-                self.filters.append(expr)
-            yield f  # Spark evaluates every filter again: skipping is only a hint here
 
     def partitions(self) -> list[FilesPartition]:
-        table = self.options.open()
-        snapshot = table.snapshot
-        predicate = bound_predicate(self.filters, snapshot.schema)
-        files = snapshot.files
-        if predicate is not None and files.num_rows:
-            files = files.filter(
-                file_keep_mask(files, predicate, snapshot.schema, snapshot.metadata, snapshot.store.root)
-            )
+        snapshot = self.options.open().snapshot
         portable = PortableSnapshot.of(
-            snapshot, files, uri=self.options.uri, storage_options=self.options.storage_options
+            snapshot, uri=self.options.uri, storage_options=self.options.storage_options
         )
         groups = portable.split(self.options.max_partition_bytes) or [portable]
         log.info(
-            "deltaplane read of %s version %d: %d of %d files in %d partitions",
+            "deltaplane read of %s version %d: %d files in %d partitions",
             self.options.uri,
             snapshot.version,
-            files.num_rows,
             snapshot.num_files,
             len(groups),
         )
-        return [FilesPartition(i, group, predicate) for i, group in enumerate(groups)]
+        return [FilesPartition(i, group, None) for i, group in enumerate(groups)]
 
     def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:
         yield from read_partition(partition, self.schema)

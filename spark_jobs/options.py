@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine.errors import InvalidArgumentError
 
@@ -109,6 +109,10 @@ class ReadOptions(TableOptions):
             timestamp=timestamp,
             max_partition_bytes=_size(o, "maxPartitionBytes") or DEFAULT_PARTITION_BYTES,
         )
+
+    def at_version(self, version: int) -> ReadOptions:
+        """The same read pinned to ``version`` (a ``timestampAsOf`` already resolved to it)."""
+        return replace(self, version=version, timestamp=None)
 
     def open(self):
         from engine import DeltaTable

@@ -30,7 +30,6 @@ def get_spark(
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
-        "spark.sql.python.filterPushdown.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
     if master.startswith("local") and not submitted:

@@ -81,7 +81,6 @@ def spark_submit_command(
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.python.filterPushdown.enabled": "true",
         "spark.ui.enabled": "false",
         **(conf or {}),
     }

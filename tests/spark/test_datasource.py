@@ -10,7 +10,6 @@ import json
 import deltalake
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import CapturedException
@@ -96,35 +95,25 @@ def test_time_travel_and_deletion_vectors(spark, table_dir):
     assert spark_rows(spark, uri, timestampAsOf=when).num_rows == 90
 
 
-def test_filtered_read_opens_only_the_files_it_needs(spark, table_dir):
-    """Files the filter excludes are deleted from disk: a read that opened one would fail."""
+def test_filtered_reads_equal_the_engines(spark, table_dir):
+    """Partition, IN, prefix and timestamp filters: Spark's rows are the engine's (the reader
+    takes no filters; see spark_jobs/datasource.py for why)."""
     uri = str(table_dir)
     for start in range(0, 300, 30):  # ten commits: each region partition gets ten files
         write_table(uri, events(start, 30), mode="append", partition_by=["region"])
     table = DeltaTable(uri)
     expected = table.to_arrow(filter="region = 'eu' AND id < 60")
-    expected_2 = table.to_arrow(filter="region = 'eu' AND id < 60 AND at < '2026-01-03T12:00:00Z'")
-    # Which files can hold such rows, from the files themselves (directory name, smallest id).
-    files = sorted(table_dir.rglob("*.parquet"))
-    assert len(files) == 30
-    needed = [
-        f for f in files if f.parent.name == "region=eu" and pc.min(pq.read_table(f)["id"]).as_py() < 60
-    ]
-    assert 0 < len(needed) < 5
-    for f in set(files) - set(needed):
-        f.unlink()
+    expected_2 = table.to_arrow(filter="region = 'eu' AND id < 60 AND at < '2026-01-02T12:00:00Z'")
+    assert 0 < expected_2.num_rows < expected.num_rows
     got = spark.read.format("deltaplane").load(uri).where("region = 'eu' AND id < 60").toArrow()
     same(got, expected)
-    # The same with IN, a prefix and a timestamp range (statistics skipping on each).
     got = (
         spark.read.format("deltaplane")
         .load(uri)
-        .where("region IN ('eu') AND id <= 59 AND at < timestamp'2026-01-03 12:00:00' AND region LIKE 'e%'")
+        .where("region IN ('eu') AND id <= 59 AND at < timestamp'2026-01-02 12:00:00' AND region LIKE 'e%'")
         .toArrow()
     )
     same(got, expected_2)
-    with pytest.raises((CapturedException, PySparkException)):
-        spark.read.format("deltaplane").load(uri).collect()  # every file needed: some are gone
 
 
 def test_filters_are_reapplied_by_spark(spark, table_dir):
