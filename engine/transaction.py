@@ -50,6 +50,7 @@ from engine.conflicts import (
 from engine.deletion_vectors import dv_file_key
 from engine.errors import (
     CommitConflictError,
+    ConcurrentTransactionError,
     ConcurrentVacuumError,
     DeltaError,
     InvalidArgumentError,
@@ -247,6 +248,14 @@ class Transaction:
         self.summary.isolation_level = level or WRITE_SERIALIZABLE
         if self._scope_txn is not None:  # a concurrent commit of the same application conflicts
             self.summary.read_app_ids.add(self._scope_txn.app_id)
+            recorded = snapshot.app_transaction_version(self._scope_txn.app_id) if snapshot else None
+            if recorded is not None and recorded >= self._scope_txn.version:
+                # The work landed after the caller checked (a command that reads the latest
+                # version, racing another try of the same work): never apply it twice.
+                raise ConcurrentTransactionError(
+                    f"{store.root}: application transaction {self._scope_txn.app_id} is already at "
+                    f"version {recorded} (>= {self._scope_txn.version}) as of version {snapshot.version}"
+                )
         if self.summary.isolation_level not in ISOLATION_LEVELS:
             raise DeltaError(
                 f"unknown isolation level {self.summary.isolation_level!r} (use one of {ISOLATION_LEVELS})"

@@ -1,13 +1,23 @@
-"""What every deltaplane operator shares: the table, the run's identity, retry safety, Asset events.
+"""What every deltaplane operator shares: the table, the run's stamp, exactly-once, Asset events.
 
-Subclasses implement ``run(context, hook, table, ident)`` (one engine call or one Spark job) and
+Subclasses implement ``run(context, hook, table, stamp)`` (one engine call or one Spark job) and
 return a JSON-able dict of metrics; a ``"version"`` key names the commit made (``None``: nothing
-committed). The base class opens the table through ``DeltaHook``, skips the work when this
-task's run already committed (see ``operators.runs``), runs it inside
-``commit_metadata_scope`` and ``app_transaction_scope`` (so whatever the engine commits carries
-the run's stamp and its txn), pushes the metrics to XCom (the return value) and, for a commit,
-adds an event to the table's Asset (through the operator's ``AssetAlias`` outlet, so only a
-real commit makes one) whose ``extra`` holds version, operation, dataChange, files and rows.
+committed). A writing operator names the work it commits with ``work_key`` (the identity of its
+source files, its staged batch, or its statement and run; ``None`` for work that is idempotent
+by nature, such as OPTIMIZE, VACUUM or a checkpoint). The base class:
+
+1. opens the table through ``DeltaHook``;
+2. asks the engine whether the table already holds that work (``engine.work.find_applied``: one
+   check for every operator and Spark job); if so the task succeeds without writing, reports the
+   version that holds the work and publishes its Asset event (a retry, a clear, a rerun with a
+   new run id, a backfill out of order, a mapped task given the same batch);
+3. otherwise runs the work inside ``commit_metadata_scope`` (the run's stamp in commitInfo) and
+   ``app_transaction_scope`` (the first commit records ``txn(work key)``, atomically with the
+   data; a concurrent duplicate conflicts instead of landing twice);
+4. pushes the metrics to XCom (the return value) and, for a commit, adds an event to the table's
+   Asset (through the operator's ``AssetAlias`` outlet, so only a real commit makes one) whose
+   ``extra`` holds version, operation, the kind of change, files and rows.
+
 ``__init__`` does nothing but store arguments: DAG files stay fast to import.
 """
 
@@ -60,47 +70,52 @@ class DeltaTableOperator(BaseOperator):
     # --- the shared flow ----------------------------------------------------------------------
 
     def execute(self, context) -> dict[str, Any]:
+        from engine.errors import ConcurrentTransactionError
         from engine.transaction import app_transaction_scope, commit_metadata_scope
+        from engine.work import find_applied
         from operators.hooks import DeltaHook
-        from operators.runs import identity, prior_commit
+        from operators.runs import run_stamp
 
         hook = DeltaHook(self.deltaplane_conn_id)
-        ident = identity(context)
+        stamp = run_stamp(context)
         table = self.open_table(hook)
-        txn: tuple[str | None, int | None] = (None, None)
-        if self.writes and self.idempotent and table is None:
-            txn = (ident.app_id, ident.app_version)  # the table is created by this commit
-        elif self.writes and self.idempotent:
-            prior = prior_commit(table, ident)
-            if prior.done:
-                self.log.info(
-                    "%s: run %s already committed this task's work (version %s, txn %s=%d); nothing to do",
-                    self.table_uri,
-                    ident.run_id,
-                    prior.version,
-                    ident.app_id,
-                    ident.app_version,
-                )
-                result = {
-                    "version": prior.version,
-                    "skipped": True,
-                    "reason": "already committed by this run",
-                }
-                self.publish(context, hook, result)
-                return result
-            if prior.out_of_order:
-                self.log.warning(
-                    "%s: a later run recorded %s past this run's version %d; committing without a txn",
-                    self.table_uri,
-                    ident.app_id,
-                    ident.app_version,
-                )
-            else:
-                txn = (ident.app_id, ident.app_version)
-        with commit_metadata_scope(ident.commit_metadata()), app_transaction_scope(*txn):
-            result = self.run(context, hook, table, ident)
+        key = self.work_key(context, hook, table) if self.writes and self.idempotent else None
+        if key is not None and table is not None:
+            applied = find_applied(table.snapshot, key)
+            if applied is not None:
+                self.log.info("%s: %s; nothing to do", self.table_uri, applied.describe())
+                result = {"version": applied.version, "skipped": True, "reason": applied.describe()}
+                return self._report(context, hook, result, key)
+        try:
+            with commit_metadata_scope(stamp.commit_metadata()), app_transaction_scope(
+                *(key.as_txn() if key is not None else (None, None))
+            ):
+                result = self.run(context, hook, table, stamp)
+        except ConcurrentTransactionError:
+            # Another try of the same work landed while this one worked: report it, or re-raise
+            # when the conflict was about something else.
+            applied = find_applied(hook.get_table(self.table_uri).snapshot, key) if key else None
+            if applied is None:
+                raise
+            self.log.info("%s: %s while this try ran", self.table_uri, applied.describe())
+            result = {"version": None, "skipped": True}
+        if key is not None and result.get("skipped") and result.get("version") is None:
+            # The commit found the key already there: a first try landed while this one worked.
+            applied = find_applied(hook.get_table(self.table_uri).snapshot, key)
+            if applied is not None:
+                result.update(version=applied.version, reason=applied.describe())
+        return self._report(context, hook, result, key)
+
+    def _report(self, context, hook, result: dict[str, Any], key) -> dict[str, Any]:
+        if key is not None:
+            result["work"] = key.app_id
         self.publish(context, hook, result)
         return result
+
+    def work_key(self, context, hook, table):
+        """The ``engine.work.WorkKey`` of what this task commits (``None``: idempotent by nature).
+        Called once per try, before ``run``; may keep what it read for ``run``."""
+        return None
 
     def open_table(self, hook):
         """The table (``None`` when it does not exist yet and the operator may create it)."""
@@ -113,7 +128,7 @@ class DeltaTableOperator(BaseOperator):
                 return None
             raise
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:  # pragma: no cover - abstract
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def publish(self, context, hook, result: dict[str, Any]) -> None:

@@ -42,19 +42,62 @@ class DeltaCommitOperator(DeltaTableOperator):
         self.schema_mode = schema_mode
         self.replace_where = replace_where
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:
-        options = hook.settings.storage_options
-        if self.staged_manifest is not None:
-            from engine.commands.staged import commit_write, read_manifest
+    def work_key(self, context, hook, table):
+        self._load(hook)
+        return self._key()
 
-            staged = read_manifest(self.staged_manifest, options)
-            if staged.spec.uri.rstrip("/") != self.table_uri.rstrip("/"):
-                raise ValueError(
-                    f"{self.staged_manifest} stages a write to {staged.spec.uri}, not {self.table_uri}"
-                )
-            if staged.spec.skip:
-                return {"version": None, "skipped": True, "reason": "the staged write was already applied"}
-            result = commit_write(replace(staged.spec, skip=False), staged.adds)
+    def _load(self, hook) -> None:
+        """Read the manifest (or list the source files) once per try."""
+        if getattr(self, "_loaded", False):
+            return
+        if self.staged_manifest is not None:
+            from engine.commands.staged import read_manifest
+
+            self._staged = read_manifest(self.staged_manifest, hook.settings.storage_options)
+            spec = self._staged.spec
+            if spec.uri.rstrip("/") != self.table_uri.rstrip("/"):
+                raise ValueError(f"{self.staged_manifest} stages a write to {spec.uri}, not {self.table_uri}")
+        else:
+            import pyarrow.dataset as ds
+
+            self._dataset = ds.dataset(self.source, format=self.source_format)
+        self._loaded = True
+
+    def _key(self):
+        """A staged batch is named by its manifest (the key it was staged with, else its files);
+        files read from ``source`` by their identities (path, size, modification time) with the
+        mode and predicate they are written with."""
+        from engine.work import WorkKey, local_file_identities
+
+        if self.staged_manifest is not None:
+            spec = self._staged.spec
+            if spec.app_id is not None:
+                return WorkKey(spec.app_id, spec.app_version)
+            return WorkKey.named("staged", sorted(a.path for a in self._staged.adds))
+        return WorkKey.named(
+            "files",
+            {
+                "files": local_file_identities(self._dataset.files),
+                "mode": self.mode,
+                "replaceWhere": self.replace_where,
+            },
+        )
+
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
+        options = hook.settings.storage_options
+        self._load(hook)
+        if self.staged_manifest is not None:
+            from engine.commands.staged import commit_write
+
+            staged = self._staged
+            key = self._key() if self.idempotent else None
+            spec = replace(
+                staged.spec,
+                skip=False,
+                app_id=key.app_id if key is not None else None,
+                app_version=key.version if key is not None else None,
+            )
+            result = commit_write(spec, staged.adds)
             self.log.info(
                 "committed %d staged files (%d rows) as version %s",
                 len(staged.adds),
@@ -68,14 +111,11 @@ class DeltaCommitOperator(DeltaTableOperator):
                 "rows": staged.num_rows,
                 "bytes": staged.num_bytes,
             }
-        import pyarrow.dataset as ds
-
         from engine import write_table
 
-        reader = ds.dataset(self.source, format=self.source_format).scanner().to_reader()
         result = write_table(
             self.table_uri,
-            reader,
+            self._dataset.scanner().to_reader(),
             mode=self.mode,
             partition_by=self.partition_by,
             predicate=self.replace_where,

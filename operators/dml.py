@@ -58,7 +58,32 @@ class DeltaDMLOperator(DeltaTableOperator):
         self.spark_threshold_bytes = spark_threshold_bytes
         self.spark_timeout = spark_timeout
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:
+    def work_key(self, context, hook, table):
+        """DELETE and UPDATE: the statement as issued by this task of this run (a retry or a
+        clear is the same work; a new run issues it again). MERGE: the statement and the
+        identity of its source files (the same source is merged once)."""
+        from engine.work import WorkKey, local_file_identities
+        from operators.runs import run_stamp
+
+        statement = {
+            "operation": self.operation,
+            "predicate": self.predicate,
+            "updates": self.updates if self.operation == "update" else None,
+        }
+        if self.operation == "merge":
+            import pyarrow.dataset as ds
+
+            self._source = ds.dataset(self.source, format="parquet")
+            statement |= {
+                "source": local_file_identities(self._source.files),
+                "condition": self.merge_condition,
+                "whenMatched": self.when_matched,
+                "whenNotMatched": self.when_not_matched,
+            }
+            return WorkKey.named("merge", statement)
+        return WorkKey.named("dml", {**statement, "run": run_stamp(context).identity()})
+
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
         if self.operation == "merge":
             return self._merge(table)
         from engine.commands.dml import plan_row_level
@@ -81,7 +106,7 @@ class DeltaDMLOperator(DeltaTableOperator):
             if self.strategy:
                 args += ["--strategy", self.strategy]
             metrics = run_spark_job(
-                "dml", args, hook=hook, ident=ident, txn=True, timeout=self.spark_timeout, log=self.log
+                "dml", args, hook=hook, stamp=stamp, timeout=self.spark_timeout, log=self.log
             )
             metrics["engine"] = "spark"
             return metrics
@@ -105,7 +130,7 @@ class DeltaDMLOperator(DeltaTableOperator):
     def _merge(self, table) -> dict[str, Any]:
         import pyarrow.dataset as ds
 
-        source = ds.dataset(self.source, format="parquet").to_table()
+        source = (getattr(self, "_source", None) or ds.dataset(self.source, format="parquet")).to_table()
         builder = table.merge(
             source, self.merge_condition, source_alias="s", target_alias="t", strategy=self.strategy
         )

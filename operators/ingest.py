@@ -48,13 +48,14 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
     def open_table(self, hook):
         return None
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
         from pathlib import Path
 
         from engine.commands.staged import StagedWrite, plan_write, read_manifest, write_files, write_manifest
         from engine.errors import ObjectNotFoundError
+        from engine.work import WorkKey, local_file_identities
 
-        batch = batch_id(ident.run_id)
+        batch = batch_id(stamp.run_id)
         manifest = f"{self.staging.rstrip('/')}/{batch}.json"
         options = hook.settings.storage_options
         processed = Path(self.landing) / PROCESSED / batch
@@ -80,22 +81,33 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
                 context["ti"].xcom_push(key="return_value", value=out)
                 self.skip(context["ti"], self.get_direct_relatives(upstream=False))
                 return out
+            key = WorkKey.named("files", {"files": local_file_identities(files)})
             data = _read(files, self.source_format)
             spec = plan_write(
-                self.table_uri, data.schema, partition_by=self.partition_by, storage_options=options
+                self.table_uri,
+                data.schema,
+                partition_by=self.partition_by,
+                storage_options=options,
+                app_id=key.app_id,
+                app_version=key.version,
             )
-            staged = StagedWrite(spec, tuple(write_files(spec, data)))
+            staged = StagedWrite(spec, tuple(write_files(spec, data)))  # nothing when spec.skip
             write_manifest(manifest, staged, options)
             processed.mkdir(parents=True, exist_ok=True)
             for f in files:
                 f.rename(processed / f.name)
-            self.log.info("staged %d rows from %d files as %s", staged.num_rows, len(files), manifest)
+            if spec.skip:
+                self.log.info("%s: these %d files were already committed (%s)", batch, len(files), key.app_id)
+            else:
+                self.log.info("staged %d rows from %d files as %s", staged.num_rows, len(files), manifest)
         return {
             "version": None,
             "batch": batch,
             "manifest": manifest,
             "rows": staged.num_rows,
             "files": len(staged.adds),
+            "already_committed": staged.spec.skip,
+            "work": staged.spec.app_id,
         }
 
 
@@ -125,7 +137,7 @@ class DeltaConsumeOperator(DeltaTableOperator):
         self.source_uri = source_uri
         self.skip_change_commits = skip_change_commits
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
         import pyarrow as pa
 
         from engine import write_table

@@ -37,7 +37,7 @@ class DeltaAutoOptimizeOperator(DeltaTableOperator, SkipMixin):
         self.max_deleted_rows_ratio = max_deleted_rows_ratio
         self.zorder_by = list(zorder_by or [])
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
         from dataclasses import replace
 
         from engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
@@ -99,7 +99,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
         self.spark_threshold_bytes = spark_threshold_bytes
         self.spark_timeout = spark_timeout
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
         from engine.commands.optimize import execute_optimize, plan_optimize
 
         partitions, purge, target = None, False, self.target_file_size
@@ -144,7 +144,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
                 self.spark_threshold_bytes,
             )
             metrics = run_spark_job(
-                "compact", args, hook=hook, ident=ident, txn=True, timeout=self.spark_timeout, log=self.log
+                "compact", args, hook=hook, stamp=stamp, timeout=self.spark_timeout, log=self.log
             )
             metrics["engine"] = "spark"
             return metrics
@@ -164,7 +164,7 @@ class DeltaCheckpointOperator(DeltaTableOperator):
         super().__init__(table_uri=table_uri, emit_asset=False, idempotent=False, **kwargs)
         self.cleanup_log = cleanup_log
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
         import dataclasses
 
         info = table.checkpoint()
@@ -199,7 +199,7 @@ class DeltaVacuumOperator(DeltaTableOperator):
         self.enforce_retention = enforce_retention
         self.mode = mode
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
         files = table.vacuum(
             self.retention_hours,
             dry_run=self.dry_run,
@@ -224,7 +224,7 @@ class DeltaManifestOperator(DeltaTableOperator):
     def __init__(self, *, table_uri: str, **kwargs):
         super().__init__(table_uri=table_uri, emit_asset=False, idempotent=False, **kwargs)
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
         manifest = table.generate_manifest().as_dict()
         self.log.info(
             "%s: %d manifests written for version %s",

@@ -136,13 +136,16 @@ class DeltaQualityGateOperator(DeltaTableOperator, SkipMixin):
     def open_table(self, hook):
         return None  # the gate reads the staged files only; the table may not exist yet
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
         from engine.commands.staged import read_manifest
 
         options = hook.settings.storage_options
         staged = read_manifest(self.staged_manifest, options)
-        rows = staged.read()
         batch = self.staged_manifest.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json")
+        if staged.spec.skip:
+            self.log.info("%s: batch %s is already in the table; nothing to validate", self.table_uri, batch)
+            return {"success": True, "batch": batch, "version": None, "reason": "already committed"}
+        rows = staged.read()
         outcome = validate_rows(rows.to_pandas(), self.expectations, name="batch")
         summary = {**outcome["summary"], "batch": batch, "files": len(staged.adds), "version": None}
         if summary["success"]:

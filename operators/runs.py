@@ -1,18 +1,13 @@
-"""Who is committing (the Airflow run), whether it already did, and what it tells Airflow.
+"""Who is committing (the Airflow run) and what a commit tells Airflow.
 
-Retry safety: a writing task commits with ``txn(appId="<dag_id>.<task_id>", version=<the run's
-time in microseconds>)`` (the data interval's end, else the logical date, else ``run_after``),
-and stamps ``{"airflow": {dag_id, run_id, task_id, try_number}}`` into commitInfo. Before it
-works, it asks the table: a recorded version equal to its own means this run's commit already
-landed (a retry after a crash, or a cleared task): it succeeds without writing. A recorded version
-*greater* than its own means a later run committed first (a backfill, a catch-up run): then the
-commit history decides (a commit stamped with this run and task means done), and the task
-commits without a txn, so the newer version stays recorded.
+Every commit a task makes is stamped ``{"airflow": {dag_id, run_id, task_id, try_number[,
+map_index]}}`` in its commitInfo, so the table's history names the run that made each version.
+The stamp is for people and the ops view: whether a task's work is already in the table is
+decided by the work's own key (``engine.work``; see ``operators.base``), never by the run's time.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,22 +15,14 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-HISTORY_SEARCH = 1000  # commits searched for this run's own commit when runs arrive out of order
-
 
 @dataclass(frozen=True)
-class RunIdentity:
+class RunStamp:
     dag_id: str
     task_id: str
     run_id: str
     try_number: int
-    app_version: int
     map_index: int = -1
-
-    @property
-    def app_id(self) -> str:
-        base = f"{self.dag_id}.{self.task_id}"
-        return base if self.map_index < 0 else f"{base}.{self.map_index}"
 
     def commit_metadata(self) -> dict[str, Any]:
         return {
@@ -48,66 +35,23 @@ class RunIdentity:
             }
         }
 
-    def made(self, commit_info: dict) -> bool:
-        stamp = commit_info.get("airflow")
-        return (
-            isinstance(stamp, dict)
-            and stamp.get("dag_id") == self.dag_id
-            and stamp.get("run_id") == self.run_id
-            and stamp.get("task_id") == self.task_id
-            and stamp.get("map_index", -1) == self.map_index
-        )
+    def identity(self) -> list:
+        """The run and task, for work keys that name "this statement, issued by this task of this
+        run" (a DELETE or UPDATE): a retry or clear of the task is the same work, a new run is not."""
+        return [self.dag_id, self.task_id, self.map_index, self.run_id]
 
 
-def _micros(value) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return int(value.timestamp() * 1_000_000)
-
-
-def identity(context) -> RunIdentity:
+def run_stamp(context) -> RunStamp:
     run = context["dag_run"]
     ti = context["ti"]
-    when = None
-    for name in ("data_interval_end", "logical_date", "run_after"):
-        when = _micros(getattr(run, name, None))
-        if when is not None:
-            break
-    if when is None:
-        raise ValueError(f"run {run.run_id} has no data interval, logical date or run_after")
-    return RunIdentity(
+    map_index = getattr(ti, "map_index", None)
+    return RunStamp(
         dag_id=run.dag_id,
         task_id=ti.task_id,
         run_id=run.run_id,
         try_number=int(getattr(ti, "try_number", 1) or 1),
-        app_version=when,
-        map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
+        map_index=int(map_index) if map_index is not None else -1,
     )
-
-
-@dataclass(frozen=True)
-class PriorCommit:
-    """What the table says about this task's run before it does anything."""
-
-    done: bool
-    version: int | None = None  # the commit this run made, when found
-    out_of_order: bool = False  # a later run already recorded a newer version
-
-
-def prior_commit(table, ident: RunIdentity) -> PriorCommit:
-    recorded = table.snapshot.app_transaction_version(ident.app_id)
-    if recorded is None or recorded < ident.app_version:
-        return PriorCommit(False)
-    found = next((info for info in table.history(HISTORY_SEARCH) if ident.made(info)), None)
-    if recorded == ident.app_version:
-        return PriorCommit(True, found["version"] if found else None)
-    if found is not None:
-        return PriorCommit(True, found["version"], out_of_order=True)
-    return PriorCommit(False, out_of_order=True)
 
 
 def asset_uri(table_uri: str) -> str:

@@ -20,16 +20,16 @@ class SparkJobError(Exception):
     """A Spark job exited with an error (its exit code and message are in the text)."""
 
 
-def run_spark_job(
-    job: str, args: list[str], *, hook, ident, txn: bool, timeout: float, log, conf=None
-) -> dict:
-    """Submit ``job`` with the connection's settings and this run's stamp; its metrics."""
+def run_spark_job(job: str, args: list[str], *, hook, stamp, timeout: float, log, conf=None) -> dict:
+    """Submit ``job`` with the connection's settings, this run's stamp and the work key of the
+    operator's scope (``--app-id``/``--app-version``: the job commits it with its work); its
+    metrics."""
     from engine.transaction import current_app_transaction
     from spark_jobs.submit import submit
 
-    full = [*args, *hook.storage_args(), "--commit-metadata", json.dumps(ident.commit_metadata())]
+    full = [*args, *hook.storage_args(), "--commit-metadata", json.dumps(stamp.commit_metadata())]
     scope = current_app_transaction()
-    if txn and scope is not None:
+    if scope is not None:
         full += ["--app-id", scope[0], "--app-version", str(scope[1])]
     settings = hook.settings
     log.info("submitting spark_jobs.%s to %s", job, settings.spark_master)
@@ -68,11 +68,20 @@ class DeltaSparkJobOperator(DeltaTableOperator):
         self.job_args = list(job_args or [])
         self.timeout = timeout
 
-    def run(self, context, hook, table, ident) -> dict[str, Any]:
+    def work_key(self, context, hook, table):
+        """``dml``: the statement (its arguments) as issued by this task of this run. ``ingest``
+        names its work itself, by the identity of the files it loads; ``compact`` is
+        idempotent by nature."""
+        if self.job != "dml":
+            return None
+        from engine.work import WorkKey
+        from operators.runs import run_stamp
+
+        return WorkKey.named("dml", {"args": self.job_args, "run": run_stamp(context).identity()})
+
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
         args = ["--table", self.table_uri, *self.job_args]
-        metrics = run_spark_job(
-            self.job, args, hook=hook, ident=ident, txn=True, timeout=self.timeout, log=self.log
-        )
+        metrics = run_spark_job(self.job, args, hook=hook, stamp=stamp, timeout=self.timeout, log=self.log)
         if "--stage" in self.job_args:
             metrics["version"] = None  # staged: nothing committed yet
         return metrics

@@ -51,7 +51,7 @@ def main(args) -> dict:
     target = parse_size(args.target_size, "--target-size")
     max_task_bytes = parse_size(args.max_task_bytes, "--max-task-bytes") or DEFAULT_MAX_TASK_BYTES
     table = DeltaTable(args.table, storage_options=options)
-    skipped = job.already_done(table, args)
+    skipped = job.already_done(table, job.work_key(args))
     if skipped is not None:
         return skipped
     zorder = [c.strip() for c in args.zorder.split(",") if c.strip()] if args.zorder else None

@@ -62,7 +62,7 @@ def main(args) -> dict:
     elif args.set:
         raise job.JobError("--set goes with --update")
     table = DeltaTable(args.table, storage_options=options)
-    skipped = job.already_done(table, args)
+    skipped = job.already_done(table, job.work_key(args))
     if skipped is not None:
         return skipped
     snapshot = table.snapshot

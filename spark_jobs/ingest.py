@@ -5,9 +5,14 @@
 
 ``--stage MANIFEST`` writes the data files and a staged-commit manifest there, and commits
 nothing (a quality gate reads the batch, then ``--commit-staged MANIFEST`` commits it or the
-files are quarantined). ``--app-id``/``--app-version`` make a rerun write nothing once the
-version has committed. Sources are read by Spark, so they must be paths Spark can open (local
-or cluster file systems); the table itself may be on S3.
+files are quarantined).
+
+Exactly once, like ``COPY INTO``: the commit records the work key of its source files (their
+paths, sizes and modification times, with the mode and predicate), so loading the same files
+again writes nothing and reports the version that holds them, while other files always land.
+``--app-id``/``--app-version`` give the key explicitly; ``--reprocess`` loads the files again.
+Sources are read by Spark, so they must be paths Spark can open (local or cluster file
+systems); the table itself may be on S3.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import uuid
 
 from engine import DeltaTable
 from engine.commands.staged import read_manifest
+from engine.errors import TableNotFoundError
+from engine.work import WorkKey
 from spark_jobs import job
 
 FORMATS = ("csv", "json", "parquet")
@@ -40,6 +47,11 @@ def build_parser():
     p.add_argument("--user-metadata", help="commitInfo.userMetadata")
     p.add_argument("--stage", metavar="MANIFEST", help="write the files and this manifest; commit nothing")
     p.add_argument("--commit-staged", metavar="MANIFEST", help="commit a staged manifest (no Spark needed)")
+    p.add_argument(
+        "--reprocess",
+        action="store_true",
+        help="load the files even if these same files were committed before (no work key)",
+    )
     return p
 
 
@@ -51,18 +63,21 @@ def main(args) -> dict:
         if staged.spec.uri.rstrip("/") != args.table.rstrip("/"):
             raise job.JobError(f"{args.commit_staged} stages a write to {staged.spec.uri}, not {args.table}")
         result = staged.commit(commit_metadata=metadata)
-        return {
+        out = {
             "action": "commit-staged",
-            "version": result.version,
+            "version": None if result.skipped else result.version,
             "skipped": result.skipped,
             "files": len(staged.adds),
             "rows": staged.num_rows,
             "bytes": staged.num_bytes,
         }
+        if result.skipped and staged.spec.app_id is not None:
+            table = DeltaTable(args.table, storage_options=options)
+            out |= job.already_done(table, WorkKey(staged.spec.app_id, staged.spec.app_version)) or {}
+        return out
     if not args.source:
         raise job.JobError("give --source (files to load) or --commit-staged")
-    if (args.app_id is None) != (args.app_version is None):
-        raise job.JobError("--app-id and --app-version go together")
+    key = job.work_key(args)
     if any(s.startswith(("s3://", "s3a://")) for s in args.source):
         raise job.JobError(
             "Spark here has no S3 connector (hadoop-aws): land source files where Spark can read them "
@@ -78,33 +93,66 @@ def main(args) -> dict:
     if args.schema:
         reader = reader.schema(args.schema)
     df = reader.load(args.source)
+    if key is None and not args.reprocess:
+        files = source_identities(spark, df)
+        key = WorkKey.named("files", {"files": files, "mode": args.mode, "replaceWhere": args.replace_where})
+    if key is not None and not args.stage:  # a stage writes its (empty) manifest either way
+        done = job.already_done(_table_or_none(args.table, options), key)
+        if done is not None:
+            return {"action": "write", "files": 0, "rows": 0, "bytes": 0, **done}
     token = str(uuid.uuid4())
     writer = df.write.format("deltaplane").mode(args.mode)
     settings = {f"storage.{k}": v for k, v in options.items()}
     settings["commitMetadata"] = json.dumps({**metadata, RUN_KEY: token})
-    for key, value in (
+    for name, value in (
         ("partitionBy", args.partition_by),
         ("replaceWhere", args.replace_where),
         ("mergeSchema", "true" if args.merge_schema else None),
-        ("txnAppId", args.app_id),
-        ("txnVersion", args.app_version),
+        ("txnAppId", key.app_id if key is not None else None),
+        ("txnVersion", key.version if key is not None else None),
         ("userMetadata", args.user_metadata),
         ("stageManifest", args.stage),
     ):
         if value is not None:
-            settings[key] = str(value)
+            settings[name] = str(value)
     writer.options(**settings).save(args.table)
     if args.stage:
         staged = read_manifest(args.stage, options)
         return {
             "action": "stage",
+            "version": None,
             "manifest": args.stage,
             "files": len(staged.adds),
             "rows": staged.num_rows,
             "bytes": staged.num_bytes,
             "skipped": staged.spec.skip,
+            "work": staged.spec.app_id,
         }
-    return {"action": "write", **_commit_of(args.table, options, token)}
+    return {"action": "write", **_commit_of(args.table, options, token, key)}
+
+
+def source_identities(spark, df) -> list[list]:
+    """``engine.work.file_identities`` of the files Spark reads for ``df`` (size and modification
+    time from the file system Spark reads them with)."""
+    from engine.work import file_identities
+
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    out = []
+    for uri in df.inputFiles():
+        path = jvm.org.apache.hadoop.fs.Path(uri)
+        status = path.getFileSystem(conf).getFileStatus(path)
+        out.append((uri, status.getLen(), status.getModificationTime()))
+    if not out:
+        raise job.JobError("the sources matched no files")
+    return file_identities(out)
+
+
+def _table_or_none(uri: str, options: dict):
+    try:
+        return DeltaTable(uri, storage_options=options)
+    except TableNotFoundError:
+        return None
 
 
 def _format_of(source: str) -> str:
@@ -119,8 +167,8 @@ def _format_of(source: str) -> str:
     raise job.JobError(f"cannot tell the format of {source!r}: give --format ({', '.join(FORMATS)})")
 
 
-def _commit_of(uri: str, options: dict, token: str) -> dict:
-    """The commit this run made (found by its run token), or a skip."""
+def _commit_of(uri: str, options: dict, token: str, key) -> dict:
+    """The commit this run made (found by its run token), or the one that already held its work."""
     table = DeltaTable(uri, storage_options=options)
     for info in table.history(50):
         if info.get(RUN_KEY) == token:
@@ -132,7 +180,8 @@ def _commit_of(uri: str, options: dict, token: str) -> dict:
                 "rows": int(metrics.get("numOutputRows", 0)),
                 "bytes": int(metrics.get("numOutputBytes", 0)),
             }
-    return {"version": table.version, "skipped": True, "files": 0, "rows": 0, "bytes": 0}
+    done = job.already_done(table, key) or {"version": None, "skipped": True}
+    return {"files": 0, "rows": 0, "bytes": 0, **done}
 
 
 if __name__ == "__main__":

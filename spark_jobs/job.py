@@ -85,20 +85,30 @@ def parser(name: str, description: str) -> argparse.ArgumentParser:
     return p
 
 
-def app_transaction(args) -> tuple[str | None, int | None]:
+def work_key(args):
+    """The ``engine.work.WorkKey`` given with ``--app-id``/``--app-version`` (``None``: none)."""
+    from engine.work import WorkKey
+
     if (args.app_id is None) != (args.app_version is None):
         raise JobError("--app-id and --app-version go together", EXIT_USAGE)
-    return args.app_id, args.app_version
+    return None if args.app_id is None else WorkKey(args.app_id, args.app_version)
 
 
-def already_done(table, args) -> dict | None:
-    """The metrics of a skipped run when the table records this application version already
-    (a rerun of a committed job), else ``None``."""
-    app_id, version = app_transaction(args)
-    done = table.snapshot.app_transaction_version(app_id) if app_id is not None else None
-    if done is None or done < version:
+def app_transaction(args) -> tuple[str | None, int | None]:
+    key = work_key(args)
+    return key.as_txn() if key is not None else (None, None)
+
+
+def already_done(table, key) -> dict | None:
+    """The metrics of a job whose work the table (``None``: none yet) already holds
+    (``engine.work.find_applied``, the same check the Airflow operators make): the version
+    holding it, else ``None``."""
+    from engine.work import find_applied
+
+    applied = find_applied(table.snapshot, key) if table is not None else None
+    if applied is None:
         return None
-    return {"version": None, "skipped": True, "reason": f"{app_id} {version} already committed"}
+    return {"version": applied.version, "skipped": True, "reason": applied.describe()}
 
 
 def commit_metadata(args) -> dict[str, Any]:

@@ -63,6 +63,7 @@ from engine.snapshot import files_snapshot, load_snapshot
 from engine.storage import open_store
 from engine.storage.base import ObjectStore
 from engine.transaction import CommitResult, Transaction, check_commit_metadata
+from engine.work import WorkKey
 from engine.writer import DataFileWriter
 
 MODES = ("append", "overwrite")
@@ -225,13 +226,12 @@ def plan_write(
     _check_predicate(replace_where, write.schema)
     if dynamic_partitions and not snapshot.partition_columns:
         raise InvalidArgumentError("dynamic partition overwrite needs a partitioned table")
-    done = snapshot.app_transaction_version(app_id) if app_id is not None else None
     return WriteSpec(
         read_version=snapshot.version,
         protocol_json=json.dumps(write.protocol.to_json()),
         metadata_json=json.dumps(write.metadata.to_json()),
         metadata_changed=write.metadata != snapshot.metadata,
-        skip=done is not None and done >= app_version,
+        skip=app_id is not None and WorkKey(app_id, app_version).done_in(snapshot),
         **common,
     )
 
@@ -361,8 +361,7 @@ def commit_write(
     except ConcurrentTransactionError:
         # The same application committed since the plan: a rerun whose first try landed.
         latest = load_snapshot(store)
-        done = latest.app_transaction_version(spec.app_id) if spec.app_id is not None else None
-        if done is not None and done >= spec.app_version:
+        if spec.app_id is not None and WorkKey(spec.app_id, spec.app_version).done_in(latest):
             return CommitResult(latest.version, write.txn.operation, {}, skipped=True)
         raise
 

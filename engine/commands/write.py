@@ -59,6 +59,7 @@ from engine.table_features import (
 )
 from engine.table_properties import TableProperties, check_property_names
 from engine.transaction import CommitResult, Transaction
+from engine.work import WorkKey
 from engine.writer import DEFAULT_TARGET_FILE_SIZE, DataFileWriter, WriterConfig
 
 CHANGE_TYPE = "_change_type"
@@ -325,8 +326,8 @@ class WriteContext:
         if app_id is None and app_version is None:
             return None
         _check_app(app_id, app_version)
-        done = self.txn.read_app_transaction(app_id)
-        if done is not None and done >= app_version:
+        self.txn.read_app_transaction(app_id)  # a concurrent commit of the same work conflicts
+        if self.snapshot is not None and WorkKey(app_id, app_version).done_in(self.snapshot):
             return CommitResult(self.snapshot.version, self.txn.operation, {}, skipped=True)
         self.txn.set_app_transaction(app_id, app_version)
         return None

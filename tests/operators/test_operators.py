@@ -70,7 +70,9 @@ def test_commit_then_maintenance(airflow_db, tmp_path):
     history = dt.history()
     stamps = {h["version"]: h.get("airflow", {}) for h in history}
     assert stamps[0]["task_id"] == "commit_0" and stamps[0]["run_id"] == run.run_id
-    assert deltalake.DeltaTable(str(table)).transaction_version("commit_maintenance.commit_0") is not None
+    work = [xcom(run, f"commit_{i}")["work"] for i in range(3)]  # each batch named by its files
+    assert len(set(work)) == 3 and all(w.startswith("deltaplane:files:") for w in work)
+    assert all(deltalake.DeltaTable(str(table)).transaction_version(w) == 1 for w in work)
     assert dt.snapshot.num_files == 3 and dt.count() == 300
     assert sorted(deltalake.DeltaTable(str(table)).to_pyarrow_table()["id"].to_pylist()) == list(range(300))
     assert xcom(run, "vacuum")["files"] == 9  # the compacted-away small files
@@ -336,8 +338,10 @@ def test_spark_backed_operators(airflow_db, tmp_path):
     DeltaSparkJobOperator stages an ingest that the commit operator then commits."""
     table = tmp_path / "t"
     landing_dir = tmp_path / "landing"
-    landing_dir.mkdir()
-    (landing_dir / "a.csv").write_text("id,g\n" + "\n".join(f"{i},{i % 2}" for i in range(40)) + "\n")
+    later_dir = tmp_path / "landing-2"
+    for folder in (landing_dir, later_dir):
+        folder.mkdir()
+        (folder / "a.csv").write_text("id,g\n" + "\n".join(f"{i},{i % 2}" for i in range(40)) + "\n")
     manifest = tmp_path / "staging" / "b1.json"
     run = run_dag(
         "spark_ops",
@@ -354,12 +358,14 @@ def test_spark_backed_operators(airflow_db, tmp_path):
             first = DeltaSparkJobOperator(task_id="ingest", table_uri=T, job="ingest",
                                           job_args=["--source", {str(landing_dir)!r} + "/*.csv"])
             staged = DeltaSparkJobOperator(task_id="ingest_staged", table_uri=T, job="ingest",
-                                           job_args=["--source", {str(landing_dir)!r} + "/*.csv", "--stage", {str(manifest)!r}])
+                                           job_args=["--source", {str(later_dir)!r} + "/*.csv", "--stage", {str(manifest)!r}])
+            again = DeltaSparkJobOperator(task_id="ingest_again", table_uri=T, job="ingest",
+                                          job_args=["--source", {str(landing_dir)!r} + "/*.csv"])
             commit = DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest={str(manifest)!r})
             compact = DeltaCompactionOperator(task_id="compact", table_uri=T, spark_threshold_bytes=0)
             delete = DeltaDMLOperator(task_id="delete", table_uri=T, operation="delete", predicate="id < 5",
                                       spark_threshold_bytes=0)
-            first >> staged >> commit >> compact >> delete
+            first >> staged >> commit >> again >> compact >> delete
         """,
     )
     assert set(task_states(run).values()) == {"success"}, task_states(run)
@@ -370,7 +376,8 @@ def test_spark_backed_operators(airflow_db, tmp_path):
     assert ops == ["DELETE", "OPTIMIZE", "WRITE", "CREATE TABLE AS SELECT"]
     stamps = [h["airflow"]["task_id"] for h in dt.history()]
     assert stamps == ["delete", "compact", "commit", "ingest"]
-    assert deltalake.DeltaTable(str(table)).transaction_version("spark_ops.compact") is not None
+    assert xcom(run, "ingest_again")["skipped"] is True and xcom(run, "ingest_again")["version"] == 0
+    assert "work" not in xcom(run, "compact")  # OPTIMIZE is idempotent by nature: no work key
 
 
 def test_gate_sensor_manifest_consumer_and_spark_on_s3(airflow_db, tmp_path, s3_server, monkeypatch):

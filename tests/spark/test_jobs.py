@@ -72,6 +72,35 @@ def test_ingest_stage_commit_and_rerun(spark, tmp_path, capsys):
     assert DeltaTable(uri).version == 1
 
 
+def test_ingest_loads_the_same_files_once_like_copy_into(spark, tmp_path, capsys):
+    """Without --app-id the commit is keyed by its source files: loading them again (a rerun with
+    a new run id, a backfill, a retry after the commit) writes nothing and reports the version that
+    holds them; other files always land; --stage then --commit-staged of files already loaded
+    commits nothing; --reprocess loads them again."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "a.csv").write_text("id,v\n1,a\n2,b\n")
+    uri = str(tmp_path / "t")
+    argv = ["--table", uri, "--source", str(landing / "*.csv")]
+    code, first = run(ingest, argv, capsys)
+    assert code == 0 and first["version"] == 0 and first["rows"] == 2 and not first["skipped"]
+    code, again = run(ingest, argv, capsys)
+    assert code == 0 and again["skipped"] and again["version"] == 0
+    assert DeltaTable(uri).version == 0
+    (landing / "b.csv").write_text("id,v\n3,c\n")
+    code, out = run(ingest, ["--table", uri, "--source", str(landing / "b.csv")], capsys)
+    assert code == 0 and out["version"] == 1 and out["rows"] == 1
+    manifest = str(tmp_path / "staged" / "again.json")
+    code, out = run(ingest, ["--table", uri, "--source", str(landing / "b.csv"), "--stage", manifest], capsys)
+    assert code == 0 and out["skipped"] and out["files"] == 0
+    code, out = run(ingest, ["--table", uri, "--commit-staged", manifest], capsys)
+    assert code == 0 and out["skipped"] and out["version"] == 1
+    assert sorted(DeltaTable(uri).to_arrow()["id"].to_pylist()) == [1, 2, 3]
+    code, out = run(ingest, [*argv, "--reprocess"], capsys)
+    assert code == 0 and out["version"] == 2
+    assert sorted(DeltaTable(uri).to_arrow()["id"].to_pylist()) == [1, 1, 2, 2, 3, 3]
+
+
 def random_table(n: int, seed: int) -> pa.Table:
     rng = np.random.default_rng(seed)
     return pa.table({c: rng.integers(0, 1000, n) for c in ("a", "b", "c", "d")})
