@@ -61,6 +61,8 @@ from engine.schema import StructType
 from engine.snapshot import Snapshot, load_snapshot, load_table_config, update_snapshot
 from engine.storage import ObjectStore, open_store
 from engine.table_properties import TableProperties
+from engine.tail import CommitChanges
+from engine.tail import changes_between as tail_changes
 from engine.transaction import CommitResult, commit_metadata_scope
 
 _CACHED_URIS = 100_000
@@ -650,6 +652,15 @@ class DeltaTable:
         """Write a checkpoint of the current version (and update ``_last_checkpoint``)."""
         snapshot = self.snapshot
         return write_checkpoint(self._store, snapshot.version, snapshot)
+
+    def changes_between(self, after_version: int, until_version: int | None = None) -> list[CommitChanges]:
+        """What each commit after ``after_version`` (up to ``until_version``, default this
+        table's version) did to the rows: ``kind`` (append / delete / update / none), the new
+        files, rows added and deleted (``engine.tail``). Raises ``MissingLogVersionError`` when
+        log cleanup removed commits in the range."""
+        _check_count(after_version + 1, "after_version + 1")
+        until = self.version if until_version is None else until_version
+        return list(tail_changes(self._store, after_version, until=until))
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Commit information, newest first."""
