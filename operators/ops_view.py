@@ -53,17 +53,26 @@ def _auth():
     return [Depends(requires_authenticated())]
 
 
-def _tables():
-    from operators.config import load_config
+def _configured():
+    """The valid tables and the invalid ones' errors: one bad table is a row with its error,
+    never a page that fails for every table."""
+    from operators.config import read_config
 
-    return load_config().tables
+    report = read_config()
+    return report.config.tables, report.errors
+
+
+def _invalid(name: str, lines: list[str]) -> dict[str, Any]:
+    return {"name": name, "uri": "", "error": "invalid configuration: " + "; ".join(lines)}
 
 
 def _table(name: str):
-    tables = _tables()
+    tables, errors = _configured()
+    if name in errors:
+        return None, _invalid(name, errors[name])
     if name not in tables:
         raise HTTPException(404, f"no table {name!r} in the configuration (tables: {', '.join(tables)})")
-    return tables[name]
+    return tables[name], None
 
 
 def _open(config):
@@ -440,11 +449,14 @@ def create_app(*, authenticated: bool = True) -> FastAPI:
 
     @app.get("/api/tables")
     def api_tables() -> list[dict[str, Any]]:
-        return [table_summary(name, config) for name, config in _tables().items()]
+        tables, errors = _configured()
+        rows = [table_summary(name, config) for name, config in tables.items()]
+        return rows + [_invalid(name, lines) for name, lines in errors.items()]
 
     @app.get("/api/tables/{name}")
     def api_table(name: str) -> dict[str, Any]:
-        return table_detail(name, _table(name))
+        config, invalid = _table(name)
+        return invalid if invalid is not None else table_detail(name, config)
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> HTMLResponse:

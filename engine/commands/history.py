@@ -81,6 +81,8 @@ def load_history(
         # Copies: callers may edit what they get, the cache keeps the original.
         entry = {k: dict(v) if isinstance(v, dict) else v for k, v in info.items() if k != "timestamp"}
         entry["version"] = version
-        entry["timestamp"] = info.get("inCommitTimestamp", times[version])
+        # An in-commit timestamp that is not a number (a foreign writer's) falls back to the file's.
+        stamp = info.get("inCommitTimestamp")
+        entry["timestamp"] = stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else times[version]
         out.append(entry)
     return out
