@@ -18,14 +18,21 @@ by nature, such as OPTIMIZE, VACUUM or a checkpoint). The base class:
    Asset (through the operator's ``AssetAlias`` outlet, so only a real commit makes one) whose
    ``extra`` holds version, operation, the kind of change, files and rows.
 
+An input error raised by the work (a bad predicate, a schema mismatch, a constraint violation,
+an invalid argument or configuration: ``input_error``), and a Spark job that exited with the
+jobs' input-error code, fails the task with ``AirflowFailException`` and the original message:
+no retries, since the same input fails the same way every time.
+
 ``__init__`` does nothing but store arguments: DAG files stay fast to import.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from operators.runs import asset_uri
 
@@ -40,6 +47,40 @@ def commit_alias(table_uri: str) -> AssetAlias:
     when the task really committed (a declared Asset outlet gets an event on every success,
     also for a dry run or a retry with nothing to do, which would wake consumers for nothing)."""
     return AssetAlias(name=f"deltaplane-commits:{asset_uri(table_uri)}")
+
+
+def input_error(error: BaseException) -> bool:
+    """Whether ``error`` is the input's fault, so retrying cannot help: the engine's input errors
+    (the grouping of ``spark_jobs.job``'s exit code 3, plus OPTIMIZE requests it cannot honour,
+    retentions under the table's and operations the table's configuration rules out), or a
+    Spark job that exited with that code."""
+    from engine import errors
+    from engine.commands.optimize import OptimizeError
+    from spark_jobs.job import EXIT_INPUT
+
+    kinds = (
+        errors.InvalidArgumentError,
+        errors.SchemaError,  # SchemaMismatchError too
+        errors.ConstraintViolationError,
+        errors.InvalidPredicateError,
+        errors.InvalidTimestampError,
+        errors.TableExistsError,
+        errors.TableReadOnlyError,
+        errors.RetentionTooShortError,
+        errors.UnsupportedOperationError,
+        OptimizeError,
+    )
+    if isinstance(error, kinds):
+        return True
+    from operators.spark import SparkJobError
+
+    if isinstance(error, SparkJobError):
+        code = getattr(error, "returncode", None)
+        if code is None:  # "spark_jobs.<job> exited with <code>: <message>"
+            found = re.match(r"spark_jobs\.\w+ exited with (-?\d+):", str(error))
+            code = int(found[1]) if found else None
+        return code == EXIT_INPUT
+    return False
 
 
 class DeltaTableOperator(BaseOperator):
@@ -99,6 +140,11 @@ class DeltaTableOperator(BaseOperator):
                 raise
             self.log.info("%s: %s while this try ran", self.table_uri, applied.describe())
             result = {"version": None, "skipped": True}
+        except Exception as e:
+            if isinstance(e, AirflowFailException) or not input_error(e):
+                raise  # already final (e.g. a Spark job's input error), or worth retrying
+            self.log.error("%s: input error, failing without retries: %s", self.table_uri, e)
+            raise AirflowFailException(f"{type(e).__name__}: {e}") from e
         if key is not None and result.get("skipped") and result.get("version") is None:
             # The commit found the key already there: a first try landed while this one worked.
             applied = find_applied(hook.get_table(self.table_uri).snapshot, key)

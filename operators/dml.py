@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from operators.base import DeltaTableOperator
+from operators.maintenance import Arguments, templated
 
 OPERATIONS = ("delete", "update", "merge")
+WHEN_MATCHED = ("update_all", "delete", None)
+WHEN_NOT_MATCHED = ("insert_all", None)
+STRATEGIES = ("deletion_vectors", "copy_on_write", None)
+
+# Predicates that obviously match every row, refused without allow_full_table=True when the DAG
+# is parsed; after rendering, any predicate that names no column is (it matches all rows or none).
+_ALWAYS_TRUE = re.compile(r"^[\s(]*(true|1\s*==?\s*1)[\s)]*$", re.IGNORECASE)
 
 
 class DeltaDMLOperator(DeltaTableOperator):
@@ -15,9 +24,15 @@ class DeltaDMLOperator(DeltaTableOperator):
     * ``operation="delete"``: ``predicate`` (SQL); ``update``: ``updates`` (column -> SQL) and
       ``predicate``. Both run in-process, or as ``spark_jobs.dml`` when the files the predicate
       can touch exceed ``spark_threshold_bytes``.
+    * A DELETE or UPDATE of every row needs ``allow_full_table=True``: without it, a missing,
+      empty or always-true predicate (``"true"``, ``"1 = 1"``, one naming no column) is refused,
+      when the DAG is parsed and again after templates are rendered (a templated predicate that
+      rendered empty fails the task, without retries, and commits nothing).
     * ``operation="merge"``: ``source`` (Parquet path(s) read with pyarrow), ``merge_condition``
       (``"t.id = s.id"``), ``when_matched`` ``"update_all"`` / ``"delete"`` / ``None`` and
       ``when_not_matched`` ``"insert_all"`` / ``None``; in-process.
+
+    Operation, clause and strategy names are case-insensitive (``"DELETE"``, ``"Delete"``).
     """
 
     template_fields = ("table_uri", "predicate", "updates", "source")
@@ -34,19 +49,43 @@ class DeltaDMLOperator(DeltaTableOperator):
         when_matched: str | None = "update_all",
         when_not_matched: str | None = "insert_all",
         strategy: str | None = None,
+        allow_full_table: bool = False,
         spark_threshold_bytes: int = 8 << 30,
         spark_timeout: float = 6 * 3600,
         **kwargs: Any,
     ):
+        check = Arguments(type(self), kwargs)
+        check.table_uri(table_uri)
+        check.common(kwargs)
+        operation = check.choice("operation", operation, OPERATIONS)
+        check.boolean("allow_full_table", allow_full_table)
+        if predicate is not None and not isinstance(predicate, str) and not templated(predicate):
+            raise check.type_error("predicate", "a SQL string or None", predicate)
+        whole_table = not templated(predicate) and (
+            predicate is None or not predicate.strip() or _ALWAYS_TRUE.match(predicate) is not None
+        )
+        if operation in ("delete", "update") and not allow_full_table and whole_table:
+            raise check.value_error(
+                "allow_full_table",
+                f"must be True for a{'n' if operation == 'update' else ''} {operation.upper()} "
+                f"without a predicate (predicate={predicate!r} matches every row); give a "
+                "predicate, or allow_full_table=True to mean the whole table",
+            )
+        if operation == "update":
+            updates = self._check_updates(check, updates)
+        if operation == "merge":
+            source = self._check_source(check, source)
+            if merge_condition is None:
+                raise check.value_error("merge_condition", "is required for a MERGE, e.g. 't.id = s.id'")
+            merge_condition = check.text("merge_condition", merge_condition)
+        when_matched = check.choice("when_matched", when_matched, WHEN_MATCHED)
+        when_not_matched = check.choice("when_not_matched", when_not_matched, WHEN_NOT_MATCHED)
+        strategy = check.choice("strategy", strategy, STRATEGIES)
+        spark_threshold_bytes = check.integer(
+            "spark_threshold_bytes", spark_threshold_bytes, minimum=0, unit="bytes"
+        )
+        spark_timeout = check.number("spark_timeout", spark_timeout, minimum=0, above=True)
         super().__init__(table_uri=table_uri, **kwargs)
-        if operation not in OPERATIONS:
-            raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
-        if operation == "update" and not updates:
-            raise ValueError("an update needs updates={'column': 'SQL expression'}")
-        if operation == "merge" and (source is None or merge_condition is None):
-            raise ValueError("a merge needs source and merge_condition")
-        if when_matched not in (None, "update_all", "delete") or when_not_matched not in (None, "insert_all"):
-            raise ValueError("when_matched: update_all/delete/None; when_not_matched: insert_all/None")
         self.operation = operation
         self.predicate = predicate
         self.updates = updates
@@ -55,8 +94,76 @@ class DeltaDMLOperator(DeltaTableOperator):
         self.when_matched = when_matched
         self.when_not_matched = when_not_matched
         self.strategy = strategy
+        self.allow_full_table = allow_full_table
         self.spark_threshold_bytes = spark_threshold_bytes
         self.spark_timeout = spark_timeout
+
+    @staticmethod
+    def _check_updates(check: Arguments, updates: Any) -> Any:
+        if templated(updates):
+            return updates
+        if updates is None:
+            raise check.value_error("updates", "is required for an UPDATE: {'column': 'SQL expression'}")
+        if not isinstance(updates, dict):
+            raise check.type_error("updates", "a dict of column -> SQL expression", updates)
+        if not updates:
+            raise check.value_error("updates", "must set at least one column")
+        for column, expression in updates.items():
+            if not isinstance(column, str) or not column.strip():
+                raise check.type_error("updates", "column names (non-empty strings) as keys", column)
+            if not isinstance(expression, str):
+                raise check.type_error(f"updates[{column!r}]", "a SQL expression (a string)", expression)
+        return updates
+
+    @staticmethod
+    def _check_source(check: Arguments, source: Any) -> Any:
+        if source is None:
+            raise check.value_error("source", "is required for a MERGE: Parquet path(s)")
+        if templated(source) or isinstance(source, str):
+            return check.text("source", source, template=True)
+        if not isinstance(source, list | tuple):
+            raise check.type_error("source", "a Parquet path or a list of paths", source)
+        if not source:
+            raise check.value_error("source", "must name at least one path")
+        for item in source:
+            if not isinstance(item, str) and not templated(item):
+                raise check.type_error("source", "paths (strings)", item)
+        return list(source)
+
+    def check_rendered(self) -> None:
+        """After rendering: the guard against whole-table changes, on what will really run.
+        Raises ``InvalidArgumentError`` (an input error: the task fails without retries)."""
+        from engine.errors import InvalidArgumentError
+        from engine.expressions.parser import parse_predicate
+        from engine.expressions.tree import columns
+
+        where = f"{type(self).__name__}(task_id={self.task_id!r})"
+        if self.predicate is not None and not isinstance(self.predicate, str):
+            raise InvalidArgumentError(
+                f"{where}: predicate must render to a SQL string, got {self.predicate!r}"
+            )
+        if self.operation == "update" and not (
+            isinstance(self.updates, dict)
+            and self.updates
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in self.updates.items())
+        ):
+            raise InvalidArgumentError(
+                f"{where}: updates must render to a dict of column -> SQL expression, got {self.updates!r}"
+            )
+        if self.operation == "merge" or self.allow_full_table:
+            return
+        statement = self.operation.upper()
+        if self.predicate is None or not self.predicate.strip():
+            raise InvalidArgumentError(
+                f"{where}: the predicate rendered to {self.predicate!r}: a {statement} without a "
+                "predicate changes every row; nothing was changed (allow_full_table=True means it)"
+            )
+        if not columns(parse_predicate(self.predicate)):
+            raise InvalidArgumentError(
+                f"{where}: the predicate {self.predicate!r} names no column, so it matches every row "
+                f"or none; nothing was changed (a {statement} of the whole table needs "
+                "allow_full_table=True)"
+            )
 
     def work_key(self, context, hook, table):
         """DELETE and UPDATE: the statement as issued by this task of this run (a retry or a
@@ -84,13 +191,15 @@ class DeltaDMLOperator(DeltaTableOperator):
         return WorkKey.named("dml", {**statement, "run": run_stamp(context).identity()})
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
+        self.check_rendered()
         if self.operation == "merge":
             return self._merge(table)
         from engine.commands.dml import plan_row_level
 
+        predicate = self.predicate if self.predicate and self.predicate.strip() else None
         plan = plan_row_level(
             table.snapshot,
-            predicate=self.predicate,
+            predicate=predicate,
             updates=self.updates if self.operation == "update" else None,
             strategy=self.strategy,
         )
@@ -100,7 +209,7 @@ class DeltaDMLOperator(DeltaTableOperator):
         if candidate_bytes > self.spark_threshold_bytes and not plan.partition_only:
             from operators.spark import run_spark_job
 
-            args = ["--table", self.table_uri, f"--{self.operation}", self.predicate or "true"]
+            args = ["--table", self.table_uri, f"--{self.operation}", predicate or "true"]
             for column, expr in (self.updates or {}).items() if self.operation == "update" else ():
                 args += ["--set", f"{column}={expr}"]
             if self.strategy:
@@ -111,9 +220,9 @@ class DeltaDMLOperator(DeltaTableOperator):
             metrics["engine"] = "spark"
             return metrics
         if self.operation == "delete":
-            result = table.delete(self.predicate, strategy=self.strategy)
+            result = table.delete(predicate, strategy=self.strategy)
         else:
-            result = table.update(self.updates, self.predicate, strategy=self.strategy)
+            result = table.update(self.updates, predicate, strategy=self.strategy)
         self.log.info(
             "%s: %s -> version %s %s",
             self.table_uri,

@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, TokenError
 
 from engine.errors import InvalidPredicateError
 from engine.expressions.tree import (
@@ -96,7 +96,7 @@ _VARIADIC = {"Coalesce": "coalesce", "Greatest": "greatest", "Least": "least", "
 _ANONYMOUS = {"ltrim", "rtrim", "char_length", "character_length", "date", "to_date"}
 
 
-def _parse_message(error: ParseError) -> str:
+def _parse_message(error: ParseError | TokenError) -> str:
     """sqlglot's message without its internals (``for <class 'sqlglot...Add'>``) or ANSI codes."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
     text = re.sub(r"\s*for <class '[^']*'>", "", text)
@@ -108,8 +108,9 @@ def parse_expression(text: str) -> Expr:
     if not isinstance(text, str) or not text.strip():
         raise InvalidPredicateError(f"an expression must be a non-empty string, got {text!r}")
     try:
+        _refuse_empty_in_lists(text, "expression")
         tree = sqlglot.parse_one(text, read="spark")
-    except ParseError as e:
+    except (ParseError, TokenError) as e:
         raise InvalidPredicateError(f"cannot parse expression {text!r}: {_parse_message(e)}") from None
     return _Converter(text).value(tree)
 
@@ -119,10 +120,32 @@ def parse_predicate(text: str) -> Expr:
     if not isinstance(text, str) or not text.strip():
         raise InvalidPredicateError(f"a predicate must be a non-empty string, got {text!r}")
     try:
+        _refuse_empty_in_lists(text, "predicate")
         tree = sqlglot.parse_one(text, read="spark")
-    except ParseError as e:
+    except (ParseError, TokenError) as e:
         raise InvalidPredicateError(f"cannot parse predicate {text!r}: {_parse_message(e)}") from None
     return _Converter(text).convert(tree)
+
+
+def _refuse_empty_in_lists(text: str, what: str) -> None:
+    """``x IN ()`` matches no row and ``x NOT IN ()`` every row: almost always a templated list
+    that rendered empty (``id IN ({{ ids | join(',') }})``), where a DELETE would commit nothing
+    or delete the whole table. Refused, naming where the list is (1-based character of ``IN``).
+    Scanned on tokens, so ``'IN ()'`` inside a string literal is just text."""
+    from sqlglot.tokens import TokenType
+
+    tokens = sqlglot.Dialect.get_or_raise("spark").tokenize(text)
+    for first, second, third in zip(tokens, tokens[1:], tokens[2:], strict=False):
+        if (first.token_type, second.token_type, third.token_type) == (
+            TokenType.IN,
+            TokenType.L_PAREN,
+            TokenType.R_PAREN,
+        ):
+            raise InvalidPredicateError(
+                f"in {what} {text!r}: empty IN list at character {first.start + 1} "
+                f"({text[first.start : third.end + 1]!r}): IN () matches no row and NOT IN () every "
+                "row; list at least one value (did a templated list render empty?)"
+            )
 
 
 class _Converter:
@@ -198,6 +221,8 @@ class _Converter:
             if not isinstance(lit, Literal):
                 raise self.fail(v, "must be a literal in an IN list")
             values.append(lit)
+        if not values:  # the token scan catches these first; kept for trees built otherwise
+            raise self.fail(node, "has an empty IN list: list at least one value")
         return In(self.value(node.this), tuple(values), negated)
 
     def _like(self, node: exp.Like, negated: bool) -> Expr:
