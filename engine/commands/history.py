@@ -83,6 +83,7 @@ def load_history(
         entry["version"] = version
         # An in-commit timestamp that is not a number (a foreign writer's) falls back to the file's.
         stamp = info.get("inCommitTimestamp")
-        entry["timestamp"] = stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else times[version]
+        numeric = isinstance(stamp, int) and not isinstance(stamp, bool)
+        entry["timestamp"] = stamp if numeric else times[version]
         out.append(entry)
     return out

@@ -56,7 +56,10 @@ def test_a_cleaned_up_gap_is_an_error(table_dir):
 
 def ids(n: int, start: int = 0) -> pa.Table:
     return pa.table(
-        {"id": pa.array(range(start, start + n), pa.int64()), "g": pa.array([i % 10 for i in range(n)], pa.int64())}
+        {
+            "id": pa.array(range(start, start + n), pa.int64()),
+            "g": pa.array([i % 10 for i in range(n)], pa.int64()),
+        }
     )
 
 
@@ -99,7 +102,16 @@ def test_an_insert_only_merge_is_an_append_and_a_cdc_only_commit_is_not_none(tab
     uri = str(table_dir)
     write_table(uri, ids(10), properties={"delta.enableChangeDataFeed": "true"})
     source = ids(5, 100)
-    (DeltaTable(uri).merge(source, "t.id = s.id", source_alias="s", target_alias="t")
-        .when_not_matched_insert_all().execute())
+    (
+        DeltaTable(uri)
+        .merge(source, "t.id = s.id", source_alias="s", target_alias="t")
+        .when_not_matched_insert_all()
+        .execute()
+    )
     (change,) = DeltaTable(uri).changes_between(0)
-    assert (change.operation, change.kind, change.rows_added, change.rows_deleted) == ("MERGE", "append", 5, 0)
+    assert (change.operation, change.kind, change.rows_added, change.rows_deleted) == (
+        "MERGE",
+        "append",
+        5,
+        0,
+    )

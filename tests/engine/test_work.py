@@ -21,7 +21,9 @@ def test_named_keys_are_stable_and_order_free():
     a = WorkKey.named("files", {"files": file_identities([("b", 2, 20), ("a", 1, 10)]), "mode": "append"})
     b = WorkKey.named("files", {"mode": "append", "files": file_identities([("a", 1, 10), ("b", 2, 20)])})
     assert a == b and a.app_id.startswith("deltaplane:files:") and a.version == 1
-    assert WorkKey.named("files", {"files": [["a", 1, 11]]}) != WorkKey.named("files", {"files": [["a", 1, 10]]})
+    assert WorkKey.named("files", {"files": [["a", 1, 11]]}) != WorkKey.named(
+        "files", {"files": [["a", 1, 10]]}
+    )
     assert WorkKey.named("staged", [1]) != WorkKey.named("files", [1])  # kinds never collide
     with pytest.raises(InvalidArgumentError):
         WorkKey.named("a:b", 1)
