@@ -64,23 +64,9 @@ def asset_uri(table_uri: str) -> str:
 
 
 def commit_event(table, version: int) -> dict[str, Any]:
-    """The Asset event ``extra`` for one commit: what a consumer decides on."""
+    """The Asset event ``extra`` for one commit: what a consumer decides on (``engine.tail``'s
+    summary: ``kind`` append/delete/update/none, ``rowsAdded``, ``rowsDeleted``, files)."""
     from engine.tail import commit_changes
 
     changes = commit_changes(table.snapshot.store, version, table.snapshot.metadata)
-    metrics = changes.commit_info.get("operationMetrics", {}) or {}
-    removed_rows = sum(
-        int(metrics.get(name, 0) or 0)
-        for name in ("numDeletedRows", "numUpdatedRows", "numTargetRowsDeleted")
-    )
-    return {
-        "table": table.uri,
-        "version": version,
-        "operation": changes.operation,
-        "dataChange": changes.data_change,
-        "filesAdded": changes.files_added,
-        "filesRemoved": changes.files_removed,
-        "rowsAdded": changes.added_rows(),
-        "rowsRemoved": removed_rows,
-        "timestamp": changes.timestamp,
-    }
+    return {"table": table.uri, **changes.summary()}

@@ -1,31 +1,43 @@
-"""``DeltaLogTailSensor``: wait for new commits of a table after a watermark version."""
+"""``DeltaLogTailSensor``: wait for new commits of a table after a watermark version; and
+``DeltaWatermarkOperator``, which moves the watermark once the work downstream succeeded."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk.bases.sensor import BaseSensorOperator, PokeReturnValue
 
-from operators.conditions import find_new_commits
+from operators.base import DeltaTableOperator
+from operators.conditions import CommitFilter, find_new_commits
+
+
+def default_watermark_key(dag_id: str, task_id: str) -> str:
+    return f"{dag_id}.{task_id}"
 
 
 class DeltaLogTailSensor(BaseSensorOperator):
-    """Wait for commits after the watermark that match the filters; return them.
+    """Wait for commits after the watermark that match the filter; return them.
 
-    The watermark is ``after_version`` when given (templated), else the one this task keeps
-    beside the table (``operators.watermarks``, key ``<dag_id>.<task_id>`` or ``watermark_key``;
-    ``-1``, the whole history, the first time). Filters: ``data_change_only`` (default: OPTIMIZE
-    and other rewrites do not count), ``operations`` (``["WRITE", "MERGE"]``), and a
-    ``partition_filter`` on partition columns. The XCom is ``{"after_version", "latest_version",
-    "commits": [{"version", "operation", "files", "rowsAdded", ...}]}``; with ``advance_watermark``
-    the kept watermark moves to ``latest_version`` when the sensor succeeds (turn it off to move
-    it only after the consumer has committed, with ``operators.watermarks.write_watermark``).
+    The watermark is ``after_version`` when given (templated), else the one kept beside the table
+    under ``watermark_key`` (``operators.watermarks``; default ``<dag_id>.<task_id>``; ``-1``, the
+    whole history, the first time). The filter (the same arguments as the commit triggers):
+    ``data_change_only`` (default: OPTIMIZE and other rewrites do not count), ``kinds``
+    (``append``, ``delete``, ``update``), ``operations`` (``["WRITE", "MERGE"]``) and a
+    ``partition_filter``. The XCom is ``{"after_version", "latest_version", "commits": [{"version",
+    "operation", "kind", "rowsAdded", "rowsDeleted", "files", ...}]}``.
 
-    ``deferrable=True`` waits in the triggerer (``DeltaCommitTrigger``); the poke and the trigger
-    evaluate the same function, ``find_new_commits``.
+    The sensor does not move the watermark: the commits it found are not handled until the work
+    downstream has succeeded. Put a ``DeltaWatermarkOperator`` after that work (the DAG factory
+    does), or move it yourself with ``operators.watermarks.write_watermark``; a failed run then
+    sees the same commits again. ``advance_watermark=True`` moves it as soon as the sensor fires
+    (at most once: a downstream failure loses those commits).
+
+    ``deferrable=True`` waits in the triggerer (``DeltaCommitTrigger``) with the sensor's own
+    ``timeout``; the poke and the trigger evaluate the same function, ``find_new_commits``.
     """
 
-    template_fields = ("table_uri", "after_version", "partition_filter")
+    template_fields = ("table_uri", "after_version", "partition_filter", "watermark_key")
     ui_color = "#d4edda"
 
     def __init__(
@@ -35,8 +47,9 @@ class DeltaLogTailSensor(BaseSensorOperator):
         deltaplane_conn_id: str | None = None,
         after_version: int | str | None = None,
         watermark_key: str | None = None,
-        advance_watermark: bool = True,
+        advance_watermark: bool = False,
         data_change_only: bool = True,
+        kinds: list[str] | None = None,
         operations: list[str] | None = None,
         partition_filter: str | None = None,
         deferrable: bool = False,
@@ -48,8 +61,15 @@ class DeltaLogTailSensor(BaseSensorOperator):
         self.after_version = after_version
         self.watermark_key = watermark_key
         self.advance_watermark = advance_watermark
-        self.data_change_only = data_change_only
-        self.operations = operations
+        # Checked here, at parse time: a wrong type fails the DAG file, not the run.
+        self.commit_filter = CommitFilter.of(
+            {
+                "data_change_only": data_change_only,
+                "kinds": kinds,
+                "operations": operations,
+                "partition_filter": partition_filter,
+            }
+        )
         self.partition_filter = partition_filter
         self.deferrable = deferrable
 
@@ -59,7 +79,10 @@ class DeltaLogTailSensor(BaseSensorOperator):
         return DeltaHook(self.deltaplane_conn_id).settings.storage_options
 
     def _key(self) -> str:
-        return self.watermark_key or f"{self.dag_id}.{self.task_id}"
+        return self.watermark_key or default_watermark_key(self.dag_id, self.task_id)
+
+    def _filter(self) -> CommitFilter:
+        return CommitFilter.of({**self.commit_filter.to_kwargs(), "partition_filter": self.partition_filter})
 
     def _start(self) -> int:
         if self.after_version not in (None, ""):
@@ -71,12 +94,7 @@ class DeltaLogTailSensor(BaseSensorOperator):
 
     def _check(self, after: int) -> dict[str, Any]:
         return find_new_commits(
-            self.table_uri,
-            after,
-            storage_options=self._options(),
-            data_change_only=self.data_change_only,
-            operations=self.operations,
-            partition_filter=self.partition_filter,
+            self.table_uri, after, storage_options=self._options(), commit_filter=self._filter()
         )
 
     def poke(self, context) -> PokeReturnValue:
@@ -106,18 +124,17 @@ class DeltaLogTailSensor(BaseSensorOperator):
                 table_uri=self.table_uri,
                 after_version=after,
                 deltaplane_conn_id=self.deltaplane_conn_id,
-                data_change_only=self.data_change_only,
-                operations=self.operations,
-                partition_filter=self.partition_filter,
                 poke_interval=self.poke_interval,
+                **self._filter().to_kwargs(),
             ),
             method_name="execute_complete",
-            timeout=self.execution_timeout,
+            timeout=dt.timedelta(seconds=float(self.timeout)) if self.timeout is not None else None,
         )
 
     def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         if not event or event.get("status") != "success":
-            raise RuntimeError(f"{self.table_uri}: the commit trigger ended without a result: {event!r}")
+            message = (event or {}).get("message") or f"the commit trigger ended without a result: {event!r}"
+            raise RuntimeError(f"{self.table_uri}: {message}")
         result = {k: v for k, v in event.items() if k != "status"}
         return self._finish(result)
 
@@ -127,3 +144,43 @@ class DeltaLogTailSensor(BaseSensorOperator):
 
             write_watermark(self.table_uri, self._key(), int(result["latest_version"]), self._options())
         return result
+
+
+class DeltaWatermarkOperator(DeltaTableOperator):
+    """Move a log-tail sensor's watermark to the version it saw, once the work it started has
+    succeeded: put it after that work (default trigger rule: it runs only when everything
+    upstream succeeded). ``sensor_task_id`` names the sensor; its XCom's ``latest_version`` is
+    written under the sensor's key (or ``watermark_key``). A retry writes the same version."""
+
+    writes = False
+    ui_color = "#d4edda"
+    template_fields = ("table_uri", "watermark_key")
+
+    def __init__(self, *, table_uri: str, sensor_task_id: str, watermark_key: str | None = None, **kwargs):
+        super().__init__(table_uri=table_uri, **kwargs)
+        if not isinstance(sensor_task_id, str) or not sensor_task_id:
+            raise TypeError(
+                f"{self.task_id}: sensor_task_id must be the sensor's task id, got {sensor_task_id!r}"
+            )
+        self.sensor_task_id = sensor_task_id
+        self.watermark_key = watermark_key
+
+    def open_table(self, hook):
+        return None  # only the watermark beside the table is written
+
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
+        from operators.watermarks import read_watermark, write_watermark
+
+        seen = context["ti"].xcom_pull(task_ids=self.sensor_task_id)
+        if not seen or "latest_version" not in seen:
+            raise ValueError(f"{self.sensor_task_id} left no log-tail result to acknowledge")
+        key = self.watermark_key or default_watermark_key(self.dag_id, self.sensor_task_id)
+        options = hook.settings.storage_options
+        before = read_watermark(self.table_uri, key, options)
+        version = int(seen["latest_version"])
+        if before is not None and before > version:
+            self.log.info("%s: watermark %s is already at %d (past %d)", self.table_uri, key, before, version)
+            return {"version": None, "watermark": before, "key": key}
+        write_watermark(self.table_uri, key, version, options)
+        self.log.info("%s: watermark %s %s -> %d", self.table_uri, key, before, version)
+        return {"version": None, "watermark": version, "previous": before, "key": key}

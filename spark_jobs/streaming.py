@@ -209,7 +209,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             if end is not None and not _before(offset(table_id, v, 0, False), end):
                 return
             changes = self._follow(v)
-            sizes = changes.added.column("size").to_pylist() if changes is not None else []
+            sizes = changes.new_files.column("size").to_pylist() if changes is not None else []
             for i in range(index if v == version else 0, len(sizes)):
                 position = offset(table_id, v, i, False)
                 if end is not None and not _before(position, end):
@@ -231,8 +231,8 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             log.info("skipping version %d (%s): skipChangeCommits", version, changes.operation)
             return None
         raise StreamingSourceError(
-            f"version {version} of {self.options.uri} ({changes.operation or 'unknown operation'}) removed "
-            f"or changed existing rows ({changes.removed.num_rows} file(s) removed); a streaming read "
+            f"version {version} of {self.options.uri} ({changes.operation or 'unknown operation'}) is a "
+            f"{changes.kind}: {changes.rows_deleted} existing row(s) removed; a streaming read "
             "only follows appends. Set the option skipChangeCommits=true to ignore such commits, or "
             "restart the query from a later startingVersion"
         )
@@ -251,7 +251,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             if run is None:
                 return
             key, first, last = run
-            table = self._snapshot_files(key[1]) if key[0] == "snapshot" else self._changes[key[1]].added
+            table = self._snapshot_files(key[1]) if key[0] == "snapshot" else self._changes[key[1]].new_files
             pieces.append(table.slice(first, last - first + 1))
 
         for position, _ in self._walk(start, end):

@@ -42,29 +42,63 @@ def test_condition_filters_rewrites_operations_and_partitions(tmp_path):
     assert find_new_commits(uri, 4)["commits"] == []
 
 
-def test_sensor_pokes_and_keeps_its_watermark_across_runs(airflow_db, tmp_path):
+def test_sensor_watermark_moves_only_after_the_downstream_work_succeeds(airflow_db, tmp_path):
+    """The sensor finds commits; a failing consumer leaves the watermark where it was, so the
+    next run sees the same commits; the ack task after a successful consumer moves it."""
     uri = str(tmp_path / "t")
     make_table(uri)
+    flag = tmp_path / "consumer-fails"
+    flag.write_text("x")
     source = f"""
-        import datetime as dt
         import pendulum
-        from airflow.sdk import DAG
-        from operators.sensors import DeltaLogTailSensor
+        from pathlib import Path
+        from airflow.sdk import DAG, task
+        from operators.sensors import DeltaLogTailSensor, DeltaWatermarkOperator
+
+        @task
+        def consume():
+            if Path({str(flag)!r}).exists():
+                raise RuntimeError("the consumer failed")
 
         with DAG("tail_poke", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            DeltaLogTailSensor(task_id="wait", table_uri={uri!r}, mode="poke", poke_interval=1,
-                               timeout=3, soft_fail=True)
+            wait = DeltaLogTailSensor(task_id="wait", table_uri={uri!r}, mode="poke", poke_interval=1,
+                                      timeout=3, soft_fail=True)
+            wait >> consume() >> DeltaWatermarkOperator(task_id="ack", table_uri={uri!r}, sensor_task_id="wait")
         """
     run = run_dag("tail_poke", source)
-    assert task_states(run) == {"wait": "success"}
-    first = xcom(run, "wait")
-    assert [c["version"] for c in first["commits"]] == [0, 1, 3]  # the OPTIMIZE (v2) is not news
+    assert task_states(run) == {"wait": "success", "consume": "failed", "ack": "upstream_failed"}
+    assert [c["version"] for c in xcom(run, "wait")["commits"]] == [0, 1, 3]  # the OPTIMIZE (v2) is not news
+    assert read_watermark(uri, "tail_poke.wait") is None  # nothing acknowledged: nothing lost
+    flag.unlink()
+    run = run_dag("tail_poke", source)  # the same commits again, handled this time
+    assert task_states(run) == {"wait": "success", "consume": "success", "ack": "success"}
+    assert [c["version"] for c in xcom(run, "wait")["commits"]] == [0, 1, 3]
     assert read_watermark(uri, "tail_poke.wait") == 3
     run = run_dag("tail_poke", source)  # nothing new: times out, soft-fails to skipped
-    assert task_states(run) == {"wait": "skipped"}
+    assert task_states(run)["wait"] == "skipped"
     write_table(uri, rows(100, 1), mode="append")  # v4
     run = run_dag("tail_poke", source)
     assert [c["version"] for c in xcom(run, "wait")["commits"]] == [4]
+    assert read_watermark(uri, "tail_poke.wait") == 4
+
+
+def test_a_deletion_vector_delete_is_a_delete_not_new_data(tmp_path):
+    """The sensor's XCom and the Asset event said rowsAdded: 1200 for a DELETE of 120 rows."""
+    uri = str(tmp_path / "t")
+    write_table(uri, rows(0, 120), properties={"delta.enableDeletionVectors": "true"})
+    for start in range(120, 1200, 120):
+        write_table(uri, rows(start, 120), mode="append")
+    DeltaTable(uri).delete("id % 10 = 3")
+    (commit,) = find_new_commits(uri, 9)["commits"]
+    assert (commit["operation"], commit["kind"], commit["rowsAdded"], commit["rowsDeleted"]) == (
+        "DELETE",
+        "delete",
+        0,
+        120,
+    )
+    assert commit["files"] == []  # no new files to read
+    assert find_new_commits(uri, 9, kinds=["append"])["commits"] == []
+    assert [c["version"] for c in find_new_commits(uri, -1, kinds="append")["commits"]] == list(range(10))
 
 
 def test_deferred_sensor_waits_in_its_trigger(airflow_db, tmp_path):
@@ -103,40 +137,64 @@ def test_commit_trigger_serializes_and_fires():
     assert DeltaCommitTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 
-def test_event_trigger_yields_one_event_per_data_commit_and_survives_restarts(tmp_path):
+def test_event_trigger_without_a_shared_stream_never_moves_its_watermark(tmp_path):
+    """``run()`` (no acks from Airflow): the same events again after a restart, never fewer."""
     uri = str(tmp_path / "t")
     make_table(uri)  # latest: v3
 
     async def scenario():
-        # start_after: the commits it has not announced yet begin after v3 (the default is the
-        # latest version at its first start)
-        trigger = DeltaCommitEventTrigger(
-            table_uri=uri, poke_interval=0.05, watermark_key="watcher", start_after=3
-        )
+        trigger = DeltaCommitEventTrigger(table_uri=uri, poke_interval=0.05, watermark_key="w", start_after=3)
         events = trigger.run()
         write_table(uri, rows(20, 3), mode="append")  # v4
         first = await asyncio.wait_for(anext(events), 10)
         DeltaTable(uri).optimize(min_num_files=1)  # v5: no event
         write_table(uri, rows(30, 1), mode="append")  # v6
         second = await asyncio.wait_for(anext(events), 10)
-        # The triggerer hands the event over and resumes the trigger, which records v6 and
-        # goes back to polling; then the triggerer stops.
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(anext(events), 0.5)
-        # A restarted triggerer (a new instance from the same kwargs) continues after v6.
+        await events.aclose()
         restarted = DeltaCommitEventTrigger(**trigger.serialize()[1]).run()
-        write_table(uri, rows(40, 1), mode="append")  # v7
-        third = await asyncio.wait_for(anext(restarted), 10)
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(anext(restarted), 0.5)
-        return first, second, third
+        again = [await asyncio.wait_for(anext(restarted), 10) for _ in range(2)]
+        await restarted.aclose()
+        return first, second, again
 
-    first, second, third = asyncio.run(scenario())
-    assert (first.payload["version"], first.payload["rowsAdded"], first.payload["operation"]) == (
-        4,
-        3,
-        "WRITE",
-    )
+    first, second, again = asyncio.run(scenario())
+    assert (first.payload["version"], first.payload["rowsAdded"], first.payload["kind"]) == (4, 3, "append")
     assert second.payload["version"] == 6
-    assert third.payload["version"] == 7
-    assert read_watermark(uri, "watcher") == 7
+    assert [e.payload["version"] for e in again] == [4, 6]
+    assert read_watermark(uri, "w") == 3
+
+
+def test_event_producer_advances_only_what_airflow_stored(tmp_path):
+    """The ack-mode producer: the watermark moves to the last version of a clean batch; an event
+    Airflow did not store rewinds the stream to announce it again; ticks keep the stream moving."""
+    from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
+
+    from operators.triggers import CommitLogProducer
+
+    uri = str(tmp_path / "t")
+    make_table(uri)  # latest v3
+    trigger = DeltaCommitEventTrigger(table_uri=uri, poke_interval=0.05, watermark_key="p", start_after=0)
+    assert trigger.shared_stream_key() == DeltaCommitEventTrigger(**trigger.serialize()[1]).shared_stream_key()
+    producer = CommitLogProducer(trigger.serialize()[1])
+    clean, lost = AdvanceOutcome(acked=1, failed=0), AdvanceOutcome(acked=0, failed=1)
+
+    async def scenario():
+        stream = producer.open_stream()
+        got = [await anext(stream) for _ in range(3)]  # v1, v2 (OPTIMIZE: no summary), v3
+        assert [raw["version"] for raw, _ in got] == [1, 2, 3]
+        assert got[1][0]["summary"] is None and got[2][0]["summary"]["kind"] == "append"
+        tick, payload = await anext(stream)
+        assert tick == {"tick": True}
+        await producer.advance([AdvanceItem(got[0][1], clean), AdvanceItem(got[1][1], clean)])
+        assert read_watermark(uri, "p") == 2
+        # v3's event was never stored: the stream announces v3 again, and the tick is ignored.
+        await producer.advance([AdvanceItem(got[2][1], lost), AdvanceItem(payload, clean)])
+        assert read_watermark(uri, "p") == 2
+        raw, again = await anext(stream)
+        assert raw["version"] == 3 and again[0] == got[2][1][0] + 1  # a new generation
+        await producer.advance([AdvanceItem(got[2][1], clean)])  # a stale ack of the old broadcast
+        assert read_watermark(uri, "p") == 2
+        await producer.advance([AdvanceItem(again, clean)])
+        assert read_watermark(uri, "p") == 3
+        await stream.aclose()
+
+    asyncio.run(scenario())

@@ -1,0 +1,259 @@
+"""A real triggerer killed with SIGKILL again and again while commits land: every data commit still
+reaches a consumer DAG run.
+
+Airflow's api-server (127.0.0.1), dag-processor, scheduler (LocalExecutor) and triggerer run as
+separate processes on a temporary SQLite home (the scheduler and triggerer skip their log
+servers). A DAG is scheduled on a table's Asset watched by ``DeltaCommitEventTrigger`` and
+copies new rows with ``DeltaConsumeOperator``. A writer commits appends (and OPTIMIZEs, which are
+not news) while the test kills the triggerer's whole process group with SIGKILL at random
+moments once it is running the watcher, and starts a new one. At the end every data commit must
+be the payload of a stored Asset event, a consumer run must have read it (its ``consume`` XCom
+lists the version) and its rows must be in the target once. Repeated events are allowed (at least
+once); losses are not.
+
+Airflow links an event to a DAG run by the time the run was queued: events stored while a run is
+already queued (``max_active_runs`` holding it back) wake that run but are not listed among its
+consumed events. The run still starts after them, and the consumer reads every commit since its
+own watermark, so the data-level check is the one that must hold; the number of such unlisted
+events is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from engine import DeltaTable, write_table
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
+
+DATA_COMMITS = 59
+
+
+def _env(home: Path, dags: Path, port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW__TRIGGERER__SHARED_STREAM_ACK_TIMEOUT": "30",
+            # A killed triggerer's trigger goes to the next one within seconds, not 30 s.
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "4",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "deltaplane-test-secret",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        }
+    )
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_watcher(log: Path, offset: int, process: subprocess.Popen, timeout: float = 120) -> None:
+    """Until the triggerer started at ``offset`` of its log runs the watcher."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert process.poll() is None, log.read_text()[-5000:]
+        with open(log, "rb") as f:
+            f.seek(offset)
+            if re.search(rb"trigger ID \d+ starting", f.read()):
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"the triggerer did not start the watcher in {timeout} s")
+
+
+def _start(name: str, args: list[str], env: dict, logs: Path) -> subprocess.Popen:
+    with open(logs / f"{name}.log", "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "airflow", *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: killed whole, by our PID
+        )
+
+
+def _kill(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+def _events(db: Path, uri: str) -> tuple[list[int], set[int]]:
+    """Versions announced by the watcher (every stored event, repeats included) and the ids of
+    the events some DAG run consumed."""
+    with sqlite3.connect(db, timeout=30) as con:
+        rows = con.execute(
+            "SELECT e.id, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri = ?",
+            (uri,),
+        ).fetchall()
+        consumed = {r[0] for r in con.execute("SELECT event_id FROM dagrun_asset_event").fetchall()}
+    versions, consumed_versions = [], set()
+    for event_id, extra in rows:
+        payload = (json.loads(extra) if isinstance(extra, str) else extra or {}).get("payload") or {}
+        if "version" in payload:
+            versions.append(int(payload["version"]))
+            if event_id in consumed:
+                consumed_versions.add(int(payload["version"]))
+    return versions, consumed_versions
+
+
+def _consumed_versions(db: Path) -> set[int]:
+    """The source versions the consumer runs read (their ``consume`` XComs)."""
+    with sqlite3.connect(db, timeout=30) as con:
+        rows = con.execute(
+            "SELECT value FROM xcom WHERE task_id = 'consume' AND key = 'return_value'"
+        ).fetchall()
+    out: set[int] = set()
+    for (value,) in rows:
+        parsed = json.loads(value) if isinstance(value, str | bytes) else value
+        out |= set((parsed or {}).get("source_versions") or [])
+    return out
+
+
+def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(tmp_path):
+    home, dags, logs = tmp_path / "airflow", tmp_path / "dags", tmp_path / "logs"
+    for d in (home, dags, logs):
+        d.mkdir()
+    uri, target = str(tmp_path / "table"), str(tmp_path / "copy")
+    asset_uri = f"file://{uri}"
+    write_table(uri, pa.table({"id": pa.array([0], pa.int64())}))  # v0: before the watcher starts
+    (dags / "watched.py").write_text(
+        textwrap.dedent(
+            f"""
+            import pendulum
+            from airflow.sdk import DAG, Asset, AssetWatcher
+            from operators.ingest import DeltaConsumeOperator
+            from operators.triggers import DeltaCommitEventTrigger
+
+            table = Asset({asset_uri!r}, watchers=[AssetWatcher(name="commits",
+                trigger=DeltaCommitEventTrigger(table_uri={uri!r}, watermark_key="crash", start_after=0,
+                                                poke_interval=0.2))])
+
+            with DAG("consumer", schedule=[table], start_date=pendulum.datetime(2026, 1, 1), catchup=False,
+                     max_active_runs=1, default_args={{"retries": 3, "retry_delay": 1}}):
+                DeltaConsumeOperator(task_id="consume", table_uri={target!r}, source_uri={uri!r})
+            """
+        )
+    )
+    port = _free_port()
+    env = _env(home, dags, port)
+    migrate = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    db = home / "airflow.db"
+    processes = {
+        "api-server": _start(
+            "api-server", ["api-server", "--host", "127.0.0.1", "--port", str(port)], env, logs
+        ),
+        "dag-processor": _start("dag-processor", ["dag-processor"], env, logs),
+        "scheduler": _start("scheduler", ["scheduler", "--skip-serve-logs"], env, logs),
+    }
+    log = logs / "triggerer.log"
+    triggerer = _start("triggerer", ["triggerer", "--skip-serve-logs"], env, logs)
+    data_versions: list[int] = []
+    kills = 0
+    try:
+        _wait_for_watcher(log, 0, triggerer, timeout=240)
+        done = threading.Event()
+
+        def write():
+            rng = random.Random(7)
+            try:
+                for i in range(1, DATA_COMMITS + 1):
+                    result = DeltaTable(uri).append(pa.table({"id": pa.array([i], pa.int64())}))
+                    data_versions.append(result.version)
+                    if i % 10 == 0:
+                        DeltaTable(uri).optimize(min_num_files=2)  # not news
+                    time.sleep(rng.uniform(0.5, 2.0))
+            finally:
+                done.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        rng = random.Random(11)
+        while not done.is_set():
+            time.sleep(rng.uniform(0.3, 3.0))  # anywhere: between a yield and the store, too
+            _kill(triggerer)
+            kills += 1
+            offset = log.stat().st_size
+            triggerer = _start("triggerer", ["triggerer", "--skip-serve-logs"], env, logs)
+            _wait_for_watcher(log, offset, triggerer)
+        writer.join()
+        assert len(data_versions) == DATA_COMMITS
+        deadline = time.time() + 120
+        while not set(data_versions) <= set(_events(db, asset_uri)[0]):
+            assert time.time() < deadline, (
+                f"lost: {sorted(set(data_versions) - set(_events(db, asset_uri)[0]))} after {kills} kills"
+            )
+            time.sleep(1)
+        deadline = time.time() + 300
+        while True:
+            read = _consumed_versions(db)
+            copied = DeltaTable(target).to_arrow()["id"].to_pylist() if Path(target).exists() else []
+            if set(data_versions) <= read and set(range(1, DATA_COMMITS + 1)) <= set(copied):
+                break
+            assert time.time() < deadline, (
+                f"never read by a consumer run: {sorted(set(data_versions) - read)}, rows missing: "
+                f"{sorted(set(range(1, DATA_COMMITS + 1)) - set(copied))}"
+            )
+            time.sleep(2)
+    finally:
+        _kill(triggerer, signal.SIGTERM)
+        for process in processes.values():
+            _kill(process, signal.SIGTERM)
+    announced, consumed = _events(db, asset_uri)
+    optimize = {h["version"] for h in DeltaTable(uri).history() if h["operation"] == "OPTIMIZE"}
+    assert not optimize & set(announced)  # OPTIMIZE is not news
+    copied = DeltaTable(target).to_arrow()["id"].to_pylist()
+    assert len(copied) == len(set(copied))  # repeated events never copy a row twice
+    assert kills >= 5
+    print(
+        json.dumps(
+            {
+                "data_commits": DATA_COMMITS,
+                "kills": kills,
+                "events": len(announced),
+                "repeats": len(announced) - len(set(announced)),
+                "lost": len(set(data_versions) - set(announced)),
+                "events_not_listed_by_a_run": len(set(data_versions) - consumed),
+            }
+        )
+    )
