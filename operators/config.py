@@ -84,8 +84,21 @@ class Expectation(_Model):
 
 
 class Quality(_Model):
+    """The quality gate of an ingest. A rejected batch is quarantined and fails the gate (no
+    retries), whatever ``on_failure`` says: ``"skip"`` is kept so existing files stay valid, but
+    no longer hides the rejection behind a green gate and a skipped commit.
+
+    ``max_batch_rows`` / ``max_batch_bytes`` (staged Parquet bytes): the largest batch validated
+    whole in memory; a larger one is validated ``chunk_rows`` rows at a time, which row-level
+    expectations allow, and is rejected if an expectation needs whole columns (uniqueness, ...)."""
+
     on_failure: Literal["fail", "skip"] = "fail"
     expectations: list[Expectation] = Field(min_length=1)
+    max_batch_rows: int = Field(1_000_000, gt=0)
+    max_batch_bytes: int = 256 << 20
+    chunk_rows: int = Field(500_000, gt=0)
+
+    _bytes = field_validator("max_batch_bytes", mode="before")(lambda cls, v: parse_size(v))
 
 
 class Ingest(_Model):

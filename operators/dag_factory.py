@@ -125,7 +125,10 @@ Landing files (`{ingest.landing}`, {ingest.format}) are **staged** as one batch 
 written, nothing committed; {"with Spark" if ingest.engine == "spark" else "in-process"}),
 {_gate_doc(table)}
 then **committed** in one transaction, which emits an event on the table's Asset.
-Retries never commit a batch twice.
+Retries never commit a batch twice. A **rejected** batch (files the table cannot take, found by
+the stage; or failed expectations, found by the gate) is moved to `_quarantine/<batch>/` with a
+`rejection.json`, and the task that rejected it FAILS without retries: red in the grid, the
+commit not run, the run failed; the next run is not blocked.
 """,
         **_common(name, table, "ingest"),
     ) as dag:
@@ -154,6 +157,7 @@ Retries never commit a batch twice.
                 staging=staging,
                 source_format=ingest.format,
                 partition_by=table.partition_by or None,
+                target_file_size=table.target_file_size,
                 **conn,
             )
         commit = DeltaCommitOperator(task_id="commit", table_uri=table.uri, staged_manifest=MANIFEST, **conn)
@@ -164,6 +168,9 @@ Retries never commit a batch twice.
                 staged_manifest=MANIFEST,
                 expectations=[e.model_dump() for e in table.quality.expectations],
                 on_failure=table.quality.on_failure,
+                max_batch_rows=table.quality.max_batch_rows,
+                max_batch_bytes=table.quality.max_batch_bytes,
+                chunk_rows=table.quality.chunk_rows,
                 **conn,
             )
             stage >> gate >> commit

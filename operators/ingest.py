@@ -3,28 +3,82 @@ from a source table's new commits."""
 
 from __future__ import annotations
 
+import csv
+import json
 import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk.bases.skipmixin import SkipMixin
+from airflow.sdk.exceptions import AirflowFailException
 
 from operators.base import DeltaTableOperator
 
 FORMATS = {"csv": (".csv",), "json": (".json", ".jsonl", ".ndjson"), "parquet": (".parquet",)}
 PROCESSED = "_processed"
+READ_BLOCK = 1 << 20  # bytes of a landing file parsed at a time: memory does not grow with files
 
 
 def batch_id(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
 
 
+class BatchRejected(AirflowFailException):
+    """The landing batch cannot be staged as rows of the table (it was quarantined). An
+    ``AirflowFailException``: the task fails at once, a retry cannot make the files good."""
+
+
+class Refused(Exception):
+    """Why a landing file cannot become rows of the table: the file (its name), the line (or the
+    row, where lines mean nothing) and the column where known, and what is wrong."""
+
+    def __init__(
+        self,
+        file: str | None,
+        detail: str,
+        *,
+        line: int | None = None,
+        row: int | None = None,
+        column: str | None = None,
+        at_column: bool = False,
+    ):
+        self.file, self.detail, self.line, self.row, self.column = file, detail, line, row, column
+        where = file or "the batch"
+        if line is not None:
+            where += f" line {line}"
+        elif row is not None:
+            where += f" row {row}"
+        if at_column and column is not None:
+            where += f", column {column!r}"
+        self.text = f"{where}: {detail}"
+        self.staged: list[str] = []  # data files staged before the refusal, moved with the batch
+        super().__init__(self.text)
+
+
 class DeltaStageOperator(DeltaTableOperator, SkipMixin):
     """Take the files in ``landing`` (a local folder), write them as a staged batch of the table
     (data files + a manifest in ``staging``), and move the originals to ``landing/_processed/<batch>``.
     Nothing is committed: the quality gate and the commit operator come next. No landing files:
-    the downstream tasks are skipped. A retry reuses the manifest its first try wrote."""
+    the downstream tasks are skipped. A retry reuses the manifest its first try wrote.
 
-    template_fields = ("table_uri", "landing", "staging")
+    Files are read in record batches (CSV and JSON ``READ_BLOCK`` bytes at a time, Parquet by
+    row groups) and written as they are read, so a batch larger than memory stages in bounded
+    memory. CSV and JSON columns the table has are parsed straight into the table's types.
+
+    A batch the table cannot take is **rejected**: an empty file, a header without rows, a file
+    that does not parse, bytes that are not UTF-8, duplicate column names, columns the table does
+    not have (unless ``schema_mode="merge"``, which adds them), a NOT NULL column missing or
+    empty, values of the wrong type (only lossless casts are made: int into long, float into
+    double). The message names the file, and the line and column where there is one; the batch
+    (every landing file, and the data files staged before the problem showed) moves to
+    ``<table>/_quarantine/<batch>/`` (``landing/``, ``data/``, ``rejection.json``), the landing
+    folder is left without it, the table is not touched, and the task FAILS without retries
+    (``BatchRejected``). A clear or rerun of a rejected batch fails again with the same message.
+    """
+
+    template_fields = ("table_uri", "landing", "staging", "quarantine_uri")
     writes = False
 
     def __init__(
@@ -35,30 +89,42 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         staging: str,
         source_format: str = "parquet",
         partition_by: list[str] | None = None,
+        schema_mode: str | None = None,
+        target_file_size: int | None = None,
+        quarantine_uri: str | None = None,
         **kwargs: Any,
     ):
         super().__init__(table_uri=table_uri, **kwargs)
         if source_format not in FORMATS:
             raise ValueError(f"source_format must be one of {', '.join(FORMATS)}")
+        if schema_mode not in (None, "merge"):
+            raise ValueError("schema_mode must be None (new columns are refused) or 'merge' (they are added)")
         self.landing = landing
         self.staging = staging
         self.source_format = source_format
         self.partition_by = partition_by
+        self.schema_mode = schema_mode
+        self.target_file_size = target_file_size
+        self.quarantine_uri = quarantine_uri
 
     def open_table(self, hook):
         return None
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from pathlib import Path
-
-        from engine.commands.staged import StagedWrite, plan_write, read_manifest, write_files, write_manifest
+        from engine.commands.staged import read_manifest
         from engine.errors import ObjectNotFoundError
         from engine.work import WorkKey, local_file_identities
+        from operators.quality import quarantine_location, recorded_rejection
 
         batch = batch_id(stamp.run_id)
         manifest = f"{self.staging.rstrip('/')}/{batch}.json"
         options = hook.settings.storage_options
         processed = Path(self.landing) / PROCESSED / batch
+        destination = quarantine_location(self.table_uri, batch, self.quarantine_uri)
+        earlier = recorded_rejection(destination, options)
+        if earlier is not None:  # a clear or rerun of a rejected batch: it stays rejected
+            self.log.error("%s", earlier.get("message"))
+            raise BatchRejected(f"{earlier.get('message')} (rejected earlier; recorded in {destination})")
         try:
             staged = read_manifest(manifest, options)
             self.log.info("batch %s was staged by an earlier try: %s", batch, manifest)
@@ -82,24 +148,25 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
                 self.skip(context["ti"], self.get_direct_relatives(upstream=False))
                 return out
             key = WorkKey.named("files", {"files": local_file_identities(files)})
-            data = _read(files, self.source_format)
-            spec = plan_write(
-                self.table_uri,
-                data.schema,
-                partition_by=self.partition_by,
-                storage_options=options,
-                app_id=key.app_id,
-                app_version=key.version,
-            )
-            staged = StagedWrite(spec, tuple(write_files(spec, data)))  # nothing when spec.skip
-            write_manifest(manifest, staged, options)
+            started = time.monotonic()
+            try:
+                staged = self._stage(files, key, options)
+            except Refused as refused:
+                raise self._reject(context, batch, refused, files, destination, options) from None
+            _write_manifest(manifest, staged, [str(processed / f.name) for f in files], options)
             processed.mkdir(parents=True, exist_ok=True)
             for f in files:
                 f.rename(processed / f.name)
-            if spec.skip:
+            if staged.spec.skip:
                 self.log.info("%s: these %d files were already committed (%s)", batch, len(files), key.app_id)
             else:
-                self.log.info("staged %d rows from %d files as %s", staged.num_rows, len(files), manifest)
+                self.log.info(
+                    "staged %d rows from %d files as %s in %.1f s",
+                    staged.num_rows,
+                    len(files),
+                    manifest,
+                    time.monotonic() - started,
+                )
         return {
             "version": None,
             "batch": batch,
@@ -110,16 +177,558 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
             "work": staged.spec.app_id,
         }
 
+    def _stage(self, files: list[Path], key, options):
+        """Plan the write against the table, then stream every file into staged data files."""
+        import pyarrow as pa
 
-def _read(files, fmt: str):
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
-    import pyarrow.json as pjson
-    import pyarrow.parquet as pq
+        from engine.commands.staged import StagedWrite, plan_write, write_files
+        from engine.enforcement import table_constraints
+        from engine.errors import SchemaMismatchError
+        from engine.log.segment import list_log
+        from engine.schema import parse_schema, to_arrow_schema
+        from engine.snapshot import load_table_config
 
-    readers = {"csv": pcsv.read_csv, "json": pjson.read_json, "parquet": pq.read_table}
-    tables = [readers[fmt](str(f)) for f in files]
-    return pa.concat_tables(tables, promote_options="permissive")
+        store = _table_store(self.table_uri, options)
+        current = None  # no table yet: the commit creates it with the batch's schema
+        if list_log(store, 0).max_version is not None:  # the schema only: no file list replayed
+            current = parse_schema(load_table_config(store)[1].schema_string)
+        sources = [_Landing(f, self.source_format, current) for f in files]
+        schemas = [source.probe() for source in sources]
+        try:
+            incoming = pa.unify_schemas(schemas, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            raise Refused(None, f"the files' columns do not agree: {e}") from None
+        try:
+            spec = plan_write(
+                self.table_uri,
+                incoming,
+                partition_by=self.partition_by,
+                schema_mode=self.schema_mode,
+                app_id=key.app_id,
+                app_version=key.version,
+                target_file_size=self.target_file_size,
+                storage_options=options,
+            )
+        except SchemaMismatchError as e:
+            raise Refused(None, f"the batch's columns do not fit the table: {e}") from None
+        if spec.skip:
+            return StagedWrite(spec, ())
+        target = spec.schema
+        for source in sources:
+            source.check(target)
+        constraints = table_constraints(target, spec.metadata.configuration)
+
+        def batches():
+            for source in sources:
+                yield from source.batches(target, constraints)
+
+        store = _Recording(spec.store())
+        reader = pa.RecordBatchReader.from_batches(to_arrow_schema(target), batches())
+        try:
+            adds = write_files(spec, reader, store=store)
+        except Refused as refused:
+            refused.staged = store.published()
+            raise
+        return StagedWrite(spec, tuple(adds))
+
+    def _reject(
+        self, context, batch: str, refused: Refused, files: list[Path], destination: str, options
+    ) -> BatchRejected:
+        """Quarantine the batch, report why (log, XCom, ``rejection.json``): the exception to fail with."""
+        from operators.quality import move_to_quarantine
+
+        message = f"batch {batch} rejected: {refused.text}; quarantined at {destination}"
+        report = {
+            "version": None,
+            "rejected": True,
+            "task": self.task_id,
+            "batch": batch,
+            "file": refused.file,
+            "line": refused.line,
+            "row": refused.row,
+            "column": refused.column,
+            "reason": refused.detail,
+            "message": message,
+            "quarantine": destination,
+            "files": [f.name for f in files],
+            "staged_files": refused.staged,
+        }
+        record = {**report, "rejected_at": int(time.time() * 1000), "landing": self.landing}
+        move_to_quarantine(
+            destination,
+            options,
+            record,
+            table_store=_table_store(self.table_uri, options),
+            data_keys=refused.staged,
+            landing=[str(f) for f in files],
+        )
+        context["ti"].xcom_push(key="return_value", value=report)
+        self.log.error("%s", message)
+        return BatchRejected(message)
+
+
+def _table_store(uri: str, options):
+    from engine.storage import open_store
+
+    return open_store(uri, options)
+
+
+def _write_manifest(uri: str, staged, landing_files: list[str], options) -> None:
+    """The staged-write manifest, plus where the batch's landing files went (``landing``: the
+    gate moves them to the quarantine with the batch if it rejects it)."""
+    from engine.storage import open_store
+
+    body = staged.to_json()
+    body["landing"] = {"files": landing_files}
+    head, _, name = uri.rstrip("/").rpartition("/")
+    open_store(head or "/", options).put(name, json.dumps(body, indent=1).encode(), mode="overwrite")
+
+
+class _Recording:
+    """A table store that remembers the data files written through it, so the files of a write
+    refused half-way can be moved to the quarantine (``write_files`` leaves them for VACUUM)."""
+
+    def __init__(self, store):
+        self._store = store
+        self._keys: list[str] = []
+
+    def open_output(self, key: str):
+        self._keys.append(key)
+        return self._store.open_output(key)
+
+    def published(self) -> list[str]:
+        from engine.errors import ObjectNotFoundError
+
+        out = []
+        for key in self._keys:
+            try:
+                self._store.head(key)
+                out.append(key)
+            except (ObjectNotFoundError, FileNotFoundError):
+                pass  # aborted before it was published
+        return out
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+
+def _columns_text(names: list[str]) -> str:
+    quoted = ", ".join(repr(n) for n in names)
+    return f"column {quoted}" if len(names) == 1 else f"columns {quoted}"
+
+
+def _type_text(t) -> str:
+    name = getattr(t, "name", None)
+    return name if isinstance(name, str) else json.dumps(t.to_json())
+
+
+def _squash(name: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", name.lower())
+
+
+class _Landing:
+    """One landing file, read in record batches, its columns in the table's types and spelling.
+
+    ``probe()`` reads the header / schema (and for CSV and JSON the first block), ``check()``
+    compares the columns with the table's, ``batches()`` streams the rows conformed to the
+    table. Every problem is a ``Refused`` naming the file, and the line and column when known."""
+
+    def __init__(self, path: Path, fmt: str, table):
+        self.path, self.name, self.fmt = path, path.name, fmt
+        self.table = table  # the table's StructType, None when there is no table yet
+        self.names: list[str] = []  # as the file spells them
+        self.schema = None  # pyarrow schema as read, names as the table spells them
+        self.rows = 0
+
+    # --- schema ---------------------------------------------------------------------------------
+
+    def probe(self):
+        import pyarrow as pa
+
+        if self.path.stat().st_size == 0:
+            raise Refused(self.name, "the file is empty (0 bytes)")
+        probes = {"csv": self._probe_csv, "json": self._probe_json, "parquet": self._probe_parquet}
+        schema = probes[self.fmt]()
+        self.names = list(schema.names)
+        self._check_duplicates(self.names)
+        spelled = {f.name.lower(): f.name for f in self.table.fields} if self.table is not None else {}
+        self.schema = pa.schema(
+            [f.with_name(spelled.get(f.name.lower(), f.name)) for f in schema], metadata=schema.metadata
+        )
+        return self.schema
+
+    def _check_duplicates(self, names: list[str]) -> None:
+        seen: dict[str, int] = {}
+        where = "the header" if self.fmt == "csv" else "the file's columns"
+        for i, name in enumerate(names, 1):
+            first = seen.setdefault(name.lower(), i)
+            if first == i:
+                continue
+            if names[first - 1] == name:
+                detail = f"column {name!r} appears twice in {where} (columns {first} and {i})"
+            else:
+                detail = (
+                    f"columns {names[first - 1]!r} and {name!r} ({first} and {i} in {where}) are one "
+                    "column to Delta, whose column names are case-insensitive"
+                )
+            raise Refused(self.name, detail, line=1 if self.fmt == "csv" else None, column=name)
+
+    def _field(self, name: str):
+        if self.table is None:
+            return None
+        for f in self.table.fields:
+            if f.name == name or f.name.lower() == name.lower():
+                return f
+        return None
+
+    def _read_types(self, names: list[str]) -> dict:
+        """Arrow types to parse the table's columns straight into (primitive ones)."""
+        from engine.errors import DeltaError
+        from engine.schema import DecimalType, PrimitiveType, to_arrow_type
+
+        types = {}
+        for name in names:
+            f = self._field(name)
+            if f is not None and isinstance(f.type, PrimitiveType | DecimalType):
+                try:
+                    types[name] = to_arrow_type(f.type)
+                except DeltaError:  # no Arrow form to parse into: inferred, then conformed
+                    continue
+        return types
+
+    def check(self, target) -> None:
+        """The file's columns against the table's: names (new columns are refused unless the plan
+        merged them in, NOT NULL columns must be there), then types (lossless casts only)."""
+        import pyarrow as pa
+
+        from engine.enforcement import conform_table
+        from engine.errors import SchemaMismatchError
+        from engine.schema import StructType
+
+        present = {n.lower() for n in self.schema.names}
+        known = {f.name.lower() for f in target.fields}
+        extra = [n for n in self.names if n.lower() not in known]
+        required = [f.name for f in target.fields if not f.nullable and f.name.lower() not in present]
+        missing = [f.name for f in target.fields if f.name.lower() not in present]
+        parts = []
+        if extra:
+            parts.append(
+                f"{_columns_text(extra)} {'is' if len(extra) == 1 else 'are'} not in the table "
+                f"(its columns: {', '.join(target.names)})"
+            )
+        if required:
+            parts.append(
+                f"{_columns_text(required)} {'is' if len(required) == 1 else 'are'} NOT NULL in the table "
+                "and missing from the file"
+            )
+        if extra and missing:
+            squashed = {_squash(m): m for m in missing}
+            guesses = [f"{e!r} for {squashed[_squash(e)]!r}" for e in extra if _squash(e) in squashed]
+            hint = f" ({', '.join(guesses)}?)" if guesses else ""
+            parts.append(
+                f"renamed? the table's {_columns_text(missing)} {'is' if len(missing) == 1 else 'are'} "
+                f"missing from the file{hint}"
+            )
+        if extra:
+            parts.append("new columns are added only by a stage with schema_mode='merge'")
+        if parts:
+            raise Refused(self.name, "; ".join(parts), column=(extra or required)[0])
+        for f in target.fields:
+            if f.name.lower() not in present:
+                continue
+            column = self.schema.field(self.schema.get_field_index(f.name))
+            empty = pa.table({f.name: pa.array([], column.type)})
+            try:
+                conform_table(empty, StructType((f,)))
+            except SchemaMismatchError as e:
+                raise Refused(
+                    self.name,
+                    f"{e}; only lossless casts are made (e.g. int into long, float into double)",
+                    column=f.name,
+                ) from None
+
+    # --- rows -----------------------------------------------------------------------------------
+
+    def batches(self, target, constraints) -> Iterator:
+        """The file's rows conformed to ``target``, record batch by record batch."""
+        import pyarrow.compute as pc
+
+        from engine.enforcement import check_constraints, conform_table
+        from engine.errors import ConstraintViolationError, SchemaMismatchError
+
+        read = {"csv": self._csv_batches, "json": self._json_batches, "parquet": self._parquet_batches}
+        for batch in read[self.fmt](target):
+            if not batch.num_rows:
+                continue
+            batch = batch.rename_columns(self.schema.names)
+            try:
+                table = conform_table(batch, target)
+            except SchemaMismatchError as e:
+                raise Refused(self.name, str(e), **self._position(None)) from None
+            for f in target.fields:
+                column = table.column(f.name)
+                if not f.nullable and column.null_count:
+                    first = pc.index(pc.is_null(column), True).as_py()
+                    raise Refused(
+                        self.name,
+                        "no value, but the column is NOT NULL in the table",
+                        column=f.name,
+                        at_column=True,
+                        **self._position(self.rows + first),
+                    )
+            try:
+                check_constraints(table, target, constraints)
+            except ConstraintViolationError as e:
+                raise Refused(self.name, str(e)) from None
+            self.rows += table.num_rows
+            yield from table.to_batches()
+        if not self.rows:
+            empty = "the file has a header but no rows" if self.fmt == "csv" else "the file has no rows"
+            raise Refused(self.name, empty)
+
+    def _position(self, index: int | None) -> dict:
+        """Where the data row ``index`` (0-based) is: a line for text formats, a row for Parquet."""
+        if index is None:
+            return {}
+        if self.fmt == "parquet":
+            return {"row": index + 1}
+        header = 1 if self.fmt == "csv" else 0
+        return {"line": self._physical_line(index + 1 + header)}
+
+    def _physical_line(self, number: int) -> int | None:
+        """The line number of the ``number``-th non-empty line (pyarrow skips empty lines)."""
+        count = 0
+        with open(self.path, "rb") as f:
+            for line_number, line in enumerate(f, 1):
+                if line.strip(b"\r\n"):
+                    count += 1
+                    if count == number:
+                        return line_number
+        return None
+
+    # --- CSV ------------------------------------------------------------------------------------
+
+    def _csv_reader(self, types: dict, **read: Any):
+        import pyarrow.csv as pcsv
+
+        return pcsv.open_csv(
+            str(self.path),
+            read_options=pcsv.ReadOptions(block_size=READ_BLOCK, **read.pop("read_options", {})),
+            convert_options=pcsv.ConvertOptions(column_types=types, **read.pop("convert_options", {})),
+            parse_options=pcsv.ParseOptions(**read.pop("parse_options", {})),
+        )
+
+    def _probe_csv(self):
+        import pyarrow as pa
+
+        with open(self.path, "rb") as f:
+            header = f.readline(READ_BLOCK)
+        try:
+            text = header.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise self._utf8_error() from None
+        names = next(csv.reader([text.rstrip("\r\n")]), [])
+        self.names = names  # for errors found while reading the first block
+        self._check_duplicates(names)
+        try:
+            reader = self._csv_reader(self._read_types(names))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise self._csv_error(e, names) from None
+        schema = reader.schema
+        reader.close()
+        return schema
+
+    def _csv_batches(self, target) -> Iterator:
+        import pyarrow as pa
+
+        names = self.names
+        try:
+            reader = self._csv_reader(self._read_types(names))
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                yield batch
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise self._csv_error(e, names) from None
+
+    def _csv_error(self, error: Exception, names: list[str]) -> Refused:
+        """pyarrow's CSV error as a ``Refused`` with the line (and column) it is about: pyarrow
+        names neither, so the file is scanned again for the first offending line."""
+        message = str(error)
+        ragged = re.search(r"Expected (\d+) columns, got (\d+): ?(.*)", message, re.S)
+        if ragged:
+            row = ragged.group(3).strip()
+            return Refused(
+                self.name,
+                f"expected {ragged.group(1)} columns, got {ragged.group(2)}: {row[:200]!r}",
+                line=self._ragged_line(names),
+            )
+        if "UTF8" in message or "UTF-8" in message.upper():
+            return self._utf8_error()
+        bad = re.search(
+            r"In CSV column #(\d+): CSV conversion error to ([^:]+): invalid value '(.*)'$", message, re.S
+        )
+        if bad and int(bad.group(1)) < len(names):
+            name, value = names[int(bad.group(1))], bad.group(3)
+            f = self._field(name)
+            wanted = _type_text(f.type) if f is not None else bad.group(2)
+            return Refused(
+                self.name,
+                f"{value!r} is not a {wanted} (the column's type in the table)",
+                line=self._value_line(name, value),
+                column=name,
+                at_column=True,
+            )
+        if "Empty CSV file" in message:
+            return Refused(self.name, "the file has no header and no rows")
+        return Refused(self.name, f"cannot be read as CSV: {message}")
+
+    def _ragged_line(self, names: list[str]) -> int | None:
+        import pyarrow as pa
+
+        found: list[int | None] = []
+
+        def first(row) -> str:
+            found.append(row.number)
+            return "error"
+
+        try:
+            for _ in self._csv_reader(
+                dict.fromkeys(names, pa.binary()),
+                read_options={"use_threads": False},  # row numbers are only known single-threaded
+                parse_options={"invalid_row_handler": first},
+            ):
+                pass
+        except pa.ArrowInvalid:
+            pass
+        return self._physical_line(found[0]) if found and found[0] else None
+
+    def _value_line(self, name: str, value: str) -> int | None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        wanted = pa.scalar(value.encode(), pa.binary())
+        seen = 0
+        try:
+            reader = self._csv_reader({name: pa.binary()}, convert_options={"include_columns": [name]})
+            for batch in reader:
+                at = pc.index(batch.column(0), wanted).as_py()
+                if at >= 0:
+                    return self._physical_line(seen + at + 2)
+                seen += batch.num_rows
+        except pa.ArrowInvalid:
+            pass
+        return None
+
+    def _utf8_error(self) -> Refused:
+        """The first line with bytes that are not UTF-8, and the column they are in."""
+        with open(self.path, "rb") as f:
+            for number, line in enumerate(f, 1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    column = None
+                    if self.fmt == "csv":
+                        fields = next(csv.reader([line[: e.start].decode("latin-1")]), [""])
+                        header = self.names or []
+                        if number > 1 and len(fields) - 1 < len(header):
+                            column = header[len(fields) - 1]
+                    snippet = line[max(0, e.start - 10) : e.end + 10]
+                    return Refused(
+                        self.name,
+                        f"bytes that are not UTF-8 ({snippet!r}, byte {e.start + 1} of the line); "
+                        "landing files must be UTF-8 text",
+                        line=number,
+                        column=column,
+                        at_column=column is not None,
+                    )
+        return Refused(self.name, "bytes that are not UTF-8; landing files must be UTF-8 text")
+
+    # --- JSON (one object per line) -------------------------------------------------------------
+
+    def _json_reader(self, names: list[str] | None):
+        import pyarrow as pa
+        import pyarrow.json as pjson
+
+        parse = {}
+        if names:
+            types = self._read_types(names)
+            parse = {
+                "explicit_schema": pa.schema([(n, t) for n, t in types.items()]),
+                "unexpected_field_behavior": "infer",
+            }
+        return pjson.open_json(
+            str(self.path),
+            read_options=pjson.ReadOptions(block_size=READ_BLOCK),
+            parse_options=pjson.ParseOptions(**parse),
+        )
+
+    def _json_error(self, error: Exception) -> Refused:
+        message = str(error)
+        if "UTF8" in message or "UTF-8" in message.upper():
+            return self._utf8_error()
+        if "Empty JSON" in message:
+            return Refused(self.name, "the file has no rows")
+        row = re.search(r"in row (\d+)", message)
+        position = self._position(int(row.group(1))) if row else {}
+        return Refused(self.name, f"cannot be read as JSON lines: {message}", **position)
+
+    def _probe_json(self):
+        import pyarrow as pa
+
+        try:
+            reader = self._json_reader(None)
+            names = list(reader.schema.names)
+            reader.close()
+            reader = self._json_reader(names)
+            schema = reader.schema
+            reader.close()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise self._json_error(e) from None
+        return schema
+
+    def _json_batches(self, target) -> Iterator:
+        import pyarrow as pa
+
+        try:
+            reader = self._json_reader(self.names)
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                if batch.schema.names != self.names:
+                    raise Refused(
+                        self.name,
+                        f"the objects' keys change within the file (first {self.names}, "
+                        f"later {batch.schema.names})",
+                    )
+                yield batch
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise self._json_error(e) from None
+
+    # --- Parquet --------------------------------------------------------------------------------
+
+    def _probe_parquet(self):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(str(self.path)).schema_arrow
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+            raise Refused(self.name, f"not a readable Parquet file: {e}") from None
+
+    def _parquet_batches(self, target) -> Iterator:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            with pq.ParquetFile(str(self.path)) as f:
+                yield from f.iter_batches(batch_size=64 * 1024)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+            raise Refused(self.name, f"cannot be read as Parquet: {e}") from None
 
 
 class DeltaConsumeOperator(DeltaTableOperator):

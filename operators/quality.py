@@ -1,17 +1,33 @@
 """``DeltaQualityGateOperator``: validate a staged batch with Great Expectations before anyone
-can read it.
+can read it, and the quarantine every rejected batch goes to.
 
-The batch is a staged write (``spark_jobs.ingest --stage`` or ``engine.stage_write``): its
-files exist, the table does not reference them. The gate reads the staged rows as readers
-would see them, validates them against expectations with GX Core (an ephemeral context; no GX
-project on disk), and then:
+The batch is a staged write (``DeltaStageOperator``, ``spark_jobs.ingest --stage`` or
+``engine.stage_write``): its files exist, the table does not reference them. The gate reads the
+staged rows as readers would see them, validates them against expectations with GX Core (an
+ephemeral context; no GX project on disk), and then:
 
 * **pass**: returns the summary; the commit operator downstream makes the batch visible;
-* **fail**: nothing is committed and nothing committed is touched; the batch's data files and
-  its manifest are moved to ``<quarantine_uri>/<batch>/`` with ``validation.json`` (the full
-  GX result) beside them; the summary (failed expectations, unexpected counts, examples) goes
-  to the task log and XCom; then the task fails (``on_failure="fail"``) or skips its
-  downstream tasks (``"skip"``, for pipelines that should go on with the next batch).
+* **reject**: nothing is committed and nothing committed is touched; the batch (its data files,
+  its manifest, and the landing files the stage recorded in the manifest) is moved to
+  ``<quarantine_uri>/<batch>/`` with ``validation.json`` (the GX result) and ``rejection.json``
+  (why, in one message) beside them; the summary (failed expectations, unexpected counts,
+  examples and their row numbers) goes to the task log and XCom; then the task FAILS without
+  retries (``AirflowFailException``: a retry cannot make a bad batch good), so the commit never
+  runs (upstream_failed) and the DAG run is failed: a rejected batch is red in Airflow's grid.
+
+``on_failure`` is kept for existing configurations: ``"fail"`` and ``"skip"`` both reject as above.
+``"skip"`` used to leave the gate green and skip the commit, which hid rejected batches (the run
+counted no failure); what it was for, going on with the next batch, needs no skipping: the
+rejected batch has left the landing folder and the staging area, and a failed run does not
+block later runs. A gate with ``"skip"`` logs that it no longer skips.
+
+Memory: a batch of up to ``max_batch_rows`` rows and ``max_batch_bytes`` staged (Parquet)
+bytes is validated whole, in one pandas DataFrame. A larger one is validated ``chunk_rows`` rows
+at a time (only the columns the expectations name), and the row-level expectations' results
+(``ROW_LEVEL``: not null, between, in set, regex, ...) are added up: unexpected counts, percent,
+``mostly``, examples with their row numbers in the batch. Expectations that need a whole column
+at once (uniqueness, mean, row count, ...) are refused for such a batch with a message saying
+so, and the batch is rejected rather than committed unchecked or loaded whole.
 
 Expectations are given as ``[{"expectation": "expect_column_values_to_not_be_null",
 "kwargs": {"column": "id"}}, ...]`` (snake_case or GX class names).
@@ -19,18 +35,59 @@ Expectations are given as ``[{"expectation": "expect_column_values_to_not_be_nul
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import time
+from collections.abc import Iterator
 from typing import Any
 
-from airflow.sdk.bases.skipmixin import SkipMixin
+from airflow.sdk.exceptions import AirflowFailException
 
 from operators.base import DeltaTableOperator
 
 QUARANTINE_DIR = "_quarantine"  # hidden from VACUUM and readers, like every "_" directory
+REJECTION = "rejection.json"
+MAX_BATCH_ROWS = 1_000_000
+MAX_BATCH_BYTES = 256 << 20
+CHUNK_ROWS = 500_000
+
+# Expectations whose verdict on a row depends on that row alone: validated chunk by chunk and
+# added up. Anything else (uniqueness, ordering, aggregates, row counts, types, custom
+# expectations) needs the whole batch at once.
+ROW_LEVEL = frozenset(
+    {
+        "expect_column_values_to_not_be_null",
+        "expect_column_values_to_be_null",
+        "expect_column_values_to_be_between",
+        "expect_column_values_to_be_in_set",
+        "expect_column_values_to_not_be_in_set",
+        "expect_column_values_to_match_regex",
+        "expect_column_values_to_not_match_regex",
+        "expect_column_values_to_match_regex_list",
+        "expect_column_values_to_not_match_regex_list",
+        "expect_column_values_to_match_like_pattern",
+        "expect_column_values_to_not_match_like_pattern",
+        "expect_column_values_to_match_like_pattern_list",
+        "expect_column_values_to_not_match_like_pattern_list",
+        "expect_column_values_to_match_strftime_format",
+        "expect_column_values_to_be_dateutil_parseable",
+        "expect_column_values_to_be_json_parseable",
+        "expect_column_values_to_match_json_schema",
+        "expect_column_value_lengths_to_be_between",
+        "expect_column_value_lengths_to_equal",
+        "expect_column_pair_values_to_be_equal",
+        "expect_column_pair_values_a_to_be_greater_than_b",
+        "expect_column_pair_values_to_be_in_set",
+        "expect_multicolumn_sum_to_equal",
+        "expect_select_column_values_to_be_unique_within_record",
+    }
+)
+_EXAMPLES = 20  # examples (and their row numbers) kept per expectation, as GX's partial lists
 
 
-class QualityGateFailed(Exception):
-    """The staged batch broke its expectations (it was quarantined, nothing was committed)."""
+class QualityGateFailed(AirflowFailException):
+    """The staged batch was rejected (quarantined, nothing committed); fails without retries."""
 
 
 def _gx():
@@ -57,6 +114,13 @@ def _gx():
     return great_expectations
 
 
+def snake_name(name: str) -> str:
+    """``ExpectColumnValuesToBeUnique`` -> ``expect_column_values_to_be_unique``."""
+    if not name[:1].isupper():
+        return name
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
 def expectation_class(name: str):
     gx = _gx()
 
@@ -67,48 +131,236 @@ def expectation_class(name: str):
     return cls
 
 
-def validate_rows(frame, expectations: list[dict], name: str = "batch") -> dict[str, Any]:
-    """Validate a pandas DataFrame; a JSON-able summary and the full result."""
+def _suite(expectations: list[dict], name: str):
     gx = _gx()
-
-    context = gx.get_context(mode="ephemeral")
-    source = context.data_sources.add_pandas(name=f"deltaplane_{name}")
-    asset = source.add_dataframe_asset(name=name)
-    batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(
-        batch_parameters={"dataframe": frame}
-    )
     suite = gx.ExpectationSuite(name=f"{name}_suite")
     for spec in expectations:
         if not isinstance(spec, dict) or "expectation" not in spec:
             raise ValueError(f"an expectation is {{'expectation': name, 'kwargs': {{...}}}}, got {spec!r}")
         suite.add_expectation(expectation_class(spec["expectation"])(**(spec.get("kwargs") or {})))
-    result = batch.validate(suite)
+    return suite
+
+
+def _batch_definition(name: str):
+    """A pandas batch definition in a fresh ephemeral context, progress bars off (a chunked
+    validation would print one per chunk into the task log)."""
+    gx = _gx()
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    source = context.data_sources.add_pandas(name=f"deltaplane_{name}")
+    return source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe("whole")
+
+
+def validate_rows(frame, expectations: list[dict], name: str = "batch") -> dict[str, Any]:
+    """Validate a pandas DataFrame whole; a JSON-able summary and the full GX result."""
+    definition = _batch_definition(name)  # the context first: GX builds suites inside one
+    suite = _suite(expectations, name)
+    result = definition.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
     full = result.to_json_dict()
-    failed = []
+    full.setdefault("meta", {})["deltaplane"] = {"mode": "whole", "chunks": 1, "rows": len(frame)}
+    return {"summary": summarize(full, len(frame), chunks=1), "result": full}
+
+
+def summarize(full: dict, rows: int, *, chunks: int) -> dict[str, Any]:
+    """The gate's summary of a GX result: every expectation's counts, and the failed ones with
+    examples and the row numbers (in the batch) of those examples."""
+    results, failed = [], []
     for r in full.get("results", []):
-        if r.get("success"):
-            continue
         config = r.get("expectation_config", {})
         details = r.get("result", {}) or {}
-        failed.append(
-            {
-                "expectation": config.get("type"),
-                "kwargs": {k: v for k, v in (config.get("kwargs") or {}).items() if k != "batch_id"},
-                "unexpected_count": details.get("unexpected_count"),
-                "unexpected_percent": details.get("unexpected_percent"),
-                "examples": (details.get("partial_unexpected_list") or [])[:5],
-            }
-        )
-    summary = {
-        "success": bool(result.success),
-        "rows": len(frame),
-        "evaluated": len(full.get("results", [])),
+        entry = {
+            "expectation": config.get("type"),
+            "kwargs": {k: v for k, v in (config.get("kwargs") or {}).items() if k != "batch_id"},
+            "success": bool(r.get("success")),
+            "element_count": details.get("element_count"),
+            "unexpected_count": details.get("unexpected_count"),
+            "unexpected_percent": details.get("unexpected_percent"),
+        }
+        if "observed_value" in details:
+            entry["observed_value"] = details["observed_value"]
+        results.append(entry)
+        if entry["success"]:
+            continue
+        failure = {
+            key: entry[key] for key in ("expectation", "kwargs", "unexpected_count", "unexpected_percent")
+        }
+        failure["examples"] = (details.get("partial_unexpected_list") or [])[:5]
+        failure["rows"] = (details.get("partial_unexpected_index_list") or [])[:5]
+        if "observed_value" in entry:
+            failure["observed_value"] = entry["observed_value"]
+        exception = (r.get("exception_info") or {}).get("exception_message")
+        if exception:
+            failure["error"] = exception
+        failed.append(failure)
+    return {
+        "success": bool(full.get("success")),
+        "rows": rows,
+        "evaluated": len(results),
+        "chunks": chunks,
         "failed": failed,
+        "results": results,
     }
-    return {"summary": summary, "result": full}
 
 
-class DeltaQualityGateOperator(DeltaTableOperator, SkipMixin):
+def validate_staged(
+    staged,
+    expectations: list[dict],
+    *,
+    max_batch_rows: int = MAX_BATCH_ROWS,
+    max_batch_bytes: int = MAX_BATCH_BYTES,
+    chunk_rows: int = CHUNK_ROWS,
+    name: str = "batch",
+) -> dict[str, Any]:
+    """Validate a ``StagedWrite``: whole when it is within the limits, else chunk by chunk (or
+    refused, for expectations that need whole columns). ``{"summary": ..., "result": ...}``."""
+    rows, size = staged.num_rows, staged.num_bytes
+    if rows <= max_batch_rows and size <= max_batch_bytes:
+        return validate_rows(staged.read().to_pandas(), expectations, name=name)
+    whole = [e for e in expectations if snake_name(str(e.get("expectation", ""))) not in ROW_LEVEL]
+    if whole:
+        names = sorted({snake_name(str(e.get("expectation"))) for e in whole})
+        reason = (
+            f"{', '.join(names)} {'needs' if len(names) == 1 else 'need'} the whole column at once, and "
+            f"this batch ({rows} rows, {size} staged bytes) is above what the gate loads whole "
+            f"(max_batch_rows={max_batch_rows}, max_batch_bytes={max_batch_bytes}); raise those limits "
+            "if the workers have the memory, land smaller batches, or use row-level expectations only"
+        )
+        summary = {
+            "success": False,
+            "rows": rows,
+            "evaluated": 0,
+            "chunks": 0,
+            "failed": [],
+            "results": [],
+            "refused": names,
+            "reason": reason,
+        }
+        return {"summary": summary, "result": {"success": False, "refused": names, "reason": reason}}
+    return _validate_chunks(
+        _staged_batches(staged, _columns(expectations)), expectations, chunk_rows, name, rows
+    )
+
+
+def _staged_batches(staged, columns: list[str] | None):
+    """The staged rows, only ``columns`` of them when the expectations name their columns."""
+    from engine.scan import Scan
+
+    scan = staged._scan()  # the staged files as a snapshot of the table
+    known = [c for c in columns or [] if scan.snapshot.schema.find(c) is not None]
+    if columns is None or not known:
+        return scan.to_batches()
+    return Scan(scan.snapshot, known, None).to_batches()
+
+
+def _columns(expectations: list[dict]) -> list[str] | None:
+    """The columns the expectations read (``None``: cannot tell, all of them)."""
+    names: list[str] = []
+    for spec in expectations:
+        kwargs = spec.get("kwargs") or {}
+        found = [kwargs[k] for k in ("column", "column_A", "column_B") if k in kwargs]
+        found += list(kwargs.get("column_list") or [])
+        if not found or "row_condition" in kwargs:
+            return None
+        names += [n for n in found if n not in names]
+    return names
+
+
+def _chunks(reader, chunk_rows: int) -> Iterator:
+    """The reader's rows as tables of exactly ``chunk_rows`` rows (the last one shorter)."""
+    import pyarrow as pa
+
+    pending: list = []
+    count = 0
+    for batch in reader:
+        if not batch.num_rows:
+            continue
+        pending.append(batch)
+        count += batch.num_rows
+        while count >= chunk_rows:
+            table = pa.Table.from_batches(pending, reader.schema)
+            yield table.slice(0, chunk_rows)
+            rest = table.slice(chunk_rows)
+            pending, count = rest.to_batches(), rest.num_rows
+    if count:
+        yield pa.Table.from_batches(pending, reader.schema)
+
+
+def _validate_chunks(reader, expectations: list[dict], chunk_rows: int, name: str, rows: int) -> dict:
+    """Validate ``chunk_rows`` rows at a time and add up the row-level results as GX would have
+    computed them on the whole batch: counts summed, percent of the non-missing values,
+    ``mostly`` applied to the totals, examples with their row numbers in the batch."""
+    definition = _batch_definition(name)
+    suite = _suite(expectations, name)
+    totals = [
+        {
+            "element_count": 0,
+            "missing_count": 0,
+            "unexpected_count": 0,
+            "partial_unexpected_list": [],
+            "partial_unexpected_index_list": [],
+        }
+        for _ in expectations
+    ]
+    configs: list[dict] = [{} for _ in expectations]
+    errors: list[dict | None] = [None for _ in expectations]
+    offset = chunks = 0
+    for table in _chunks(reader, chunk_rows):
+        frame = table.to_pandas()
+        result = definition.get_batch(batch_parameters={"dataframe": frame}).validate(suite).to_json_dict()
+        for i, r in enumerate(result.get("results", [])):
+            configs[i] = r.get("expectation_config", {})
+            info = r.get("exception_info") or {}
+            if info.get("raised_exception") and errors[i] is None:
+                errors[i] = info
+            details = r.get("result", {}) or {}
+            total = totals[i]
+            for key in ("element_count", "missing_count", "unexpected_count"):
+                total[key] += int(details.get(key) or 0)
+            room = _EXAMPLES - len(total["partial_unexpected_list"])
+            if room > 0:
+                total["partial_unexpected_list"] += (details.get("partial_unexpected_list") or [])[:room]
+                total["partial_unexpected_index_list"] += [
+                    offset + int(k) for k in (details.get("partial_unexpected_index_list") or [])[:room]
+                ]
+        offset += table.num_rows
+        chunks += 1
+    results = []
+    for spec, config, total, error in zip(expectations, configs, totals, errors, strict=True):
+        considered = total["element_count"] - total["missing_count"]
+        unexpected = total["unexpected_count"]
+        mostly = float((spec.get("kwargs") or {}).get("mostly", 1.0))
+        success = error is None and (considered == 0 or (considered - unexpected) / considered >= mostly)
+        details = {
+            **total,
+            "unexpected_percent": 100.0 * unexpected / considered if considered else None,
+            "unexpected_percent_total": (
+                100.0 * unexpected / total["element_count"] if total["element_count"] else None
+            ),
+        }
+        entry = {"expectation_config": config, "success": success, "result": details}
+        if error is not None:
+            entry["exception_info"] = error
+        results.append(entry)
+    passed = sum(1 for r in results if r["success"])
+    full = {
+        "success": passed == len(results),
+        "results": results,
+        "statistics": {
+            "evaluated_expectations": len(results),
+            "successful_expectations": passed,
+            "unsuccessful_expectations": len(results) - passed,
+            "success_percent": 100.0 * passed / len(results) if results else None,
+        },
+        "meta": {
+            "deltaplane": {"mode": "chunked", "chunks": chunks, "chunk_rows": chunk_rows, "rows": offset}
+        },
+    }
+    return {"summary": summarize(full, offset or rows, chunks=chunks), "result": full}
+
+
+class DeltaQualityGateOperator(DeltaTableOperator):
     writes = False
     ui_color = "#fff3cd"
     template_fields = ("table_uri", "staged_manifest", "quarantine_uri")
@@ -121,6 +373,9 @@ class DeltaQualityGateOperator(DeltaTableOperator, SkipMixin):
         expectations: list[dict],
         quarantine_uri: str | None = None,
         on_failure: str = "fail",
+        max_batch_rows: int = MAX_BATCH_ROWS,
+        max_batch_bytes: int = MAX_BATCH_BYTES,
+        chunk_rows: int = CHUNK_ROWS,
         **kwargs: Any,
     ):
         super().__init__(table_uri=table_uri, **kwargs)
@@ -128,81 +383,271 @@ class DeltaQualityGateOperator(DeltaTableOperator, SkipMixin):
             raise ValueError("on_failure must be 'fail' or 'skip'")
         if not expectations:
             raise ValueError("a quality gate needs at least one expectation")
+        if min(max_batch_rows, max_batch_bytes, chunk_rows) <= 0:
+            raise ValueError("max_batch_rows, max_batch_bytes and chunk_rows must be positive")
         self.staged_manifest = staged_manifest
         self.expectations = list(expectations)
         self.quarantine_uri = quarantine_uri
         self.on_failure = on_failure
+        self.max_batch_rows = max_batch_rows
+        self.max_batch_bytes = max_batch_bytes
+        self.chunk_rows = chunk_rows
 
     def open_table(self, hook):
         return None  # the gate reads the staged files only; the table may not exist yet
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from engine.commands.staged import read_manifest
+        from engine.commands.staged import StagedWrite
+        from engine.errors import ObjectNotFoundError
 
         options = hook.settings.storage_options
-        staged = read_manifest(self.staged_manifest, options)
         batch = self.staged_manifest.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json")
+        destination = quarantine_location(self.table_uri, batch, self.quarantine_uri)
+        try:
+            raw = read_object(self.staged_manifest, options)
+        except (ObjectNotFoundError, FileNotFoundError):
+            earlier = recorded_rejection(destination, options)
+            if earlier is None:
+                raise
+            # A clear or rerun of a gate whose batch was rejected: it stays rejected.
+            self.log.error("%s", earlier["message"])
+            raise QualityGateFailed(
+                f"{earlier['message']} (rejected earlier; recorded in {destination})"
+            ) from None
+        staged = StagedWrite.loads(raw, options)
         if staged.spec.skip:
             self.log.info("%s: batch %s is already in the table; nothing to validate", self.table_uri, batch)
             return {"success": True, "batch": batch, "version": None, "reason": "already committed"}
-        rows = staged.read()
-        outcome = validate_rows(rows.to_pandas(), self.expectations, name="batch")
+        started = time.monotonic()
+        outcome = validate_staged(
+            staged,
+            self.expectations,
+            max_batch_rows=self.max_batch_rows,
+            max_batch_bytes=self.max_batch_bytes,
+            chunk_rows=self.chunk_rows,
+        )
         summary = {**outcome["summary"], "batch": batch, "files": len(staged.adds), "version": None}
+        summary["seconds"] = round(time.monotonic() - started, 3)
         if summary["success"]:
             self.log.info(
-                "%s: batch %s passed %d expectations (%d rows)",
+                "%s: batch %s passed %d expectations (%d rows, %d chunk(s))",
                 self.table_uri,
                 batch,
                 summary["evaluated"],
                 summary["rows"],
+                summary["chunks"],
             )
             return summary
-        root = self.quarantine_uri or f"{self.table_uri.rstrip('/')}/{QUARANTINE_DIR}"
-        destination = f"{root.rstrip('/')}/{batch}"
-        quarantine(staged, self.staged_manifest, destination, outcome["result"], summary, options)
-        summary["quarantine"] = destination
-        for failure in summary["failed"]:
-            self.log.error(
-                "%s: %s %s: %s unexpected (%s%%), e.g. %s",
-                batch,
-                failure["expectation"],
-                failure["kwargs"],
-                failure["unexpected_count"],
-                failure["unexpected_percent"],
-                failure["examples"],
-            )
-        message = (
-            f"batch {batch} failed {len(summary['failed'])} of {summary['evaluated']} expectations; "
-            f"quarantined at {destination}"
+        if summary.get("refused"):
+            why = f"batch {batch} cannot be validated: {summary['reason']}"
+        else:
+            failures = "; ".join(_describe(f) for f in summary["failed"])
+            counts = f"{len(summary['failed'])} of {summary['evaluated']}"
+            why = f"batch {batch} failed {counts} expectations: {failures}"
+        message = f"{why}; quarantined at {destination}"
+        landing = _landing_files(raw)
+        summary.update(rejected=True, task=self.task_id, message=message, quarantine=destination)
+        quarantine(
+            staged,
+            self.staged_manifest,
+            destination,
+            outcome["result"],
+            summary,
+            options,
+            manifest_bytes=raw,
+            landing=landing,
         )
         context["ti"].xcom_push(key="return_value", value=summary)
+        self.log.error("%s", message)
         if self.on_failure == "skip":
-            self.log.warning("%s: %s; skipping %s", self.table_uri, message, sorted(self.downstream_task_ids))
-            self.skip(context["ti"], self.get_direct_relatives(upstream=False))
-            return summary
+            self.log.warning(
+                "%s: on_failure='skip' no longer hides a rejected batch: the gate fails (no retries) and "
+                "the commit does not run, so the rejection shows in the grid and fails the run; later "
+                "runs are not blocked",
+                self.table_uri,
+            )
         raise QualityGateFailed(message)
 
 
-def quarantine(staged, manifest_uri: str, destination: str, result: dict, summary: dict, options) -> None:
-    """Move a staged batch's files and manifest under ``destination`` with the validation result.
+def _describe(failure: dict) -> str:
+    kwargs = failure.get("kwargs") or {}
+    column = (
+        kwargs.get("column")
+        or ", ".join(str(kwargs[k]) for k in ("column_A", "column_B") if k in kwargs)
+        or ", ".join(map(str, kwargs.get("column_list") or []))
+    )
+    text = f"{failure['expectation']}({column})"
+    if failure.get("error"):
+        return f"{text}: {failure['error']}"
+    if failure.get("unexpected_count") is not None:
+        percent = failure.get("unexpected_percent")
+        text += f": {failure['unexpected_count']} unexpected"
+        if percent is not None:
+            text += f" ({percent:.3g}%)"
+        if failure.get("examples"):
+            rows = ", ".join(map(str, failure.get("rows", [])[:3]))
+            text += f", e.g. {failure['examples'][:3]}"
+            if rows:
+                text += f" (rows {rows} of the staged batch)"
+    elif "observed_value" in failure:
+        text += f": observed {failure['observed_value']!r}"
+    return text
 
-    Copies are written first and the originals deleted after, so a crash leaves at worst two
-    copies (the uncommitted original is VACUUM's to reclaim), never none."""
+
+# --- the quarantine ---------------------------------------------------------------------------
+
+
+def quarantine_location(table_uri: str, batch: str, quarantine_uri: str | None = None) -> str:
+    """``<quarantine_uri or <table>/_quarantine>/<batch>``."""
+    root = quarantine_uri or f"{table_uri.rstrip('/')}/{QUARANTINE_DIR}"
+    return f"{root.rstrip('/')}/{batch}"
+
+
+def read_object(uri: str, options) -> bytes:
+    from engine.storage import open_store
+
+    head, _, name = uri.rstrip("/").rpartition("/")
+    return open_store(head or "/", options).get(name)
+
+
+def recorded_rejection(destination: str, options) -> dict | None:
+    """The ``rejection.json`` of a batch already quarantined at ``destination``, if any."""
+    from engine.errors import ObjectNotFoundError
+    from engine.storage import open_store
+
+    try:
+        return json.loads(open_store(destination, options).get(REJECTION))
+    except (ObjectNotFoundError, FileNotFoundError):
+        return None
+
+
+def _landing_files(manifest: bytes) -> list[str]:
+    """The landing files a ``DeltaStageOperator`` manifest records (where they were moved)."""
+    try:
+        return list(json.loads(manifest).get("landing", {}).get("files") or [])
+    except (ValueError, AttributeError):
+        return []
+
+
+def copy_object(source, key: str, target, target_key: str) -> None:
+    """Stream one object from a store to another (no whole file in memory on local stores)."""
+    pending = target.open_output(target_key)
+    try:
+        with source.open_input(key) as f:
+            while chunk := f.read(8 << 20):
+                pending.sink.write(chunk)
+        pending.commit()
+    except BaseException:
+        pending.abort()
+        raise
+
+
+def copy_local_file(path: str, target, target_key: str) -> None:
+    pending = target.open_output(target_key)
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(8 << 20):
+                pending.sink.write(chunk)
+        pending.commit()
+    except BaseException:
+        pending.abort()
+        raise
+
+
+def move_to_quarantine(
+    destination: str,
+    options,
+    record: dict,
+    *,
+    table_store=None,
+    data_keys: list[str] = (),
+    landing: list[str] = (),
+    extra: dict[str, bytes] | None = None,
+) -> None:
+    """Move a rejected batch under ``destination``: staged data files (keys or locations under
+    ``table_store``) to ``data/``, local landing files to ``landing/``, ``extra`` objects beside
+    them, and ``rejection.json`` (``record``) last of the copies. The originals are deleted only
+    after every copy is in place, so a crash leaves at worst two copies (an uncommitted original
+    is VACUUM's to reclaim), never none. An existing object is replaced: a move interrupted
+    half-way can be run again."""
+    import os
+
+    from engine.errors import ObjectNotFoundError
     from engine.storage import open_store, resolve_location
 
     target = open_store(destination, options)
+    moved = []
+    for key in data_keys:
+        owner, name = resolve_location(table_store, key)
+        _replace(target, f"data/{name}")
+        copy_object(owner, name, target, f"data/{name}")
+        moved.append((owner, name))
+    for path in landing:
+        if not os.path.exists(path):
+            continue  # moved by an earlier, interrupted try
+        name = os.path.basename(path)
+        _replace(target, f"landing/{name}")
+        copy_local_file(path, target, f"landing/{name}")
+    for name, data in (extra or {}).items():
+        target.put(name, data, mode="overwrite")
+    target.put(REJECTION, json.dumps(record, indent=1, default=str).encode(), mode="overwrite")
+    for owner, name in moved:
+        with contextlib.suppress(ObjectNotFoundError):
+            owner.delete(name)
+    for owner in {id(owner): owner for owner, _ in moved}.values():
+        tidy = getattr(owner, "remove_empty_directories", None)  # partition folders the batch made
+        if tidy is not None:
+            tidy([name for o, name in moved if o is owner])
+    for path in landing:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def _replace(store, key: str) -> None:
+    """Make room for a copy that a crashed earlier try may have made already."""
+    from engine.errors import ObjectNotFoundError
+
+    with contextlib.suppress(ObjectNotFoundError, FileNotFoundError):
+        store.delete(key)
+
+
+def quarantine(
+    staged,
+    manifest_uri: str,
+    destination: str,
+    result: dict,
+    summary: dict,
+    options,
+    *,
+    manifest_bytes: bytes | None = None,
+    landing: list[str] = (),
+) -> None:
+    """Move a staged batch's files, its manifest and its landing files under ``destination``
+    with the validation result (``validation.json``) and ``rejection.json``."""
+    from engine.log.replay import canonical_path
+    from engine.storage import open_store
+
     table_store = staged.spec.store()
-    for add in staged.adds:
-        owner, key = resolve_location(table_store, add.path)
-        target.put(f"data/{key}", owner.get(key), mode="overwrite")
-    target.put("manifest.json", staged.dumps(), mode="overwrite")
-    target.put(
-        "validation.json",
-        json.dumps({"summary": summary, "result": result}, indent=1, default=str).encode(),
-        mode="overwrite",
+    keys = [canonical_path(a.path, table_store.root) for a in staged.adds]
+    record = {
+        "task": summary.get("task"),
+        "batch": summary.get("batch"),
+        "message": summary.get("message"),
+        "rejected_at": int(time.time() * 1000),
+        "staged_files": [a.path for a in staged.adds],
+        "landing_files": [str(p) for p in landing],
+        "failed": summary.get("failed", []),
+        "refused": summary.get("refused", []),
+    }
+    validation = json.dumps({"summary": summary, "result": result}, indent=1, default=str).encode()
+    move_to_quarantine(
+        destination,
+        options,
+        record,
+        table_store=table_store,
+        data_keys=keys,
+        landing=list(landing),
+        extra={"manifest.json": manifest_bytes or staged.dumps(), "validation.json": validation},
     )
-    for add in staged.adds:
-        owner, key = resolve_location(table_store, add.path)
-        owner.delete(key)
     head, _, name = manifest_uri.rstrip("/").rpartition("/")
     open_store(head or "/", options).delete(name)

@@ -108,7 +108,12 @@ def test_factory_dags_ingest_consume_and_maintain(airflow_db, tmp_path):
         land(tmp_path / "landing", batch, bad=bad)
         runs[batch] = run_dag(f"ingest_{batch}", dag_file("deltaplane_trips_ingest", config))
     assert task_states(runs[0]) == {"stage": "success", "quality_gate": "success", "commit": "success"}
-    assert task_states(runs[100]) == {"stage": "success", "quality_gate": "success", "commit": "skipped"}
+    # on_failure: skip no longer hides a rejected batch: the gate fails, the commit does not run.
+    assert task_states(runs[100]) == {
+        "stage": "success",
+        "quality_gate": "failed",
+        "commit": "upstream_failed",
+    }
     assert xcom(runs[100], "quality_gate")["quarantine"].startswith(str(table / "_quarantine"))
     assert DeltaTable(str(table)).count() == 40 and not list((tmp_path / "landing").glob("*.csv"))
     # The consumer: asset-scheduled, one watcher on the table's commits.

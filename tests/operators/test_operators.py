@@ -245,7 +245,8 @@ def test_quality_gate_commits_good_batches_and_quarantines_bad_ones(airflow_db, 
         "gate_bad",
         source.replace("{name}", "gate_bad").replace("{batch}", "bad").replace("{on_failure}", "skip"),
     )
-    assert task_states(run) == {"gate": "success", "commit": "skipped"}
+    # Rejected: the gate FAILS (no retries) even with on_failure="skip", the commit does not run.
+    assert task_states(run) == {"gate": "failed", "commit": "upstream_failed"}
     summary = xcom(run, "gate")
     assert not summary["success"] and {f["expectation"] for f in summary["failed"]} == {
         "expect_column_values_to_not_be_null",
@@ -425,7 +426,7 @@ def test_gate_sensor_manifest_consumer_and_spark_on_s3(airflow_db, tmp_path, s3_
                                                 expectations=X, on_failure="skip", **c)
             commit_bad = DeltaCommitOperator(task_id="commit_bad", table_uri=T, staged_manifest=M + "/bad.json", **c)
             gate = DeltaQualityGateOperator(task_id="gate", table_uri=T, staged_manifest=M + "/good.json",
-                                            expectations=X, trigger_rule="none_failed", **c)
+                                            expectations=X, trigger_rule="all_done", **c)
             commit = DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest=M + "/good.json", **c)
             wait = DeltaLogTailSensor(task_id="wait", table_uri=T, after_version=0, deferrable=True,
                                       poke_interval=0.5, **c)
@@ -436,7 +437,8 @@ def test_gate_sensor_manifest_consumer_and_spark_on_s3(airflow_db, tmp_path, s3_
         """,
     )
     states = task_states(run)
-    assert states.pop("commit_bad") == "skipped" and set(states.values()) == {"success"}, states
+    assert states.pop("gate_bad") == "failed" and states.pop("commit_bad") == "upstream_failed", states
+    assert set(states.values()) == {"success"}, states
     assert [c["version"] for c in xcom(run, "wait")["commits"]] == [1]
     assert xcom(run, "compact")["engine"] == "spark"
     quarantine = xcom(run, "gate_bad")["quarantine"]
