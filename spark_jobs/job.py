@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -26,6 +27,20 @@ EXIT_USAGE = 2  # bad command line (argparse's own code)
 EXIT_INPUT = 3  # bad input: data, schema, constraint, predicate or argument values; retrying will not help
 EXIT_CONFLICT = 4  # a concurrent commit conflicted; retrying may succeed
 EXIT_TABLE = 5  # the table or its storage: missing, unreadable, unsupported, unreachable
+EXIT_NAMES = {
+    EXIT_OK: "ok",
+    EXIT_FAILED: "failed",
+    EXIT_USAGE: "usage",
+    EXIT_INPUT: "bad input",
+    EXIT_CONFLICT: "commit conflict",
+    EXIT_TABLE: "table or storage",
+}
+NOT_RETRYABLE = frozenset({EXIT_USAGE, EXIT_INPUT})  # the same input fails the same way
+
+# Object-store options as a JSON object: how ``spark_jobs.submit`` (and so Airflow) hands them to
+# a job. An environment is readable only by its user and root; a command line is shown by ``ps``
+# to every user and copied by Spark into its logs and event logs.
+STORAGE_OPTIONS_ENV = "DELTAPLANE_STORAGE_OPTIONS"
 
 _INPUT = (
     errors.InvalidArgumentError,
@@ -61,7 +76,8 @@ def key_values(items: list[str] | None, what: str) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise JobError(f"{what} must be key=value, got {item!r}", EXIT_USAGE)
+            shown = "" if what == "--storage-option" else f", got {item!r}"  # may be a secret
+            raise JobError(f"{what} must be key=value{shown}", EXIT_USAGE)
         out[key.strip()] = value
     return out
 
@@ -75,7 +91,8 @@ def parser(name: str, description: str) -> argparse.ArgumentParser:
         "--storage-option",
         action="append",
         metavar="KEY=VALUE",
-        help="object store option, e.g. endpoint_url=http://127.0.0.1:8333 (repeatable)",
+        help="object store option, e.g. endpoint_url=http://127.0.0.1:8333 (repeatable); keep secrets "
+        f"out of command lines: put them in ${STORAGE_OPTIONS_ENV} as a JSON object",
     )
     p.add_argument("--commit-metadata", help="JSON object merged into the commit's commitInfo")
     p.add_argument(
@@ -182,4 +199,16 @@ def spark_session(args, name: str):
 
 
 def storage_options(args) -> dict[str, str]:
-    return key_values(args.storage_option, "--storage-option")
+    """The object-store options: the JSON object in ``$DELTAPLANE_STORAGE_OPTIONS`` (how
+    ``spark_jobs.submit`` passes them), then ``--storage-option`` flags, which win."""
+    options: dict[str, str] = {}
+    text = os.environ.get(STORAGE_OPTIONS_ENV)
+    if text:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise JobError(f"${STORAGE_OPTIONS_ENV} must hold a JSON object of storage options", EXIT_USAGE)
+        options = {str(k): str(v) for k, v in value.items()}
+    return options | key_values(args.storage_option, "--storage-option")
