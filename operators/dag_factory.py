@@ -24,7 +24,7 @@ from operators.maintenance import (
 )
 from operators.quality import DeltaQualityGateOperator
 from operators.runs import asset_uri
-from operators.sensors import DeltaLogTailSensor
+from operators.sensors import DeltaLogTailSensor, DeltaWatermarkOperator
 from operators.spark import DeltaSparkJobOperator
 from operators.triggers import DeltaCommitEventTrigger
 
@@ -65,9 +65,10 @@ def maintenance_dag(name: str, table: TableConfig) -> DAG:
 Table: `{table.uri}`. **auto_optimize** asks the engine's health policy whether any partition
 has at least {table.auto_optimize.min_small_files} files under {table.auto_optimize.small_file_size >> 20} MiB
 or more than {table.auto_optimize.max_deleted_rows_ratio:.0%} of its rows hidden by deletion vectors; if not,
-**compact** is skipped (and says why in its log). **compact** rewrites the chosen partitions
+**compact** succeeds with nothing to do (its XCom says why). **compact** rewrites the chosen partitions
 ({"Z-order by " + ", ".join(table.zorder_by) if table.zorder_by else "bin-packing"}, `dataChange=false`;
-Spark above {table.spark_threshold_bytes >> 20} MiB). **checkpoint** writes a checkpoint and
+Spark above {table.spark_threshold_bytes >> 20} MiB, running exactly the plan made from the decision).
+**checkpoint** writes a checkpoint and
 cleans up expired log files; **vacuum** deletes unreferenced files older than the retention
 ({"dry run" if table.vacuum_dry_run else "for real"}){_MANIFEST_DOC if table.manifest else ""}.
 """,
@@ -95,7 +96,6 @@ cleans up expired log files; **vacuum** deletes unreferenced files older than th
             task_id="checkpoint",
             table_uri=table.uri,
             cleanup_log=table.checkpoint_cleanup_log,
-            trigger_rule="none_failed",
             **conn,
         )
         vacuum = DeltaVacuumOperator(
@@ -209,6 +209,7 @@ committed with the rows: exactly once, across retries and restarts. OPTIMIZE com
             task_id="consume", table_uri=consumer.target, source_uri=table.uri, **conn
         )
         if consumer.trigger == "sensor":
+            # The sensor's watermark moves only once the rows are in the target (the ack task).
             (
                 DeltaLogTailSensor(
                     task_id="wait_for_commits",
@@ -219,6 +220,13 @@ committed with the rows: exactly once, across retries and restarts. OPTIMIZE com
                     **conn,
                 )
                 >> consume
+                >> DeltaWatermarkOperator(
+                    task_id="ack_commits",
+                    table_uri=table.uri,
+                    sensor_task_id="wait_for_commits",
+                    watermark_key=dag_id,
+                    **conn,
+                )
             )
     return dag
 

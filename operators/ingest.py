@@ -731,73 +731,92 @@ class _Landing:
             raise Refused(self.name, f"cannot be read as Parquet: {e}") from None
 
 
+ON_CHANGE = ("fail", "skip", "changes")  # what DeltaConsumeOperator does with a delete/update
+
+
 class DeltaConsumeOperator(DeltaTableOperator):
-    """Append the rows of ``source_uri``'s new data commits to this table (``table_uri``), exactly
+    """Append the rows of ``source_uri``'s new commits to this table (``table_uri``), exactly
     once: the last source version consumed is recorded in the target's own log as
     ``txn(appId="consume:<source>", version)``, so the watermark commits atomically with the
-    rows it covers. Only appends are followed (a DELETE/UPDATE in the source fails the task unless
-    ``skip_change_commits``); OPTIMIZE commits are not data. Rows get ``_source_version``."""
+    rows it covers (a rerun, retry or duplicate trigger event finds it and reads on from there).
+
+    What a source commit did to rows decides (``engine.tail``'s kinds): an ``append`` gives its
+    new rows (never the rows of files a deletion-vector DELETE re-added); OPTIMIZE and other
+    commits that change no rows give nothing; a ``delete`` or ``update`` follows ``on_change``:
+    ``"fail"`` (default: the task fails naming the version), ``"skip"`` (ignore it), or
+    ``"changes"`` (the source's change data feed rows for that commit; needs
+    ``delta.enableChangeDataFeed`` on the source). Rows get ``_source_version``, and with
+    ``"changes"`` also ``_change_type`` (``insert`` for appends)."""
 
     template_fields = ("table_uri", "source_uri")
     creates_table = True
 
-    def __init__(self, *, table_uri: str, source_uri: str, skip_change_commits: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        source_uri: str,
+        on_change: str = "fail",
+        skip_change_commits: bool | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(table_uri=table_uri, **kwargs)
+        if skip_change_commits is not None:  # the earlier spelling of on_change="skip"
+            if not isinstance(skip_change_commits, bool):
+                raise TypeError(f"{self.task_id}: skip_change_commits must be True or False")
+            on_change = "skip" if skip_change_commits else on_change
+        if not isinstance(on_change, str) or on_change.lower() not in ON_CHANGE:
+            raise ValueError(
+                f"{self.task_id}: on_change must be one of {', '.join(ON_CHANGE)}, got {on_change!r}"
+            )
         self.source_uri = source_uri
-        self.skip_change_commits = skip_change_commits
+        self.on_change = on_change.lower()
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         import pyarrow as pa
 
         from engine import write_table
-        from engine.scan import Scan
-        from engine.snapshot import files_snapshot, load_table_config
         from engine.storage import open_store
-        from engine.tail import commit_changes, versions_after
+        from engine.tail import APPEND, changes_between
 
         options = hook.settings.storage_options
         app_id = f"consume:{self.source_uri}"
         done = table.snapshot.app_transaction_version(app_id) if table is not None else None
         watermark = -1 if done is None else done
         store = open_store(self.source_uri, options)
-        versions = versions_after(store, watermark)
-        if not versions:
-            return {"version": None, "watermark": watermark, "reason": "no new commits"}
-        protocol, metadata = load_table_config(store, versions[-1])
-        pieces, consumed = [], []
-        for v in versions:
-            changes = commit_changes(store, v, metadata)
-            if not changes.data_change:
+        pieces, consumed, skipped, last = [], [], [], watermark
+        for change in changes_between(store, watermark):
+            last = change.version
+            if not change.data_change:
                 continue
-            if not changes.appends_only:
-                if self.skip_change_commits:
-                    continue
+            if change.kind == APPEND:
+                rows = self._appended(store, change)
+            elif self.on_change == "skip":
+                skipped.append(change.version)
+                continue
+            elif self.on_change == "changes":
+                rows = self._change_feed(store, change.version)
+            else:
                 raise ValueError(
-                    f"{self.source_uri} version {v} ({changes.operation}) changed existing rows; "
-                    "set skip_change_commits=True to ignore such commits"
+                    f"{self.source_uri} version {change.version} ({change.operation}) is a {change.kind}: "
+                    f"{change.rows_deleted} row(s) removed; set on_change='skip' to ignore such commits "
+                    "or on_change='changes' to consume the change data feed"
                 )
-            if changes.added.num_rows:
-                files = files_snapshot(store, v, protocol, metadata, changes.added)
-                rows = Scan(files, None, None).to_table()
-                pieces.append(
-                    rows.append_column("_source_version", pa.repeat(pa.scalar(v, pa.int64()), rows.num_rows))
-                )
-                consumed.append(v)
-        last = versions[-1]
+            if rows.num_rows:
+                pieces.append(rows)
+                consumed.append(change.version)
         if not pieces:
             return {
                 "version": None,
                 "watermark": watermark,
-                "reason": f"versions {versions[0]}..{last} hold no new rows",
+                "skipped_versions": skipped,
+                "reason": "no new commits"
+                if last == watermark
+                else f"versions {watermark + 1}..{last} hold no new rows",
             }
-        data = pa.concat_tables(pieces)
+        data = pa.concat_tables(pieces, promote_options="permissive")
         result = write_table(
-            self.table_uri,
-            data,
-            mode="append",
-            app_id=app_id,
-            app_version=last,
-            storage_options=options,
+            self.table_uri, data, mode="append", app_id=app_id, app_version=last, storage_options=options
         )
         self.log.info(
             "%s: %d rows from %s versions %s -> version %s",
@@ -810,7 +829,34 @@ class DeltaConsumeOperator(DeltaTableOperator):
         return {
             "version": None if result.skipped else result.version,
             "source_versions": consumed,
+            "skipped_versions": skipped,
             "watermark": last,
             "rows": data.num_rows,
             "skipped": result.skipped,
         }
+
+    def _appended(self, store, change):
+        import pyarrow as pa
+
+        from engine.scan import Scan
+        from engine.snapshot import files_snapshot, load_table_config
+
+        protocol, metadata = load_table_config(store, change.version)
+        rows = Scan(
+            files_snapshot(store, change.version, protocol, metadata, change.new_files), None, None
+        ).to_table()
+        rows = rows.append_column(
+            "_source_version", pa.repeat(pa.scalar(change.version, pa.int64()), rows.num_rows)
+        )
+        if self.on_change == "changes":
+            rows = rows.append_column("_change_type", pa.repeat(pa.scalar("insert"), rows.num_rows))
+        return rows
+
+    def _change_feed(self, store, version: int):
+        from engine.commands.changes import COMMIT_TIMESTAMP, COMMIT_VERSION, read_changes
+
+        rows = read_changes(store, version, version).drop_columns([COMMIT_TIMESTAMP])
+        names = ["_source_version" if n == COMMIT_VERSION else n for n in rows.column_names]
+        rows = rows.rename_columns(names)
+        order = [n for n in rows.column_names if n not in ("_source_version", "_change_type")]
+        return rows.select([*order, "_source_version", "_change_type"])

@@ -265,6 +265,6 @@ def test_factory_spark_ingest_and_sensor_consumer_on_s3(airflow_db, tmp_path, s3
     )
     assert xcom(run, "stage")["rows"] == 20
     run = run_dag("sensor_consumer", dag_file("deltaplane_events_consumer", config))
-    assert task_states(run) == {"wait_for_commits": "success", "consume": "success"}
+    assert task_states(run) == {"wait_for_commits": "success", "consume": "success", "ack_commits": "success"}
     rs = deltalake.DeltaTable(target, storage_options=s3_server.delta_rs_options())
     assert sorted(rs.to_pyarrow_table()["id"].to_pylist()) == list(range(20))

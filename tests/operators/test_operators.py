@@ -190,7 +190,7 @@ def test_dml_operators(airflow_db, tmp_path):
     )
     events = asset_events(f"file://{table}")
     assert [e["operation"] for e in events] == ["DELETE", "UPDATE", "MERGE"]
-    assert events[0]["rowsRemoved"] == 3 and events[0]["dataChange"]
+    assert (events[0]["kind"], events[0]["rowsDeleted"], events[0]["rowsAdded"]) == ("delete", 3, 0)
     assert xcom(run, "gdpr_delete")["operationMetrics"]["numDeletionVectorsAdded"] == "1"
 
 
