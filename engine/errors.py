@@ -201,3 +201,20 @@ class ConcurrentVacuumError(CommitConflictError):
 
 class CommitOutcomeUnknownError(DeltaError):
     """The commit request failed in a way that leaves its outcome unknown even after checking."""
+
+
+# The errors that are the input's fault (data, schema, constraint, predicate, arguments, what the
+# table's configuration rules out): the same input fails the same way, so retrying cannot help.
+# The Spark jobs exit with their input code for these, and the Airflow operators fail without
+# retries.
+INPUT_ERRORS: tuple[type[DeltaError], ...] = (
+    InvalidArgumentError,
+    SchemaError,
+    ConstraintViolationError,
+    InvalidPredicateError,
+    InvalidTimestampError,
+    TableExistsError,
+    TableReadOnlyError,
+    RetentionTooShortError,
+    UnsupportedOperationError,
+)

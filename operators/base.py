@@ -28,7 +28,6 @@ no retries, since the same input fails the same way every time.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
@@ -50,37 +49,17 @@ def commit_alias(table_uri: str) -> AssetAlias:
 
 
 def input_error(error: BaseException) -> bool:
-    """Whether ``error`` is the input's fault, so retrying cannot help: the engine's input errors
-    (the grouping of ``spark_jobs.job``'s exit code 3, plus OPTIMIZE requests it cannot honour,
-    retentions under the table's and operations the table's configuration rules out), or a
-    Spark job that exited with that code."""
-    from engine import errors
-    from engine.commands.optimize import OptimizeError
+    """Whether ``error`` is the input's fault, so retrying cannot help: one of the engine's
+    ``INPUT_ERRORS`` (the same grouping the Spark jobs exit with code 3 for), or a Spark job that
+    exited with that code."""
+    from engine.errors import INPUT_ERRORS
     from spark_jobs.job import EXIT_INPUT
 
-    kinds = (
-        errors.InvalidArgumentError,
-        errors.SchemaError,  # SchemaMismatchError too
-        errors.ConstraintViolationError,
-        errors.InvalidPredicateError,
-        errors.InvalidTimestampError,
-        errors.TableExistsError,
-        errors.TableReadOnlyError,
-        errors.RetentionTooShortError,
-        errors.UnsupportedOperationError,
-        OptimizeError,
-    )
-    if isinstance(error, kinds):
+    if isinstance(error, INPUT_ERRORS):
         return True
     from operators.spark import SparkJobError
 
-    if isinstance(error, SparkJobError):
-        code = getattr(error, "returncode", None)
-        if code is None:  # "spark_jobs.<job> exited with <code>: <message>"
-            found = re.match(r"spark_jobs\.\w+ exited with (-?\d+):", str(error))
-            code = int(found[1]) if found else None
-        return code == EXIT_INPUT
-    return False
+    return isinstance(error, SparkJobError) and getattr(error, "returncode", None) == EXIT_INPUT
 
 
 class DeltaTableOperator(BaseOperator):
@@ -162,6 +141,14 @@ class DeltaTableOperator(BaseOperator):
         """The ``engine.work.WorkKey`` of what this task commits (``None``: idempotent by nature).
         Called once per try, before ``run``; may keep what it read for ``run``."""
         return None
+
+    def on_kill(self) -> None:
+        """Stop any ``spark-submit`` this task started (compaction and DML above their Spark
+        threshold run one), with everything it started."""
+        from operators.spark import stop_spark_jobs
+
+        if stop_spark_jobs():
+            self.log.info("%s: stopped the running Spark job", self.table_uri)
 
     def open_table(self, hook):
         """The table (``None`` when it does not exist yet and the operator may create it)."""

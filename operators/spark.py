@@ -235,9 +235,3 @@ class DeltaSparkJobOperator(DeltaTableOperator):
         if "--stage" in self.job_args:
             metrics["version"] = None  # staged: nothing committed yet
         return metrics
-
-    def on_kill(self) -> None:
-        """Stop the running ``spark-submit`` and everything it started (SIGTERM to its process
-        group and tree, SIGKILL after a grace period)."""
-        if stop_spark_jobs():
-            self.log.info("stopped the running spark-submit of spark_jobs.%s", self.job)

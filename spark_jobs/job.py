@@ -42,15 +42,7 @@ NOT_RETRYABLE = frozenset({EXIT_USAGE, EXIT_INPUT})  # the same input fails the 
 # to every user and copied by Spark into its logs and event logs.
 STORAGE_OPTIONS_ENV = "DELTAPLANE_STORAGE_OPTIONS"
 
-_INPUT = (
-    errors.InvalidArgumentError,
-    errors.SchemaError,
-    errors.ConstraintViolationError,
-    errors.InvalidPredicateError,
-    errors.InvalidTimestampError,
-    errors.TableExistsError,
-    errors.TableReadOnlyError,
-)
+_INPUT = errors.INPUT_ERRORS
 _CONFLICT = (errors.CommitConflictError,)
 _TABLE = (
     errors.TableNotFoundError,

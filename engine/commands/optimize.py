@@ -44,7 +44,7 @@ from engine.actions import Add, Remove
 from engine.commands.write import WriteContext, remove_action
 from engine.commands.zorder import cut_points, key_bits, zorder_sort
 from engine.enforcement import conform_table
-from engine.errors import DeltaError, InvalidPredicateError
+from engine.errors import InvalidArgumentError, InvalidPredicateError
 from engine.expressions.bind import bind_predicate
 from engine.expressions.parser import parse_predicate
 from engine.expressions.tree import Expr, columns
@@ -64,7 +64,7 @@ DEFAULT_MIN_NUM_FILES = 2
 NO_SIZE_LIMIT = 1 << 62
 
 
-class OptimizeError(DeltaError):
+class OptimizeError(InvalidArgumentError):
     """An OPTIMIZE request that cannot be honoured (bad Z-order column, non-partition filter)."""
 
 
