@@ -531,21 +531,17 @@ def _landing_files(manifest: bytes) -> list[str]:
 
 def copy_object(source, key: str, target, target_key: str) -> None:
     """Stream one object from a store to another (no whole file in memory on local stores)."""
-    pending = target.open_output(target_key)
-    try:
-        with source.open_input(key) as f:
-            while chunk := f.read(8 << 20):
-                pending.sink.write(chunk)
-        pending.commit()
-    except BaseException:
-        pending.abort()
-        raise
+    _copy_stream(lambda: source.open_input(key), target, target_key)
 
 
 def copy_local_file(path: str, target, target_key: str) -> None:
+    _copy_stream(lambda: open(path, "rb"), target, target_key)  # noqa: SIM115 (closed by _copy_stream)
+
+
+def _copy_stream(open_source, target, target_key: str) -> None:
     pending = target.open_output(target_key)
     try:
-        with open(path, "rb") as f:
+        with open_source() as f:
             while chunk := f.read(8 << 20):
                 pending.sink.write(chunk)
         pending.commit()

