@@ -157,6 +157,70 @@ def test_no_secret_in_argv_logs_xcom_commits_or_files(airflow_db, tmp_path, monk
     print(f"secret scan: dag.test with three spark-submits took {took:.1f} s, {sampler.samples} samples")
 
 
+def test_no_secret_in_quarantine_files_or_ops_pages(airflow_db, tmp_path, monkeypatch, capfd):
+    """The in-process paths with the same kind of connection: a batch staged to a table on the
+    credential-checking SeaweedFS, rejected by the quality gate and quarantined there; then the
+    ops view's JSON and pages for that table. The secret is in none of them, nor in the logs or
+    XComs."""
+    from operators.ops_view import detail_page, list_page, table_detail, table_summary
+
+    marker = f"dpsecret-{uuid.uuid4().hex}"
+    with authenticated_seaweedfs(tmp_path / "s3", marker) as s3:
+        connection = {
+            "conn_type": "deltaplane",
+            "host": s3.endpoint,
+            "login": s3.access_key,
+            "password": marker,
+            "extra": {"region": "us-east-1"},
+        }
+        monkeypatch.setenv("AIRFLOW_CONN_LAKE_SECRET", json.dumps(connection))
+        table = s3.uri("gated")
+        small_files(table, storage_options=s3.options(), names=True)
+        landing = tmp_path / "landing"
+        landing.mkdir()
+        (landing / "b.csv").write_text("id,name\n1,a\n,b\n3,c\n")  # a null id: the gate rejects it
+        dag, path = load_dag(
+            "secret_gate",
+            f"""
+            import pendulum
+            from airflow.sdk import DAG
+            from operators.commit import DeltaCommitOperator
+            from operators.ingest import DeltaStageOperator
+            from operators.quality import DeltaQualityGateOperator
+
+            T, c = {table!r}, dict(deltaplane_conn_id="lake_secret")
+            M = "{{{{ ti.xcom_pull(task_ids='stage')['manifest'] }}}}"
+            with DAG("secret_gate", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+                stage = DeltaStageOperator(task_id="stage", table_uri=T, landing={str(landing)!r},
+                                           staging=T + "/_deltaplane/staging", source_format="csv", **c)
+                gate = DeltaQualityGateOperator(task_id="gate", table_uri=T, staged_manifest=M, **c,
+                    expectations=[{{"expectation": "expect_column_values_to_not_be_null",
+                                    "kwargs": {{"column": "id"}}}}])
+                stage >> gate >> DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest=M, **c)
+            """,
+        )
+        run = run_loaded(dag, path)
+        assert task_states(run) == {"stage": "success", "gate": "failed", "commit": "upstream_failed"}
+        quarantined = [key for key, _ in s3.objects(table.split("/", 3)[3] + "/_quarantine/")]
+        assert any(k.endswith("rejection.json") for k in quarantined), quarantined
+        assert any(k.endswith("validation.json") for k in quarantined), quarantined
+        for key, body in s3.objects(table.split("/", 3)[3]):
+            assert marker.encode() not in body, key
+        out, err = capfd.readouterr()
+        assert marker not in out + err
+        assert not [x for x in all_xcoms(run) if marker in x]
+        config = tmp_path / "tables.yaml"
+        config.write_text(json.dumps({"tables": {"gated": {"uri": table, "conn_id": "lake_secret"}}}))
+        monkeypatch.setenv("DELTAPLANE_CONFIG", str(config))
+        from operators.config import load_config
+
+        settings = load_config(config).tables["gated"]
+        summary, detail = table_summary("gated", settings), table_detail("gated", settings)
+        assert "error" not in summary and summary["files"] == 3, summary
+        pages = list_page([summary]).body.decode() + detail_page(detail).body.decode()
+        assert marker not in json.dumps([summary, detail], default=str) and marker not in pages
+
+
 def test_bad_input_fails_the_task_without_retries(airflow_db, tmp_path, capfd):
     """Exit code 3 (bad input) from the job: the task fails on its first try although
     ``retries=2``; the error names the exit code and the engine's error."""
