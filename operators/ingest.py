@@ -276,12 +276,9 @@ def _table_store(uri: str, options):
 def _write_manifest(uri: str, staged, landing_files: list[str], options) -> None:
     """The staged-write manifest, plus where the batch's landing files went (``landing``: the
     gate moves them to the quarantine with the batch if it rejects it)."""
-    from engine.storage import open_store
+    from engine.commands.staged import write_manifest
 
-    body = staged.to_json()
-    body["landing"] = {"files": landing_files}
-    head, _, name = uri.rstrip("/").rpartition("/")
-    open_store(head or "/", options).put(name, json.dumps(body, indent=1).encode(), mode="overwrite")
+    write_manifest(uri, staged, options, landing=landing_files)
 
 
 class _Recording:

@@ -401,7 +401,7 @@ class DeltaQualityGateOperator(DeltaTableOperator):
         from engine.errors import ObjectNotFoundError
 
         options = hook.settings.storage_options
-        batch = self.staged_manifest.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json")
+        batch = batch_name(self.staged_manifest)
         destination = quarantine_location(self.table_uri, batch, self.quarantine_uri)
         try:
             raw = read_object(self.staged_manifest, options)
@@ -497,6 +497,12 @@ def _describe(failure: dict) -> str:
 # --- the quarantine ---------------------------------------------------------------------------
 
 
+def batch_name(manifest_uri: str) -> str:
+    """The batch a staged manifest holds: its file name without ``.json``. The gate quarantines
+    a batch under this name, and so does a Spark stage that refuses it."""
+    return manifest_uri.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json")
+
+
 def quarantine_location(table_uri: str, batch: str, quarantine_uri: str | None = None) -> str:
     """``<quarantine_uri or <table>/_quarantine>/<batch>``."""
     root = quarantine_uri or f"{table_uri.rstrip('/')}/{QUARANTINE_DIR}"
@@ -522,11 +528,11 @@ def recorded_rejection(destination: str, options) -> dict | None:
 
 
 def _landing_files(manifest: bytes) -> list[str]:
-    """The landing files a ``DeltaStageOperator`` manifest records (where they were moved)."""
-    try:
-        return list(json.loads(manifest).get("landing", {}).get("files") or [])
-    except (ValueError, AttributeError):
-        return []
+    """The landing files a staged batch's manifest records (where the stage, in-process or
+    Spark, moved them)."""
+    from engine.commands.staged import manifest_landing
+
+    return manifest_landing(manifest)
 
 
 def copy_object(source, key: str, target, target_key: str) -> None:

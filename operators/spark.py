@@ -29,6 +29,7 @@ import subprocess
 import threading
 from typing import Any
 
+from airflow.sdk.bases.skipmixin import SkipMixin
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from operators.base import DeltaTableOperator
@@ -194,10 +195,29 @@ def run_spark_job(job: str, args: list[str], *, hook, stamp, timeout: float, log
     return result.metrics
 
 
-class DeltaSparkJobOperator(DeltaTableOperator):
-    """Run one ``spark_jobs`` entry point (``ingest``, ``compact``, ``dml``) on the table."""
+class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
+    """Run one ``spark_jobs`` entry point (``ingest``, ``compact``, ``dml``) on the table.
 
-    template_fields = ("table_uri", "job_args")
+    ``job="ingest"`` with ``--stage MANIFEST`` stages a landing batch for a quality gate, as
+    ``DeltaStageOperator`` does without Spark. The batch is the manifest's file name without
+    ``.json`` (the name the gate gives it): give every run its own manifest, as the DAG factory
+    does (``<staging>/<run id>.json``). The batch's files are the local files the ``--source``
+    paths and globs match (names starting with ``_`` or ``.`` left out, as Spark does):
+
+    * none: nothing to stage, no Spark job; the downstream tasks are skipped;
+    * staged: the job records the files it read in the manifest; they are then moved to
+      ``<their folder>/_processed/<batch>/`` and the manifest records them there, so the next run
+      does not read them again (its glob would make them part of a new batch and load them a
+      second time) and a gate that rejects the batch moves them to the quarantine with it. A
+      retry after they were moved reuses the manifest;
+    * refused by the job (exit code 3, bad input: a value that does not fit the table's type, an
+      unknown column...): moved to ``<table>/_quarantine/<batch>/landing/`` (or under
+      ``quarantine_uri``) with ``rejection.json`` (the job's error and message, the exit code,
+      the files), and the task FAILS without retries (``BatchRejected``) with a message naming
+      the quarantine. A clear or rerun of a rejected batch fails again with the same message.
+    """
+
+    template_fields = ("table_uri", "job_args", "quarantine_uri")
     creates_table = True  # ingest may create it
 
     def __init__(
@@ -207,6 +227,7 @@ class DeltaSparkJobOperator(DeltaTableOperator):
         job: str,
         job_args: list[str] | None = None,
         timeout: float = 6 * 3600,
+        quarantine_uri: str | None = None,
         **kwargs,
     ):
         super().__init__(table_uri=table_uri, **kwargs)
@@ -217,6 +238,7 @@ class DeltaSparkJobOperator(DeltaTableOperator):
         self.job = job
         self.job_args = list(job_args or [])
         self.timeout = timeout
+        self.quarantine_uri = quarantine_uri
 
     def work_key(self, context, hook, table):
         """``dml``: the statement (its arguments) as issued by this task of this run. ``ingest``
@@ -231,7 +253,177 @@ class DeltaSparkJobOperator(DeltaTableOperator):
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         args = ["--table", self.table_uri, *self.job_args]
+        manifest = _arg_values(self.job_args, "--stage")
+        if self.job == "ingest" and manifest:
+            return self._stage(context, hook, stamp, args, manifest[-1])
         metrics = run_spark_job(self.job, args, hook=hook, stamp=stamp, timeout=self.timeout, log=self.log)
-        if "--stage" in self.job_args:
+        if manifest:
             metrics["version"] = None  # staged: nothing committed yet
         return metrics
+
+    # --- ingest --stage: a landing batch -------------------------------------------------------
+
+    def _stage(self, context, hook, stamp, args: list[str], manifest: str) -> dict[str, Any]:
+        from operators.ingest import BatchRejected
+        from operators.quality import batch_name, quarantine_location, recorded_rejection
+        from spark_jobs.ingest import local_matches
+        from spark_jobs.job import EXIT_INPUT
+
+        options = hook.settings.storage_options
+        batch = batch_name(manifest)
+        destination = quarantine_location(self.table_uri, batch, self.quarantine_uri)
+        earlier = recorded_rejection(destination, options)
+        if earlier is not None:  # a clear or rerun of a rejected batch: it stays rejected
+            self.log.error("%s", earlier.get("message"))
+            raise BatchRejected(f"{earlier.get('message')} (rejected earlier; recorded in {destination})")
+        done = self._staged_earlier(manifest, batch, options)
+        if done is not None:
+            return done
+        sources = _arg_values(self.job_args, "--source")
+        files = local_matches(sources)
+        if not files and all(_is_local(s) for s in sources):
+            out = {"version": None, "batch": batch, "files": 0, "reason": f"no files match {sources}"}
+            self.log.info("%s: nothing to ingest; skipping %s", sources, sorted(self.downstream_task_ids))
+            context["ti"].xcom_push(key="return_value", value=out)
+            self.skip(context["ti"], self.get_direct_relatives(upstream=False))
+            return out
+        try:
+            metrics = run_spark_job(
+                self.job, args, hook=hook, stamp=stamp, timeout=self.timeout, log=self.log
+            )
+        except SparkJobInputError as e:
+            if e.returncode != EXIT_INPUT or not files:
+                raise
+            raise self._reject(context, batch, e, files, destination, options) from None
+        landing = self._put_aside(manifest, batch, options)
+        return {**metrics, "version": None, "batch": batch, "landing_files": landing}
+
+    def _put_aside(self, manifest: str, batch: str, options) -> list[str]:
+        """Move the files the job staged (as its manifest records them) to
+        ``<folder>/_processed/<batch>/``; the manifest records the new places before the moves,
+        so a crash in between leaves a manifest ``_staged_earlier`` can finish."""
+        from pathlib import Path
+
+        from engine.commands.staged import StagedWrite, manifest_landing, write_manifest
+        from operators.quality import read_object
+
+        raw = read_object(manifest, options)
+        moves = [(Path(p), _processed(Path(p), batch)) for p in manifest_landing(raw)]
+        write_manifest(manifest, StagedWrite.loads(raw, options), options, landing=[str(t) for _, t in moves])
+        _move(moves)
+        self.log.info("moved %d staged landing file(s) to _processed/%s", len(moves), batch)
+        return [str(t) for _, t in moves]
+
+    def _staged_earlier(self, manifest: str, batch: str, options) -> dict[str, Any] | None:
+        """The metrics of an earlier try that staged this batch and began moving its files (the
+        manifest records them under ``_processed/<batch>/``): the moves are finished, the job is
+        not run again. ``None`` when there is no such manifest."""
+        from pathlib import Path
+
+        from engine.commands.staged import StagedWrite, manifest_landing
+        from engine.errors import ObjectNotFoundError
+        from operators.quality import read_object
+
+        try:
+            raw = read_object(manifest, options)
+        except (ObjectNotFoundError, FileNotFoundError):
+            return None
+        landing = [Path(p) for p in manifest_landing(raw)]
+        if not landing or any(p != _processed(p.parent.parent.parent / p.name, batch) for p in landing):
+            return None  # the job's own record (or none): the files are still in landing; stage again
+        _move([(p.parent.parent.parent / p.name, p) for p in landing])
+        staged = StagedWrite.loads(raw, options)
+        self.log.info("batch %s was staged by an earlier try: %s", batch, manifest)
+        return {
+            "action": "stage",
+            "version": None,
+            "batch": batch,
+            "manifest": manifest,
+            "files": len(staged.adds),
+            "rows": staged.num_rows,
+            "bytes": staged.num_bytes,
+            "skipped": staged.spec.skip,
+            "work": staged.spec.app_id,
+            "landing_files": [str(p) for p in landing],
+        }
+
+    def _reject(
+        self, context, batch: str, error: SparkJobError, files: list[str], destination: str, options
+    ) -> AirflowFailException:
+        """Quarantine the files the job refused, report why (log, XCom, ``rejection.json``): the
+        exception to fail with."""
+        import os
+        import re
+        import time
+
+        from operators.ingest import BatchRejected
+        from operators.quality import move_to_quarantine
+
+        names = [os.path.basename(f) for f in files]
+        said = error.job_message or str(error)
+        detail = re.sub(r"^(?:engine\.errors\.)?\w+: ", "", said)
+        column = re.search(r"\bcolumn '([^']+)'", said)
+        what = names[0] if len(names) == 1 else f"its {len(names)} files ({', '.join(names[:5])}"
+        if len(names) > 1:
+            what += ", ...)" if len(names) > 5 else ")"
+        message = (
+            f"batch {batch} rejected: spark_jobs.ingest refused {what} ({error.error or 'bad input'}, "
+            f"exit code {error.returncode}): {detail}; quarantined at {destination}"
+        )
+        report = {
+            "version": None,
+            "rejected": True,
+            "task": self.task_id,
+            "batch": batch,
+            "file": next((n for n in names if n in said), None),
+            "column": column.group(1) if column else None,
+            "reason": detail,
+            "message": message,
+            "quarantine": destination,
+            "files": names,
+            "error": error.error,
+            "exit_code": error.returncode,
+            "job_message": said,
+        }
+        record = {
+            **report,
+            "rejected_at": int(time.time() * 1000),
+            "sources": _arg_values(self.job_args, "--source"),
+            "landing_files": list(files),
+        }
+        move_to_quarantine(destination, options, record, landing=list(files))
+        context["ti"].xcom_push(key="return_value", value=report)
+        self.log.error("%s", message)
+        return BatchRejected(message)
+
+
+def _arg_values(args: list[str], name: str) -> list[str]:
+    """Every value of option ``name`` in a job's arguments (``--name value`` or ``--name=value``)."""
+    out = []
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            out.append(str(args[i + 1]))
+        elif arg.startswith(f"{name}="):
+            out.append(arg.split("=", 1)[1])
+    return out
+
+
+def _is_local(source: str) -> bool:
+    from spark_jobs.ingest import local_path
+
+    return local_path(source) is not None
+
+
+def _processed(path, batch: str):
+    """Where a staged landing file goes: ``<its folder>/_processed/<batch>/<its name>``."""
+    from operators.ingest import PROCESSED
+
+    return path.parent / PROCESSED / batch / path.name
+
+
+def _move(moves) -> None:
+    """Rename each (source, target) pair; a source already gone was moved by an earlier try."""
+    for source, target in moves:
+        if source.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source.rename(target)

@@ -5,7 +5,10 @@
 
 ``--stage MANIFEST`` writes the data files and a staged-commit manifest there, and commits
 nothing (a quality gate reads the batch, then ``--commit-staged MANIFEST`` commits it or the
-files are quarantined).
+files are quarantined). The manifest also records the local source files the batch was read from
+(``{"landing": {"files": [...]}}``, as the in-process stage records them), so a gate that rejects
+the batch moves them to the quarantine with it. The job itself leaves the source files where they
+are; the Airflow operator moves them out of the landing folder once the batch is staged.
 
 Exactly once, like ``COPY INTO``: the commit records the work key of its source files (their
 paths, sizes and modification times, with the mode and predicate), so loading the same files
@@ -18,10 +21,12 @@ systems); the table itself may be on S3.
 from __future__ import annotations
 
 import json
+import os
 import uuid
+from urllib.parse import unquote, urlsplit
 
 from engine import DeltaTable
-from engine.commands.staged import read_manifest
+from engine.commands.staged import read_manifest, write_manifest
 from engine.errors import TableNotFoundError
 from engine.work import WorkKey
 from spark_jobs import job
@@ -118,6 +123,8 @@ def main(args) -> dict:
     writer.options(**settings).save(args.table)
     if args.stage:
         staged = read_manifest(args.stage, options)
+        landing = sorted({p for p in map(local_path, df.inputFiles()) if p is not None})
+        write_manifest(args.stage, staged, options, landing=landing)
         return {
             "action": "stage",
             "version": None,
@@ -127,8 +134,46 @@ def main(args) -> dict:
             "bytes": staged.num_bytes,
             "skipped": staged.spec.skip,
             "work": staged.spec.app_id,
+            "landing_files": landing,
         }
     return {"action": "write", **_commit_of(args.table, options, token, key)}
+
+
+def local_path(source: str) -> str | None:
+    """The local file system path of a source (a plain path or a ``file:`` URI, as
+    ``DataFrame.inputFiles()`` gives them, percent-encoded); ``None`` for other file systems."""
+    parts = urlsplit(source)
+    if parts.scheme == "file":
+        return unquote(parts.path)
+    if parts.scheme and len(parts.scheme) > 1:  # hdfs:, s3a:...; a one-letter scheme is a drive
+        return None
+    return os.path.abspath(source)
+
+
+def local_matches(sources: list[str]) -> list[str]:
+    """The local files Spark reads for ``sources`` (paths, globs, folders; ``file:`` URIs):
+    glob matches and the files under matched folders, leaving out names starting with ``_`` or
+    ``.`` as Spark does (so ``<landing>/_processed/`` is never read again). Sources on other file
+    systems are left out."""
+    import glob
+
+    def hidden(name: str) -> bool:
+        return name.startswith(("_", "."))
+
+    found: set[str] = set()
+    for source in sources:
+        path = local_path(source)
+        if path is None:
+            continue
+        for match in glob.glob(path):
+            if os.path.isfile(match):
+                if not hidden(os.path.basename(match)):
+                    found.add(os.path.abspath(match))
+                continue
+            for folder, dirs, files in os.walk(match):
+                dirs[:] = [d for d in dirs if not hidden(d)]
+                found.update(os.path.abspath(os.path.join(folder, f)) for f in files if not hidden(f))
+    return sorted(found)
 
 
 def source_identities(spark, df) -> list[list]:

@@ -68,6 +68,7 @@ from engine.writer import DataFileWriter
 
 MODES = ("append", "overwrite")
 _MANIFEST_FORMAT = 1
+_LANDING = "landing"  # a manifest's record of the landing files its batch was staged from
 
 
 @dataclass(frozen=True)
@@ -504,10 +505,32 @@ def _split_location(uri: str) -> tuple[str, str]:
     return head or "/", name
 
 
-def write_manifest(uri: str, staged: StagedWrite, storage_options: Mapping[str, str] | None = None) -> None:
-    """Write a staged-write manifest (a local path or an object-store URI), replacing any."""
+def write_manifest(
+    uri: str,
+    staged: StagedWrite,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    landing: Iterable[str] | None = None,
+) -> None:
+    """Write a staged-write manifest (a local path or an object-store URI), replacing any.
+
+    ``landing``: the local files the batch was staged from, where they are now; recorded as
+    ``{"landing": {"files": [...]}}`` (``manifest_landing`` reads it back), so whoever rejects
+    the batch (a quality gate) can move them to the quarantine with its staged files."""
+    body = staged.to_json()
+    if landing is not None:
+        body[_LANDING] = {"files": [str(p) for p in landing]}
     root, name = _split_location(uri)
-    open_store(root, storage_options).put(name, staged.dumps(), mode="overwrite")
+    open_store(root, storage_options).put(name, json.dumps(body, indent=1).encode(), mode="overwrite")
+
+
+def manifest_landing(manifest: bytes | str) -> list[str]:
+    """The landing files a manifest records (``write_manifest(landing=...)``); ``[]`` when it
+    records none or is not JSON."""
+    try:
+        return [str(p) for p in json.loads(manifest).get(_LANDING, {}).get("files") or []]
+    except (ValueError, AttributeError, TypeError):
+        return []
 
 
 def read_manifest(uri: str, storage_options: Mapping[str, str] | None = None) -> StagedWrite:
