@@ -165,7 +165,7 @@ def local_matches(sources: list[str]) -> list[str]:
         path = local_path(source)
         if path is None:
             continue
-        for match in glob.glob(path):
+        for match in (m for pattern in _braces(path) for m in glob.glob(pattern)):
             if os.path.isfile(match):
                 if not hidden(os.path.basename(match)):
                     found.add(os.path.abspath(match))
@@ -191,6 +191,30 @@ def source_identities(spark, df) -> list[list]:
     if not out:
         raise job.JobError("the sources matched no files")
     return file_identities(out)
+
+
+def _braces(pattern: str) -> list[str]:
+    """Hadoop's glob alternatives expanded (``a.{csv,txt}`` -> ``a.csv``, ``a.txt``; nested too),
+    which Python's ``glob`` does not know."""
+    depth, start = 0, None
+    for i, char in enumerate(pattern):
+        if char == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif char == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                inner, parts, level, begin = pattern[start + 1 : i], [], 0, 0
+                for j, c in enumerate(inner):
+                    level += (c == "{") - (c == "}")
+                    if c == "," and level == 0:
+                        parts.append(inner[begin:j])
+                        begin = j + 1
+                parts.append(inner[begin:])
+                head, tail = pattern[:start], pattern[i + 1 :]
+                return [out for part in parts for out in _braces(head + part + tail)]
+    return [pattern]
 
 
 def _table_or_none(uri: str, options: dict):
