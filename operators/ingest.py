@@ -12,22 +12,23 @@ from pathlib import Path
 from typing import Any
 
 from airflow.sdk.bases.skipmixin import SkipMixin
-from airflow.sdk.exceptions import AirflowFailException
 
 from operators.base import DeltaTableOperator
+from operators.batches import (
+    BatchRejected,
+    move_files,
+    processed_path,
+    raise_if_rejected,
+    reject,
+    skip_downstream,
+)
 
 FORMATS = {"csv": (".csv",), "json": (".json", ".jsonl", ".ndjson"), "parquet": (".parquet",)}
-PROCESSED = "_processed"
 READ_BLOCK = 1 << 20  # bytes of a landing file parsed at a time: memory does not grow with files
 
 
 def batch_id(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
-
-
-class BatchRejected(AirflowFailException):
-    """The landing batch cannot be staged as rows of the table (it was quarantined). An
-    ``AirflowFailException``: the task fails at once, a retry cannot make the files good."""
 
 
 class Refused(Exception):
@@ -111,20 +112,16 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         return None
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from engine.commands.staged import read_manifest
+        from engine.commands.staged import read_manifest, write_manifest
         from engine.errors import ObjectNotFoundError
         from engine.work import WorkKey, local_file_identities
-        from operators.quality import quarantine_location, recorded_rejection
+        from operators.batches import quarantine_location
 
         batch = batch_id(stamp.run_id)
         manifest = f"{self.staging.rstrip('/')}/{batch}.json"
         options = hook.settings.storage_options
-        processed = Path(self.landing) / PROCESSED / batch
         destination = quarantine_location(self.table_uri, batch, self.quarantine_uri)
-        earlier = recorded_rejection(destination, options)
-        if earlier is not None:  # a clear or rerun of a rejected batch: it stays rejected
-            self.log.error("%s", earlier.get("message"))
-            raise BatchRejected(f"{earlier.get('message')} (rejected earlier; recorded in {destination})")
+        raise_if_rejected(destination, options, self.log)
         try:
             staged = read_manifest(manifest, options)
             self.log.info("batch %s was staged by an earlier try: %s", batch, manifest)
@@ -135,28 +132,18 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
                 if p.is_file() and p.name.endswith(FORMATS[self.source_format])
             )
             if not files:
-                out = {
-                    "version": None,
-                    "batch": batch,
-                    "files": 0,
-                    "reason": f"no {self.source_format} files in {self.landing}",
-                }
-                self.log.info(
-                    "%s: nothing to ingest; skipping %s", self.landing, sorted(self.downstream_task_ids)
-                )
-                context["ti"].xcom_push(key="return_value", value=out)
-                self.skip(context["ti"], self.get_direct_relatives(upstream=False))
-                return out
+                reason = f"no {self.source_format} files in {self.landing}"
+                out = {"version": None, "batch": batch, "files": 0, "reason": reason}
+                return skip_downstream(self, context, out, f"{self.landing}: nothing to ingest")
             key = WorkKey.named("files", {"files": local_file_identities(files)})
             started = time.monotonic()
             try:
                 staged = self._stage(files, key, options)
             except Refused as refused:
                 raise self._reject(context, batch, refused, files, destination, options) from None
-            _write_manifest(manifest, staged, [str(processed / f.name) for f in files], options)
-            processed.mkdir(parents=True, exist_ok=True)
-            for f in files:
-                f.rename(processed / f.name)
+            moves = [(f, processed_path(f, batch)) for f in files]
+            write_manifest(manifest, staged, options, landing=[str(target) for _, target in moves])
+            move_files(moves)
             if staged.spec.skip:
                 self.log.info("%s: these %d files were already committed (%s)", batch, len(files), key.app_id)
             else:
@@ -187,8 +174,9 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         from engine.log.segment import list_log
         from engine.schema import parse_schema, to_arrow_schema
         from engine.snapshot import load_table_config
+        from engine.storage import open_store
 
-        store = _table_store(self.table_uri, options)
+        store = open_store(self.table_uri, options)
         current = None  # no table yet: the commit creates it with the batch's schema
         if list_log(store, 0).max_version is not None:  # the schema only: no file list replayed
             current = parse_schema(load_table_config(store)[1].schema_string)
@@ -235,9 +223,8 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         self, context, batch: str, refused: Refused, files: list[Path], destination: str, options
     ) -> BatchRejected:
         """Quarantine the batch, report why (log, XCom, ``rejection.json``): the exception to fail with."""
-        from operators.quality import move_to_quarantine
+        from engine.storage import open_store
 
-        message = f"batch {batch} rejected: {refused.text}; quarantined at {destination}"
         report = {
             "version": None,
             "rejected": True,
@@ -248,37 +235,22 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
             "row": refused.row,
             "column": refused.column,
             "reason": refused.detail,
-            "message": message,
+            "message": f"batch {batch} rejected: {refused.text}; quarantined at {destination}",
             "quarantine": destination,
             "files": [f.name for f in files],
             "staged_files": refused.staged,
         }
-        record = {**report, "rejected_at": int(time.time() * 1000), "landing": self.landing}
-        move_to_quarantine(
+        return reject(
+            self,
+            context,
+            report,
             destination,
             options,
-            record,
-            table_store=_table_store(self.table_uri, options),
+            recorded={"landing": self.landing},
+            table_store=open_store(self.table_uri, options),
             data_keys=refused.staged,
             landing=[str(f) for f in files],
         )
-        context["ti"].xcom_push(key="return_value", value=report)
-        self.log.error("%s", message)
-        return BatchRejected(message)
-
-
-def _table_store(uri: str, options):
-    from engine.storage import open_store
-
-    return open_store(uri, options)
-
-
-def _write_manifest(uri: str, staged, landing_files: list[str], options) -> None:
-    """The staged-write manifest, plus where the batch's landing files went (``landing``: the
-    gate moves them to the quarantine with the batch if it rejects it)."""
-    from engine.commands.staged import write_manifest
-
-    write_manifest(uri, staged, options, landing=landing_files)
 
 
 class _Recording:

@@ -35,7 +35,6 @@ Expectations are given as ``[{"expectation": "expect_column_values_to_not_be_nul
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
@@ -45,9 +44,14 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from operators.base import DeltaTableOperator
+from operators.batches import (
+    batch_name,
+    move_to_quarantine,
+    quarantine_location,
+    raise_if_rejected,
+    read_object,
+)
 
-QUARANTINE_DIR = "_quarantine"  # hidden from VACUUM and readers, like every "_" directory
-REJECTION = "rejection.json"
 MAX_BATCH_ROWS = 1_000_000
 MAX_BATCH_BYTES = 256 << 20
 CHUNK_ROWS = 500_000
@@ -397,7 +401,7 @@ class DeltaQualityGateOperator(DeltaTableOperator):
         return None  # the gate reads the staged files only; the table may not exist yet
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from engine.commands.staged import StagedWrite
+        from engine.commands.staged import StagedWrite, manifest_landing
         from engine.errors import ObjectNotFoundError
 
         options = hook.settings.storage_options
@@ -406,14 +410,9 @@ class DeltaQualityGateOperator(DeltaTableOperator):
         try:
             raw = read_object(self.staged_manifest, options)
         except (ObjectNotFoundError, FileNotFoundError):
-            earlier = recorded_rejection(destination, options)
-            if earlier is None:
-                raise
-            # A clear or rerun of a gate whose batch was rejected: it stays rejected.
-            self.log.error("%s", earlier["message"])
-            raise QualityGateFailed(
-                f"{earlier['message']} (rejected earlier; recorded in {destination})"
-            ) from None
+            # The manifest went to the quarantine with a batch this gate rejected before.
+            raise_if_rejected(destination, options, self.log, QualityGateFailed)
+            raise
         staged = StagedWrite.loads(raw, options)
         if staged.spec.skip:
             self.log.info("%s: batch %s is already in the table; nothing to validate", self.table_uri, batch)
@@ -445,7 +444,7 @@ class DeltaQualityGateOperator(DeltaTableOperator):
             counts = f"{len(summary['failed'])} of {summary['evaluated']}"
             why = f"batch {batch} failed {counts} expectations: {failures}"
         message = f"{why}; quarantined at {destination}"
-        landing = _landing_files(raw)
+        landing = manifest_landing(raw)
         summary.update(rejected=True, task=self.task_id, message=message, quarantine=destination)
         quarantine(
             staged,
@@ -495,122 +494,6 @@ def _describe(failure: dict) -> str:
 
 
 # --- the quarantine ---------------------------------------------------------------------------
-
-
-def batch_name(manifest_uri: str) -> str:
-    """The batch a staged manifest holds: its file name without ``.json``. The gate quarantines
-    a batch under this name, and so does a Spark stage that refuses it."""
-    return manifest_uri.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json")
-
-
-def quarantine_location(table_uri: str, batch: str, quarantine_uri: str | None = None) -> str:
-    """``<quarantine_uri or <table>/_quarantine>/<batch>``."""
-    root = quarantine_uri or f"{table_uri.rstrip('/')}/{QUARANTINE_DIR}"
-    return f"{root.rstrip('/')}/{batch}"
-
-
-def read_object(uri: str, options) -> bytes:
-    from engine.storage import open_store
-
-    head, _, name = uri.rstrip("/").rpartition("/")
-    return open_store(head or "/", options).get(name)
-
-
-def recorded_rejection(destination: str, options) -> dict | None:
-    """The ``rejection.json`` of a batch already quarantined at ``destination``, if any."""
-    from engine.errors import ObjectNotFoundError
-    from engine.storage import open_store
-
-    try:
-        return json.loads(open_store(destination, options).get(REJECTION))
-    except (ObjectNotFoundError, FileNotFoundError):
-        return None
-
-
-def _landing_files(manifest: bytes) -> list[str]:
-    """The landing files a staged batch's manifest records (where the stage, in-process or
-    Spark, moved them)."""
-    from engine.commands.staged import manifest_landing
-
-    return manifest_landing(manifest)
-
-
-def copy_object(source, key: str, target, target_key: str) -> None:
-    """Stream one object from a store to another (no whole file in memory on local stores)."""
-    _copy_stream(lambda: source.open_input(key), target, target_key)
-
-
-def copy_local_file(path: str, target, target_key: str) -> None:
-    _copy_stream(lambda: open(path, "rb"), target, target_key)  # noqa: SIM115 (closed by _copy_stream)
-
-
-def _copy_stream(open_source, target, target_key: str) -> None:
-    pending = target.open_output(target_key)
-    try:
-        with open_source() as f:
-            while chunk := f.read(8 << 20):
-                pending.sink.write(chunk)
-        pending.commit()
-    except BaseException:
-        pending.abort()
-        raise
-
-
-def move_to_quarantine(
-    destination: str,
-    options,
-    record: dict,
-    *,
-    table_store=None,
-    data_keys: list[str] = (),
-    landing: list[str] = (),
-    extra: dict[str, bytes] | None = None,
-) -> None:
-    """Move a rejected batch under ``destination``: staged data files (keys or locations under
-    ``table_store``) to ``data/``, local landing files to ``landing/``, ``extra`` objects beside
-    them, and ``rejection.json`` (``record``) last of the copies. The originals are deleted only
-    after every copy is in place, so a crash leaves at worst two copies (an uncommitted original
-    is VACUUM's to reclaim), never none. An existing object is replaced: a move interrupted
-    half-way can be run again."""
-    import os
-
-    from engine.errors import ObjectNotFoundError
-    from engine.storage import open_store, resolve_location
-
-    target = open_store(destination, options)
-    moved = []
-    for key in data_keys:
-        owner, name = resolve_location(table_store, key)
-        _replace(target, f"data/{name}")
-        copy_object(owner, name, target, f"data/{name}")
-        moved.append((owner, name))
-    for path in landing:
-        if not os.path.exists(path):
-            continue  # moved by an earlier, interrupted try
-        name = os.path.basename(path)
-        _replace(target, f"landing/{name}")
-        copy_local_file(path, target, f"landing/{name}")
-    for name, data in (extra or {}).items():
-        target.put(name, data, mode="overwrite")
-    target.put(REJECTION, json.dumps(record, indent=1, default=str).encode(), mode="overwrite")
-    for owner, name in moved:
-        with contextlib.suppress(ObjectNotFoundError):
-            owner.delete(name)
-    for owner in {id(owner): owner for owner, _ in moved}.values():
-        tidy = getattr(owner, "remove_empty_directories", None)  # partition folders the batch made
-        if tidy is not None:
-            tidy([name for o, name in moved if o is owner])
-    for path in landing:
-        if os.path.exists(path):
-            os.unlink(path)
-
-
-def _replace(store, key: str) -> None:
-    """Make room for a copy that a crashed earlier try may have made already."""
-    from engine.errors import ObjectNotFoundError
-
-    with contextlib.suppress(ObjectNotFoundError, FileNotFoundError):
-        store.delete(key)
 
 
 def quarantine(

@@ -264,18 +264,14 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
     # --- ingest --stage: a landing batch -------------------------------------------------------
 
     def _stage(self, context, hook, stamp, args: list[str], manifest: str) -> dict[str, Any]:
-        from operators.ingest import BatchRejected
-        from operators.quality import batch_name, quarantine_location, recorded_rejection
+        from operators.batches import batch_name, quarantine_location, raise_if_rejected, skip_downstream
         from spark_jobs.ingest import local_matches
         from spark_jobs.job import EXIT_INPUT
 
         options = hook.settings.storage_options
         batch = batch_name(manifest)
         destination = quarantine_location(self.table_uri, batch, self.quarantine_uri)
-        earlier = recorded_rejection(destination, options)
-        if earlier is not None:  # a clear or rerun of a rejected batch: it stays rejected
-            self.log.error("%s", earlier.get("message"))
-            raise BatchRejected(f"{earlier.get('message')} (rejected earlier; recorded in {destination})")
+        raise_if_rejected(destination, options, self.log)
         done = self._staged_earlier(manifest, batch, options)
         if done is not None:
             return done
@@ -283,10 +279,7 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         files = local_matches(sources)
         if not files and all(_is_local(s) for s in sources):
             out = {"version": None, "batch": batch, "files": 0, "reason": f"no files match {sources}"}
-            self.log.info("%s: nothing to ingest; skipping %s", sources, sorted(self.downstream_task_ids))
-            context["ti"].xcom_push(key="return_value", value=out)
-            self.skip(context["ti"], self.get_direct_relatives(upstream=False))
-            return out
+            return skip_downstream(self, context, out, f"{sources}: nothing to ingest")
         try:
             metrics = run_spark_job(
                 self.job, args, hook=hook, stamp=stamp, timeout=self.timeout, log=self.log
@@ -305,12 +298,12 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         from pathlib import Path
 
         from engine.commands.staged import StagedWrite, manifest_landing, write_manifest
-        from operators.quality import read_object
+        from operators.batches import move_files, processed_path, read_object
 
         raw = read_object(manifest, options)
-        moves = [(Path(p), _processed(Path(p), batch)) for p in manifest_landing(raw)]
+        moves = [(Path(p), processed_path(Path(p), batch)) for p in manifest_landing(raw)]
         write_manifest(manifest, StagedWrite.loads(raw, options), options, landing=[str(t) for _, t in moves])
-        _move(moves)
+        move_files(moves)
         self.log.info("moved %d staged landing file(s) to _processed/%s", len(moves), batch)
         return [str(t) for _, t in moves]
 
@@ -322,16 +315,16 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
 
         from engine.commands.staged import StagedWrite, manifest_landing
         from engine.errors import ObjectNotFoundError
-        from operators.quality import read_object
+        from operators.batches import move_files, processed_path, read_object
 
         try:
             raw = read_object(manifest, options)
         except (ObjectNotFoundError, FileNotFoundError):
             return None
         landing = [Path(p) for p in manifest_landing(raw)]
-        if not landing or any(p != _processed(p.parent.parent.parent / p.name, batch) for p in landing):
+        if not landing or any(p != processed_path(p.parent.parent.parent / p.name, batch) for p in landing):
             return None  # the job's own record (or none): the files are still in landing; stage again
-        _move([(p.parent.parent.parent / p.name, p) for p in landing])
+        move_files([(p.parent.parent.parent / p.name, p) for p in landing])
         staged = StagedWrite.loads(raw, options)
         self.log.info("batch %s was staged by an earlier try: %s", batch, manifest)
         return {
@@ -354,10 +347,8 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         exception to fail with."""
         import os
         import re
-        import time
 
-        from operators.ingest import BatchRejected
-        from operators.quality import move_to_quarantine
+        from operators.batches import reject
 
         names = [os.path.basename(f) for f in files]
         said = error.job_message or str(error)
@@ -385,16 +376,8 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
             "exit_code": error.returncode,
             "job_message": said,
         }
-        record = {
-            **report,
-            "rejected_at": int(time.time() * 1000),
-            "sources": _arg_values(self.job_args, "--source"),
-            "landing_files": list(files),
-        }
-        move_to_quarantine(destination, options, record, landing=list(files))
-        context["ti"].xcom_push(key="return_value", value=report)
-        self.log.error("%s", message)
-        return BatchRejected(message)
+        recorded = {"sources": _arg_values(self.job_args, "--source"), "landing_files": list(files)}
+        return reject(self, context, report, destination, options, recorded=recorded, landing=list(files))
 
 
 def _arg_values(args: list[str], name: str) -> list[str]:
@@ -412,18 +395,3 @@ def _is_local(source: str) -> bool:
     from spark_jobs.ingest import local_path
 
     return local_path(source) is not None
-
-
-def _processed(path, batch: str):
-    """Where a staged landing file goes: ``<its folder>/_processed/<batch>/<its name>``."""
-    from operators.ingest import PROCESSED
-
-    return path.parent / PROCESSED / batch / path.name
-
-
-def _move(moves) -> None:
-    """Rename each (source, target) pair; a source already gone was moved by an earlier try."""
-    for source, target in moves:
-        if source.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source.rename(target)
