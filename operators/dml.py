@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from operators.arguments import Arguments, templated
 from operators.base import DeltaTableOperator
-from operators.maintenance import Arguments, templated
 
 OPERATIONS = ("delete", "update", "merge")
 WHEN_MATCHED = ("update_all", "delete", None)
