@@ -28,7 +28,6 @@ The file tables come back in the live-file table's shape (``FILE_COLUMNS``), so
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -43,6 +42,7 @@ from engine.log.replay import canonical_paths, normalize_partition_values
 from engine.log.segment import list_log
 from engine.schema import parse_schema, partition_physical_names
 from engine.snapshot import load_table_config, read_commit
+from engine.stats import parse_file_stats
 from engine.storage.base import ObjectStore
 
 # The live-file columns a reader of added files needs.
@@ -114,13 +114,10 @@ class CommitChanges:
 
 def num_records(files: pa.Table) -> int | None:
     """Rows in these files from their statistics (``None`` if a file has none)."""
-    total = 0
-    for stats in files.column("stats").to_pylist():
-        count = _record_count(stats)
-        if count is None:
-            return None
-        total += count
-    return total
+    if files.num_rows == 0:
+        return 0
+    counts = parse_file_stats(files, {}).num_records
+    return None if counts.null_count else int(pc.sum(counts).as_py())
 
 
 def live_rows(files: pa.Table) -> int | None:
@@ -129,16 +126,6 @@ def live_rows(files: pa.Table) -> int | None:
     if records is None:
         return None
     return records - _dv_rows(files)
-
-
-def _record_count(stats: str | None) -> int | None:
-    if not stats:
-        return None
-    try:
-        parsed = json.loads(stats)
-        return int(parsed["numRecords"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 def _dv_rows(files: pa.Table) -> int:

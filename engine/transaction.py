@@ -66,6 +66,7 @@ from engine.snapshot import Snapshot, advance_snapshot, update_snapshot
 from engine.storage import missing_objects
 from engine.storage.base import ObjectStore
 from engine.table_properties import TableProperties
+from engine.work import WorkKey
 
 log = logging.getLogger(__name__)
 
@@ -248,13 +249,13 @@ class Transaction:
         self.summary.isolation_level = level or WRITE_SERIALIZABLE
         if self._scope_txn is not None:  # a concurrent commit of the same application conflicts
             self.summary.read_app_ids.add(self._scope_txn.app_id)
-            recorded = snapshot.app_transaction_version(self._scope_txn.app_id) if snapshot else None
-            if recorded is not None and recorded >= self._scope_txn.version:
+            key = WorkKey(self._scope_txn.app_id, self._scope_txn.version)
+            if snapshot is not None and key.done_in(snapshot):
                 # The work landed after the caller checked (a command that reads the latest
                 # version, racing another try of the same work): never apply it twice.
                 raise ConcurrentTransactionError(
-                    f"{store.root}: application transaction {self._scope_txn.app_id} is already at "
-                    f"version {recorded} (>= {self._scope_txn.version}) as of version {snapshot.version}"
+                    f"{store.root}: application transaction {key.app_id} is already recorded at "
+                    f"version {key.version} or later as of version {snapshot.version}"
                 )
         if self.summary.isolation_level not in ISOLATION_LEVELS:
             raise DeltaError(

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import DeltaError, InvalidArgumentError, MissingLogVersionError
+from engine.errors import DeltaError, InvalidArgumentError
 from engine.log.files import commit_key
 from engine.log.segment import list_log
 from engine.snapshot import Snapshot, read_commit
@@ -120,8 +120,8 @@ def _commit_recording(snapshot: Snapshot, app_id: str, max_commits: int) -> int 
     def txn_ids(version: int) -> set[str]:
         try:
             actions = read_commit(store, commit_key(version), version, threads=False)
-        except (MissingLogVersionError, DeltaError):
-            return set()  # cleaned up meanwhile: cannot be the one we look for any more
+        except DeltaError:  # cleaned up (MissingLogVersionError) or unreadable: not the one we want
+            return set()
         return {t.app_id for t in actions.txns}
 
     with ThreadPoolExecutor(max_workers=8 if store.remote else 2) as pool:

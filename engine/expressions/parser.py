@@ -221,8 +221,6 @@ class _Converter:
             if not isinstance(lit, Literal):
                 raise self.fail(v, "must be a literal in an IN list")
             values.append(lit)
-        if not values:  # the token scan catches these first; kept for trees built otherwise
-            raise self.fail(node, "has an empty IN list: list at least one value")
         return In(self.value(node.this), tuple(values), negated)
 
     def _like(self, node: exp.Like, negated: bool) -> Expr:

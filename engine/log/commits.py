@@ -418,8 +418,7 @@ def _parse_small(data: bytes, *, version: int, source: str) -> LogActions:
                 continue
         _take_actions(out, obj, line, line_no, rows)
     if rows:
-        # Adds before removes, as the columnar path stacks them.
-        out.set_file_rows([r for r in rows if r[0] == "add"] + [r for r in rows if r[0] == "remove"])
+        out.set_file_rows(_adds_first(rows))
     return out
 
 
@@ -442,9 +441,12 @@ def _parse_file_lines_slowly(lines: list[bytes], out: LogActions) -> pa.Table:
     rows: list[tuple[str, dict]] = []
     for line in lines:
         _add_decoded_line(out, line, None, rows)
-    # Adds before removes, as the columnar path stacks them.
-    rows = [r for r in rows if r[0] == "add"] + [r for r in rows if r[0] == "remove"]
-    return _file_actions_from_bodies(rows, out.source)
+    return _file_actions_from_bodies(_adds_first(rows), out.source)
+
+
+def _adds_first(rows: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """Adds before removes, as the columnar path stacks them."""
+    return [r for r in rows if r[0] == "add"] + [r for r in rows if r[0] == "remove"]
 
 
 def _file_actions_from_bodies(rows: list[tuple[str, dict]], source: str) -> pa.Table:
