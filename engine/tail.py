@@ -241,6 +241,13 @@ def changes_between(
     versions = versions_after(store, after_version, until=until)
     if max_versions is not None:
         versions = versions[:max_versions]
+    yield from changes_of(store, versions, metadata)
+
+
+def changes_of(
+    store: ObjectStore, versions: list[int], metadata: Metadata | None = None
+) -> Iterator[CommitChanges]:
+    """``changes_between`` for versions already listed (ascending, contiguous)."""
     if not versions:
         return
     if metadata is None:

@@ -82,7 +82,7 @@ def scan_commits(
     from engine.schema import parse_schema
     from engine.snapshot import files_snapshot, load_table_config
     from engine.storage import open_store
-    from engine.tail import changes_between, versions_after
+    from engine.tail import changes_of, versions_after
 
     store = open_store(table_uri, storage_options)
     versions = versions_after(store, after_version)[:max_versions]
@@ -92,7 +92,7 @@ def scan_commits(
     wanted = {o.upper() for o in commit_filter.operations} if commit_filter.operations else None
     predicate = parse_predicate(commit_filter.partition_filter) if commit_filter.partition_filter else None
     bound = schema = None
-    for change in changes_between(store, after_version, until=versions[-1], metadata=metadata):
+    for change in changes_of(store, versions, metadata):
         if change.metadata is not None:
             metadata, bound = change.metadata, None
         if change.protocol is not None:

@@ -116,7 +116,7 @@ class DeltaHook(BaseHook):
             spark_conf={str(k): str(v) for k, v in conf.items()},
             test_uri=str(test_uri) if test_uri else None,
         )
-        _mask([conn.password, *settings.secrets()])
+        mask_secrets([conn.password, *settings.secrets()])
         return settings
 
     def get_table(self, uri: str, version: int | None = None):
@@ -144,7 +144,7 @@ class DeltaHook(BaseHook):
         return ok, message
 
 
-def _mask(values) -> None:
+def mask_secrets(values) -> None:
     """Register secrets with Airflow's secrets masker (task logs, rendered fields, XCom views)."""
     from airflow.sdk.log import mask_secret
 
@@ -170,20 +170,17 @@ def _probe(settings: DeltaSettings) -> tuple[bool, str]:
     }
     spark = f"Spark master {settings.spark_master}"
     uri = settings.test_uri
-    if uri and ("://" not in uri or uri.startswith("file:")):
-        store = open_store(uri, options)
-        path = store.root
-        if not os.path.isdir(path):
-            return False, f"cannot list {uri}: {path} is not a directory"
-        found = sum(1 for _ in itertools.islice(store.list(""), 1000))
-        return True, f"listed {uri} ({found}{'+' if found == 1000 else ''} entries); {spark}"
     if uri:
+        local = "://" not in uri or uri.startswith("file:")
+        at = "" if local else f" at {where}"
         try:
-            store = open_store(uri, {**options, **quick})
+            store = open_store(uri, options if local else {**options, **quick})
+            if local and not os.path.isdir(store.root):
+                return False, f"cannot list {uri}: {store.root} is not a directory"
             found = sum(1 for _ in itertools.islice(store.list(""), 1000))
         except Exception as e:
-            return False, f"cannot list {uri} at {where}: {type(e).__name__}: {_cause(e)}"
-        return True, f"listed {uri} at {where} ({found}{'+' if found == 1000 else ''} entries); {spark}"
+            return False, f"cannot list {uri}{at}: {type(e).__name__}: {_cause(e)}"
+        return True, f"listed {uri}{at} ({found}{'+' if found == 1000 else ''} entries); {spark}"
     if not options:
         return True, f"no storage settings: tables are local paths (or S3 from the environment); {spark}"
     from engine.storage.s3 import S3Store

@@ -745,6 +745,7 @@ class DeltaConsumeOperator(DeltaTableOperator):
         import pyarrow as pa
 
         from engine import write_table
+        from engine.snapshot import load_table_config
         from engine.storage import open_store
         from engine.tail import APPEND, changes_between
 
@@ -754,12 +755,17 @@ class DeltaConsumeOperator(DeltaTableOperator):
         watermark = -1 if done is None else done
         store = open_store(self.source_uri, options)
         pieces, consumed, skipped, last = [], [], [], watermark
+        config = None  # (protocol, metadata) as of the change at hand: read once, then followed
         for change in changes_between(store, watermark):
             last = change.version
+            if config is None:
+                config = load_table_config(store, change.version)
+            else:
+                config = (change.protocol or config[0], change.metadata or config[1])
             if not change.data_change:
                 continue
             if change.kind == APPEND:
-                rows = self._appended(store, change)
+                rows = self._appended(store, change, *config)
             elif self.on_change == "skip":
                 skipped.append(change.version)
                 continue
@@ -804,13 +810,12 @@ class DeltaConsumeOperator(DeltaTableOperator):
             "skipped": result.skipped,
         }
 
-    def _appended(self, store, change):
+    def _appended(self, store, change, protocol, metadata):
         import pyarrow as pa
 
         from engine.scan import Scan
-        from engine.snapshot import files_snapshot, load_table_config
+        from engine.snapshot import files_snapshot
 
-        protocol, metadata = load_table_config(store, change.version)
         rows = Scan(
             files_snapshot(store, change.version, protocol, metadata, change.new_files), None, None
         ).to_table()

@@ -107,15 +107,6 @@ def _tracked(submission):
             signal.signal(signal.SIGTERM, previous)
 
 
-def _mask(values) -> None:
-    """Register secrets with Airflow's secrets masker (task logs, rendered fields)."""
-    from airflow.sdk.log import mask_secret
-
-    for value in values:
-        if value:
-            mask_secret(value)
-
-
 def job_error(
     job: str, returncode: int, metrics: dict, stderr_tail: list[str], stopped_by: str | None = None
 ) -> SparkJobError:
@@ -149,6 +140,7 @@ def run_spark_job(job: str, args: list[str], *, hook, stamp, timeout: float, log
     operator's scope (``--app-id``/``--app-version``: the job commits it with its work); its
     metrics."""
     from engine.transaction import current_app_transaction
+    from operators.hooks import mask_secrets
     from spark_jobs.submit import is_secret_name, redact_command, start_submit
 
     full = [*args, "--commit-metadata", json.dumps(stamp.commit_metadata())]
@@ -157,7 +149,7 @@ def run_spark_job(job: str, args: list[str], *, hook, stamp, timeout: float, log
         full += ["--app-id", scope[0], "--app-version", str(scope[1])]
     settings = hook.settings
     conf = {**settings.spark_conf, **(conf or {})}
-    _mask(v for k, v in {**settings.storage_options, **conf}.items() if is_secret_name(k))
+    mask_secrets(v for k, v in conf.items() if is_secret_name(k))  # the connection's are masked already
     exposed = sorted(k for k in conf if is_secret_name(k))
     if exposed:
         log.warning(
