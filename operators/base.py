@@ -118,7 +118,7 @@ class DeltaTableOperator(BaseOperator):
             if applied is None:
                 raise
             self.log.info("%s: %s while this try ran", self.table_uri, applied.describe())
-            result = {"version": None, "skipped": True}
+            result = {"version": applied.version, "skipped": True, "reason": applied.describe()}
         except Exception as e:
             if isinstance(e, AirflowFailException) or not input_error(e):
                 raise  # already final (e.g. a Spark job's input error), or worth retrying
