@@ -249,13 +249,8 @@ def validate_staged(
 
 def _staged_batches(staged, columns: list[str] | None):
     """The staged rows, only ``columns`` of them when the expectations name their columns."""
-    from engine.scan import Scan
-
-    scan = staged._scan()  # the staged files as a snapshot of the table
-    known = [c for c in columns or [] if scan.snapshot.schema.find(c) is not None]
-    if columns is None or not known:
-        return scan.to_batches()
-    return Scan(scan.snapshot, known, None).to_batches()
+    known = [c for c in columns or [] if staged.spec.schema.find(c) is not None]
+    return staged.to_batches(known if columns is not None and known else None)
 
 
 def _columns(expectations: list[dict]) -> list[str] | None:

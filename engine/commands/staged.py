@@ -433,10 +433,11 @@ class StagedWrite:
         """The staged rows as readers will see them once committed."""
         return self._scan().to_table()
 
-    def to_batches(self) -> pa.RecordBatchReader:
-        return self._scan().to_batches()
+    def to_batches(self, columns: list[str] | None = None) -> pa.RecordBatchReader:
+        """The staged rows, streamed (only ``columns`` of them, by logical name, when given)."""
+        return self._scan(columns).to_batches()
 
-    def _scan(self) -> Scan:
+    def _scan(self, columns: list[str] | None = None) -> Scan:
         metadata = self.spec.metadata
         schema = parse_schema(metadata.schema_string)
         store = self.spec.store()
@@ -445,7 +446,7 @@ class StagedWrite:
         files = reconcile_rows(
             [(version, [("add", a.to_json()) for a in self.adds])], store.root, physical
         ).live
-        return Scan(files_snapshot(store, version, self.spec.protocol, metadata, files), None, None)
+        return Scan(files_snapshot(store, version, self.spec.protocol, metadata, files), columns, None)
 
     def commit(self, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
         return commit_write(self.spec, self.adds, commit_metadata=commit_metadata)
