@@ -17,6 +17,8 @@ COPY pyproject.toml README.md ./
 COPY engine ./engine
 COPY operators ./operators
 COPY spark_jobs ./spark_jobs
+COPY devstack ./devstack
+COPY setup.py ./
 RUN pip install ".[airflow,spark,quality]" "psycopg2-binary==2.9.10"
 COPY dags ./dags
 COPY config ./config

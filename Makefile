@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 # The project's main job on embedded defaults: the platform's DAGs on a local folder lake,
 # a SQLite Airflow home and Spark local[2], all under ./demo/.
 run: $(STAMP)
-	$(BIN)/python -m operators.demo --demo ./demo
+	$(BIN)/python -m deltaplane.devstack.demo --demo ./demo
 
 # The Airflow UI on the same DAGs and home (http://127.0.0.1:8080; user admin, password in
 # demo/airflow/simple_auth_manager_passwords.json.generated). Note: `airflow standalone` starts a
@@ -36,11 +36,11 @@ lint: $(STAMP)
 # The docker-compose topology natively on 127.0.0.1 (SeaweedFS, Spark master + worker, Airflow
 # api-server/scheduler/dag-processor/triggerer), under ./demo/stack; stops itself after 4 hours.
 stack: $(STAMP)
-	$(BIN)/python -m operators.stack up --root ./demo/stack
+	$(BIN)/python -m deltaplane.devstack.stack up --root ./demo/stack
 
 # Stop exactly the processes `make stack` started (by the PIDs in demo/stack/pids.json).
 stack-down:
-	$(BIN)/python -m operators.stack down --root ./demo/stack
+	$(BIN)/python -m deltaplane.devstack.stack down --root ./demo/stack
 
 # The whole suite: lint, import-layer contract, then every test tier.
 test: lint

@@ -74,7 +74,7 @@ def build(path: Path, engine: str, rows: int, properties: dict | None = None) ->
         for f in range(FILES):
             write_deltalake(str(path), batch(f * per_file, per_file, rng), mode="append")
         return
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     first = batch(0, per_file, rng)
     table = DeltaTable.create(str(path), first.schema, properties=properties or {})
@@ -100,7 +100,7 @@ def timed(fn) -> float:
 
 
 def run_ours(path: Path, op: str, strategy: str, source: pa.Table) -> float:
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     table = DeltaTable(str(path))
     if op == "delete":
@@ -141,7 +141,7 @@ def row_count(path: Path, engine: str) -> int:
         from deltalake import DeltaTable
 
         return DeltaTable(str(path)).to_pyarrow_table(columns=["id"]).num_rows
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     return DeltaTable(str(path)).to_arrow(columns=["id"]).num_rows
 
@@ -152,7 +152,7 @@ def predicate_floor(path: Path) -> float:
 
 
 def full_scan(path: Path) -> float:
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     table = DeltaTable(str(path))
     best = min(timed(lambda: table.to_arrow()) for _ in range(2))

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     from deltalake import DeltaTable as RsTable
     from deltalake import write_deltalake
 
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     work = Path(tempfile.mkdtemp(prefix="dp-bench-everyday-"))
     results: dict = {"reps": args.reps}

@@ -1,6 +1,6 @@
 """OPTIMIZE (bin-packing compaction): deltaplane vs delta-rs ``optimize.compact`` on the same table.
 
-Spark local[2] (``spark_jobs.compact``, bins rewritten in tasks, one commit on the driver) runs
+Spark local[2] (``deltaplane.spark_jobs.compact``, bins rewritten in tasks, one commit on the driver) runs
 on a third copy unless ``--no-spark``.
 
 One table of ``--files`` (1,000) small files of about 1 MB each (6 columns: ids, timestamps,
@@ -54,7 +54,7 @@ def batch(start: int, n: int, rng: np.random.Generator) -> pa.RecordBatch:
 
 def build(path: Path, files: int) -> None:
     """``files`` appends of one small file each (the shape streaming ingest leaves behind)."""
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     rng = np.random.default_rng(5)
     first = batch(0, ROWS_PER_FILE, rng)
@@ -75,7 +75,7 @@ def peak_rss() -> int:
 def measure(engine: str, path: str, target: int) -> dict:
     # Imports are not part of the operation (an Airflow worker pays them once).
     if engine == "deltaplane":
-        from engine import DeltaTable
+        from deltaplane.engine import DeltaTable
 
         start = time.perf_counter()
         metrics = DeltaTable(path).optimize(target_file_size=target)
@@ -83,8 +83,8 @@ def measure(engine: str, path: str, target: int) -> dict:
     elif engine == "spark":
         # The session (JVM, Python workers) is started and warmed first: a scheduled Spark
         # job pays that once. Peak RSS is the driver's Python process only.
-        from spark_jobs import compact
-        from spark_jobs.session import get_spark
+        from deltaplane.spark_jobs import compact
+        from deltaplane.spark_jobs.session import get_spark
 
         spark = get_spark("local[2]", app_name="deltaplane-bench")
         spark.sparkContext.setLogLevel("ERROR")
@@ -121,7 +121,7 @@ def run_child(engine: str, path: Path, target: int) -> dict:
 
 
 def sorted_ids(path: Path) -> list[int]:
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     return sorted(DeltaTable(str(path)).to_arrow(columns=["id"]).column("id").to_pylist())
 

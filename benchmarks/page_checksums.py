@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
     from deltalake import DeltaTable as RsTable
     from deltalake import write_deltalake
 
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     batches = bulk_batches(int(args.gb * (1 << 30)))
     arrow_bytes = sum(b.nbytes for b in batches)

@@ -108,7 +108,7 @@ def synthesize(path: Path, files: int, commits: int, first_version: int = 0, fir
 def measure(engine: str, path: str) -> dict:
     # Imports happen before the clock starts: the load is what is measured.
     if engine == "deltaplane":
-        from engine import DeltaTable
+        from deltaplane.engine import DeltaTable
     else:
         from deltalake import DeltaTable as RsTable
     start = time.perf_counter()

@@ -5,7 +5,7 @@
   into a no-op sink (every row decoded in the tasks, nothing collected) and once collected to the
   driver as Arrow (``toArrow()``, the closest to ``to_arrow()``);
 * **DV delete** of 0.01% of the rows (``id % 10000 = 7``): the engine's ``delete`` vs the
-  ``spark_jobs.dml`` job (tasks find the rows, the driver writes the deletion vectors), each on
+  ``deltaplane.spark_jobs.dml`` job (tasks find the rows, the driver writes the deletion vectors), each on
   its own copy; both must leave the same rows.
 
 The Spark session is started (and warmed with one small read) before anything is timed: a
@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     from benchmarks.dml import build
-    from engine import DeltaTable
-    from spark_jobs import dml, job
-    from spark_jobs.session import get_spark
+    from deltaplane.engine import DeltaTable
+    from deltaplane.spark_jobs import dml, job
+    from deltaplane.spark_jobs.session import get_spark
 
     # Collecting the whole table to the driver (toArrow) needs a driver heap of its size.
     spark = get_spark("local[2]", app_name="deltaplane-bench", conf={"spark.driver.memory": "8g"})

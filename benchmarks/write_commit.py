@@ -53,7 +53,7 @@ def build_versioned_table(path: Path, versions: int) -> None:
 def append_latencies(engine: str, path: Path, appends: int, offset: int) -> list[float]:
     times = []
     if engine == "deltaplane":
-        from engine import DeltaTable
+        from deltaplane.engine import DeltaTable
 
         table = DeltaTable(str(path))
         for i in range(appends):
@@ -143,7 +143,7 @@ def bulk(engine: str, path: Path, batches: list[pa.RecordBatch]) -> tuple[float,
     if engine == "pyarrow":
         written = pyarrow_only(path, batches, 128 << 20)
     elif engine == "deltaplane":
-        from engine import DeltaTable
+        from deltaplane.engine import DeltaTable
 
         table = DeltaTable.create(str(path), batches[0].schema)
         result = table.append(reader)
@@ -161,14 +161,14 @@ def bulk(engine: str, path: Path, batches: list[pa.RecordBatch]) -> tuple[float,
 
 def checkpoint_child(engine: str, path: str) -> dict:
     if engine == "deltaplane":
-        from engine.checkpoint_writer import write_checkpoint
-        from engine.storage import open_store
+        from deltaplane.engine.checkpoint_writer import write_checkpoint
+        from deltaplane.engine.storage import open_store
     else:
         from deltalake import DeltaTable
     start = time.perf_counter()
     if engine == "deltaplane":
         store = open_store(path)
-        from engine.snapshot import load_snapshot
+        from deltaplane.engine.snapshot import load_snapshot
 
         snapshot = load_snapshot(store)
         write_checkpoint(store, snapshot.version, snapshot)

@@ -8,7 +8,7 @@ with the table
 * globally sorted by (sourceIP, sourcePort, destIP, destPort) and cut into 100 files,
 * Z-ordered by the four fields with deltaplane's OPTIMIZE (100 files),
 * Z-ordered by delta-rs's ``optimize.z_order`` (same data, same target size), for reference,
-* with ``--spark``: Z-ordered by ``spark_jobs.compact`` on Spark local[2] through the distributed
+* with ``--spark``: Z-ordered by ``deltaplane.spark_jobs.compact`` on Spark local[2] through the distributed
   sort (the engine's key, ranks computed by Spark, files cut by range partitioning).
 
 Skipping is counted by deltaplane's planner (``file_uris(filter=...)``) for all three tables. The
@@ -61,7 +61,7 @@ def in_slices(table: pa.Table, count: int):
 
 
 def build_sorted(path: Path, data: pa.Table) -> None:
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     ordered = data.sort_by([(c, "ascending") for c in COLUMNS])
     table = DeltaTable.create(str(path), data.schema)
@@ -70,7 +70,7 @@ def build_sorted(path: Path, data: pa.Table) -> None:
 
 
 def build_zorder_ours(path: Path, data: pa.Table) -> float:
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     table = DeltaTable.create(str(path), data.schema)
     for part in in_slices(data, FILES):
@@ -82,11 +82,11 @@ def build_zorder_ours(path: Path, data: pa.Table) -> float:
 
 
 def build_zorder_spark(path: Path, data: pa.Table) -> float:
-    """The same Z-order by ``spark_jobs.compact`` with the partition forced onto Spark's
+    """The same Z-order by ``deltaplane.spark_jobs.compact`` with the partition forced onto Spark's
     distributed sort (as a partition larger than one task's memory would be)."""
-    from engine import DeltaTable
-    from spark_jobs import compact
-    from spark_jobs.session import get_spark
+    from deltaplane.engine import DeltaTable
+    from deltaplane.spark_jobs import compact
+    from deltaplane.spark_jobs.session import get_spark
 
     spark = get_spark("local[2]", app_name="deltaplane-bench")
     spark.sparkContext.setLogLevel("ERROR")
@@ -113,7 +113,7 @@ def build_zorder_delta_rs(path: Path, data: pa.Table) -> float:
 
 
 def skipped_percent(path: Path, probes: dict[str, list[int]]) -> tuple[int, dict[str, float]]:
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     table = DeltaTable(str(path))
     total = len(table.snapshot.files)

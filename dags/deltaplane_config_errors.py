@@ -11,7 +11,7 @@ An error of the whole file (not YAML, a table name written twice, ...) is ``delt
 own import error (no table's DAGs load); it is not repeated here.
 """
 
-from operators.config import ConfigError, read_config
+from deltaplane.operators.factory.config import ConfigError, read_config
 
 try:
     _report = read_config()

@@ -8,7 +8,7 @@ written twice, ...) is this file's import error: then no table's DAGs load.
 Parsing reads only the configuration (no table is opened); see operators/dag_factory.py.
 """
 
-from operators.dag_factory import build_dags
+from deltaplane.operators.factory.dags import build_dags
 
 for _dag_id, _dag in build_dags(fileloc=__file__).items():
     globals()[_dag_id] = _dag

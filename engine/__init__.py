@@ -1,26 +1,40 @@
 """deltaplane's Delta Lake engine: the transaction log, snapshots, scans, writes and maintenance.
 
-The engine never imports Airflow or Spark; the platform layers (``operators``, ``spark_jobs``)
-sit on top of it.
+The engine never imports Airflow or Spark; the platform layers (``deltaplane.operators``,
+``deltaplane.spark_jobs``) sit on top of it. The public names below load on first use, so a
+module that needs one small part (``deltaplane.engine.units``, ``deltaplane.engine.errors``) does
+not pay for Arrow and the whole engine: DAG files parse fast.
 """
 
-from engine.commands.staged import StagedWrite, WriteSpec, commit_write, plan_write, stage_write, write_files
-from engine.errors import DeltaError
-from engine.table import DeltaTable
-from engine.transaction import ENGINE_VERSION as __version__
-from engine.transaction import CommitResult
-from engine.write_table import write_table
+from __future__ import annotations
 
-__all__ = [
-    "CommitResult",
-    "DeltaError",
-    "DeltaTable",
-    "StagedWrite",
-    "WriteSpec",
-    "__version__",
-    "commit_write",
-    "plan_write",
-    "stage_write",
-    "write_files",
-    "write_table",
-]
+import importlib
+
+_PUBLIC = {
+    "StagedWrite": "commands.staged",
+    "WriteSpec": "commands.staged",
+    "commit_write": "commands.staged",
+    "plan_write": "commands.staged",
+    "stage_write": "commands.staged",
+    "write_files": "commands.staged",
+    "DeltaError": "errors",
+    "DeltaTable": "table",
+    "CommitResult": "transaction",
+    "write_table": "write_table",
+}
+__all__ = sorted([*_PUBLIC, "__version__"])
+
+
+def __getattr__(name: str):
+    if name == "__version__":
+        from deltaplane.engine.transaction import ENGINE_VERSION as value
+    elif name in _PUBLIC:
+        value = getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -20,11 +20,11 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from engine.commands.optimize import OptimizeMetrics, execute_optimize, plan_optimize
-from engine.errors import DeltaError
-from engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth, partition_names, table_health
-from engine.snapshot import Snapshot
-from engine.storage.base import ObjectStore
+from deltaplane.engine.commands.optimize import OptimizeMetrics, execute_optimize, plan_optimize
+from deltaplane.engine.errors import DeltaError
+from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth, partition_names, table_health
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 

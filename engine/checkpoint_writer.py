@@ -24,15 +24,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.errors import ObjectExistsError
-from engine.log.files import LAST_CHECKPOINT, checkpoint_key
-from engine.log.last_checkpoint import read_last_checkpoint, render_last_checkpoint
-from engine.partitions import parse_partition_values
-from engine.schema import StructType, to_arrow_type
-from engine.snapshot import Snapshot, load_snapshot
-from engine.stats import parse_file_stats, stats_leaves
-from engine.storage.base import ObjectStore
-from engine.table_features import reader_features
+from deltaplane.engine.errors import ObjectExistsError
+from deltaplane.engine.log.files import LAST_CHECKPOINT, checkpoint_key
+from deltaplane.engine.log.last_checkpoint import read_last_checkpoint, render_last_checkpoint
+from deltaplane.engine.partitions import parse_partition_values
+from deltaplane.engine.schema import StructType, to_arrow_type
+from deltaplane.engine.snapshot import Snapshot, load_snapshot
+from deltaplane.engine.stats import parse_file_stats, stats_leaves
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_features import reader_features
 
 BATCH_ROWS = 64 * 1024
 _MAP = pa.map_(pa.string(), pa.string())

@@ -18,10 +18,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.describe import describe_snapshot
-from engine.errors import DeltaError, InvalidArgumentError
-from engine.table import DeltaTable
-from engine.transaction import ENGINE_VERSION
+from deltaplane.engine.describe import describe_snapshot
+from deltaplane.engine.errors import DeltaError, InvalidArgumentError
+from deltaplane.engine.table import DeltaTable
+from deltaplane.engine.transaction import ENGINE_VERSION
+from deltaplane.engine.units import parse_size
 
 
 def _json_default(value: Any):
@@ -143,20 +144,6 @@ def _print_rows(table: pa.Table, width: int = 30) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20}
-_SIZE_UNITS |= {"mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """``"134217728"``, ``"128MB"``, ``"1g"`` -> bytes (binary units, as Delta Spark's sizes)."""
-    raw = text.strip().lower().replace(" ", "")
-    digits = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = raw[len(digits) :]
-    if not digits or unit not in _SIZE_UNITS:
-        raise InvalidArgumentError(f"not a size: {text!r} (use bytes or a unit: 512KB, 128MB, 1GB)")
-    return int(float(digits) * _SIZE_UNITS[unit])
-
-
 def _progress_logging() -> None:
     """Long maintenance commands report progress on stderr (stdout stays for results)."""
     import logging
@@ -206,9 +193,9 @@ def cmd_optimize(args) -> int:
 
 def cmd_health(args) -> int:
     table = _open(args)
-    size = parse_size(args.small_file_size) if args.small_file_size else None
+    size = parse_size(args.small_file_size, "--small-file-size") if args.small_file_size else None
     health = table.health(small_file_size=size)
-    from engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
+    from deltaplane.engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
 
     decision = decide_auto_optimize(health, AutoOptimizePolicy.for_table(table.snapshot))
     if args.json:
@@ -354,7 +341,7 @@ def cmd_repair(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from engine.demo import run_demo
+    from deltaplane.engine.demo import run_demo
 
     return run_demo(args.path, as_json=args.json)
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.actions import Metadata, Protocol
-from engine.errors import (
+from deltaplane.engine.actions import Metadata, Protocol
+from deltaplane.engine.errors import (
     ConcurrentAppendError,
     ConcurrentDeleteDeleteError,
     ConcurrentDeleteReadError,
@@ -41,12 +41,12 @@ from engine.errors import (
     MetadataChangedError,
     ProtocolChangedError,
 )
-from engine.expressions.tree import Expr
-from engine.log.commits import LogActions
-from engine.log.replay import canonical_paths, normalize_partition_values
-from engine.scan import file_keep_mask
-from engine.schema import StructType, parse_schema, partition_physical_names
-from engine.table_features import check_write_supported
+from deltaplane.engine.expressions.tree import Expr
+from deltaplane.engine.log.commits import LogActions
+from deltaplane.engine.log.replay import canonical_paths, normalize_partition_values
+from deltaplane.engine.scan import file_keep_mask
+from deltaplane.engine.schema import StructType, parse_schema, partition_physical_names
+from deltaplane.engine.table_features import check_write_supported
 
 SERIALIZABLE = "Serializable"
 WRITE_SERIALIZABLE = "WriteSerializable"

@@ -21,9 +21,9 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 from pyroaring import BitMap64
 
-from engine.actions import DeletionVectorDescriptor
-from engine.errors import CorruptDeletionVectorError
-from engine.storage.base import ObjectStore
+from deltaplane.engine.actions import DeletionVectorDescriptor
+from deltaplane.engine.errors import CorruptDeletionVectorError
+from deltaplane.engine.storage.base import ObjectStore
 
 MAGIC = 1681511377
 LEGACY_NATIVE_MAGIC = 1681511376
@@ -173,11 +173,11 @@ def read_deletion_vector(
 
 
 def _read_from_file(store: ObjectStore, key: str, descriptor: DeletionVectorDescriptor) -> np.ndarray:
-    from engine.errors import ObjectNotFoundError
+    from deltaplane.engine.errors import ObjectNotFoundError
 
     offset = 1 if descriptor.offset is None else descriptor.offset
     size = descriptor.size_in_bytes
-    from engine.storage import resolve_location
+    from deltaplane.engine.storage import resolve_location
 
     try:
         target, relative = resolve_location(store, key)

@@ -1,7 +1,7 @@
 """The embedded-defaults demo behind ``make run``: build a small table, read it back, describe it.
 
 Until the engine's write path exists, the demo table is assembled from its parts: Parquet files
-written with pyarrow and commits made of :mod:`engine.actions`, put with put-if-absent through
+written with pyarrow and commits made of :mod:`deltaplane.engine.actions`, put with put-if-absent through
 the object store. It has three versions (create, append, a file removed), partitions, and
 per-file statistics, so describe, history, time travel, pruning and skipping all have something
 to show.
@@ -20,12 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.actions import Add, CommitInfo, Metadata, Protocol, Remove, action_to_json_line
-from engine.describe import describe_snapshot
-from engine.log.files import commit_key
-from engine.schema import from_arrow_schema
-from engine.storage import open_store
-from engine.table import DeltaTable
+from deltaplane.engine.actions import Add, CommitInfo, Metadata, Protocol, Remove, action_to_json_line
+from deltaplane.engine.describe import describe_snapshot
+from deltaplane.engine.log.files import commit_key
+from deltaplane.engine.schema import from_arrow_schema
+from deltaplane.engine.storage import open_store
+from deltaplane.engine.table import DeltaTable
 
 SCHEMA = pa.schema(
     [

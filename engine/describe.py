@@ -7,8 +7,8 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from engine.snapshot import Snapshot
-from engine.stats import parse_file_stats
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.stats import parse_file_stats
 
 
 def describe_snapshot(snapshot: Snapshot) -> dict[str, Any]:

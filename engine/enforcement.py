@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.errors import ConstraintViolationError, DeltaError, SchemaMismatchError
-from engine.expressions.arrow import evaluate
-from engine.expressions.bind import bind_predicate
-from engine.expressions.parser import parse_predicate
-from engine.expressions.tree import Expr
-from engine.schema import (
+from deltaplane.engine.errors import ConstraintViolationError, DeltaError, SchemaMismatchError
+from deltaplane.engine.expressions.arrow import evaluate
+from deltaplane.engine.expressions.bind import bind_predicate
+from deltaplane.engine.expressions.parser import parse_predicate
+from deltaplane.engine.expressions.tree import Expr
+from deltaplane.engine.schema import (
     ArrayType,
     DataType,
     DecimalType,

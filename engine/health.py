@@ -17,11 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.commands.history import load_history
-from engine.log.segment import build_log_segment
-from engine.partitions import partition_directory
-from engine.snapshot import Snapshot
-from engine.stats import parse_file_stats
+from deltaplane.engine.commands.history import load_history
+from deltaplane.engine.log.segment import build_log_segment
+from deltaplane.engine.partitions import partition_directory
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.stats import parse_file_stats
 
 MiB = 1 << 20
 DEFAULT_SMALL_FILE_SIZE = 128 * MiB  # Delta Spark's autoCompact maxFileSize: smaller is "small"

@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.errors import DeltaError, InvalidArgumentError, SchemaMismatchError
-from engine.schema import (
+from deltaplane.engine.errors import DeltaError, InvalidArgumentError, SchemaMismatchError
+from deltaplane.engine.schema import (
     PrimitiveType,
     StructType,
     from_arrow_field,

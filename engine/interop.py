@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from engine.errors import UnsupportedOperationError
-from engine.log.replay import canonical_paths
-from engine.partitions import parse_partition_values
-from engine.schema import DataType, StructType, to_arrow_schema, to_arrow_type
-from engine.snapshot import Snapshot
-from engine.stats import parse_file_stats, stats_supported
+from deltaplane.engine.errors import UnsupportedOperationError
+from deltaplane.engine.log.replay import canonical_paths
+from deltaplane.engine.partitions import parse_partition_values
+from deltaplane.engine.schema import DataType, StructType, to_arrow_schema, to_arrow_type
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.stats import parse_file_stats, stats_supported
 
 Path = tuple[str, ...]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.errors import SchemaError
-from engine.schema import DataType, DecimalType, PrimitiveType, to_arrow_type
+from deltaplane.engine.errors import SchemaError
+from deltaplane.engine.schema import DataType, DecimalType, PrimitiveType, to_arrow_type
 
 _ZONED = r"(Z|[+-]\d{2}:?\d{2})$"
 

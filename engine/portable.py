@@ -22,11 +22,11 @@ from functools import cached_property
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.actions import Metadata, Protocol
-from engine.errors import InvalidArgumentError
-from engine.snapshot import Snapshot, files_snapshot
-from engine.storage import open_store
-from engine.storage.base import ObjectStore
+from deltaplane.engine.actions import Metadata, Protocol
+from deltaplane.engine.errors import InvalidArgumentError
+from deltaplane.engine.snapshot import Snapshot, files_snapshot
+from deltaplane.engine.storage import open_store
+from deltaplane.engine.storage.base import ObjectStore
 
 
 def table_to_ipc(table: pa.Table) -> bytes:

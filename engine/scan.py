@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.actions import DeletionVectorDescriptor
-from engine.deletion_vectors import keep_mask, read_deletion_vector
-from engine.errors import (
+from deltaplane.engine.actions import DeletionVectorDescriptor
+from deltaplane.engine.deletion_vectors import keep_mask, read_deletion_vector
+from deltaplane.engine.errors import (
     CorruptDeletionVectorError,
     DataFileError,
     DeltaError,
@@ -37,14 +37,14 @@ from engine.errors import (
     ObjectNotFoundError,
     SchemaError,
 )
-from engine.expressions.arrow import evaluation_error, to_arrow_expression
-from engine.expressions.bind import bind_predicate
-from engine.expressions.parser import parse_predicate
-from engine.expressions.skipping import SkippingContext, files_to_keep
-from engine.expressions.tree import Column, Expr, columns
-from engine.log.replay import canonical_path, canonical_paths, plain_paths
-from engine.partitions import parse_partition_values
-from engine.schema import (
+from deltaplane.engine.expressions.arrow import evaluation_error, to_arrow_expression
+from deltaplane.engine.expressions.bind import bind_predicate
+from deltaplane.engine.expressions.parser import parse_predicate
+from deltaplane.engine.expressions.skipping import SkippingContext, files_to_keep
+from deltaplane.engine.expressions.tree import Column, Expr, columns
+from deltaplane.engine.log.replay import canonical_path, canonical_paths, plain_paths
+from deltaplane.engine.partitions import parse_partition_values
+from deltaplane.engine.schema import (
     PARQUET_FIELD_ID,
     ArrayType,
     DataType,
@@ -55,10 +55,10 @@ from engine.schema import (
     to_arrow_field,
     to_arrow_type,
 )
-from engine.snapshot import Snapshot
-from engine.stats import FileStats, parse_file_stats
-from engine.storage import resolve_location
-from engine.variant import is_shredded, unshred
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.stats import FileStats, parse_file_stats
+from deltaplane.engine.storage import resolve_location
+from deltaplane.engine.variant import is_shredded, unshred
 
 _BATCH_ROWS = 128 * 1024
 _READ_WORKERS = max(2, min(8, (os.cpu_count() or 2) * 2))
@@ -450,7 +450,7 @@ def file_keep_mask(
     ``files`` is shaped like a snapshot's live-file table (partition values keyed by physical
     name); scans use it to plan and commits use it to test a concurrent writer's new files.
     """
-    from engine.table_properties import TableProperties
+    from deltaplane.engine.table_properties import TableProperties
 
     mode = TableProperties(metadata.configuration).column_mapping_mode
     partitions = {f.name: f for f in (schema[c] for c in metadata.partition_columns)}

@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.errors import SchemaError
+from deltaplane.engine.errors import SchemaError
 
 PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
 FIELD_ID_KEY = "delta.columnMapping.id"
@@ -490,7 +490,7 @@ def merge_schemas(table: StructType, incoming: StructType, *, allow_widening: bo
 
 
 def _merge_types(old: DataType, new: DataType, allow_widening: bool, where: str) -> DataType:
-    from engine.errors import SchemaMismatchError
+    from deltaplane.engine.errors import SchemaMismatchError
 
     if old == new:
         return old

@@ -20,8 +20,8 @@ from functools import cached_property
 
 import pyarrow as pa
 
-from engine.actions import CommitInfo, DomainMetadata, Metadata, Protocol, Txn
-from engine.errors import (
+from deltaplane.engine.actions import CommitInfo, DomainMetadata, Metadata, Protocol, Txn
+from deltaplane.engine.errors import (
     CorruptCheckpointError,
     CorruptLogError,
     MissingLogVersionError,
@@ -29,15 +29,20 @@ from engine.errors import (
     SchemaError,
     VersionNotFoundError,
 )
-from engine.log.checkpoints import read_checkpoint, read_checkpoint_config
-from engine.log.commits import LogActions, parse_log_json
-from engine.log.files import LogFile
-from engine.log.replay import SMALL_REPLAY_ACTIONS, normalize_partition_values, reconcile, reconcile_rows
-from engine.log.segment import LogListing, LogSegment, build_log_segment, list_log
-from engine.schema import StructField, StructType, parse_schema, partition_physical_names
-from engine.storage.base import ObjectStore
-from engine.table_features import check_read_supported
-from engine.table_properties import TableProperties
+from deltaplane.engine.log.checkpoints import read_checkpoint, read_checkpoint_config
+from deltaplane.engine.log.commits import LogActions, parse_log_json
+from deltaplane.engine.log.files import LogFile
+from deltaplane.engine.log.replay import (
+    SMALL_REPLAY_ACTIONS,
+    normalize_partition_values,
+    reconcile,
+    reconcile_rows,
+)
+from deltaplane.engine.log.segment import LogListing, LogSegment, build_log_segment, list_log
+from deltaplane.engine.schema import StructField, StructType, parse_schema, partition_physical_names
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_features import check_read_supported
+from deltaplane.engine.table_properties import TableProperties
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from engine.partitions import parse_utc_timestamps
-from engine.schema import DataType, DecimalType, PrimitiveType, to_arrow_type
+from deltaplane.engine.partitions import parse_utc_timestamps
+from deltaplane.engine.schema import DataType, DecimalType, PrimitiveType, to_arrow_type
 
 Path = tuple[str, ...]
 
@@ -296,7 +296,7 @@ def stats_leaves(
     ``num_indexed`` leaves (``delta.dataSkippingNumIndexedCols``, -1 for all) in schema order,
     nested struct fields counted one by one.
     """
-    from engine.schema import ArrayType, MapType, StructType
+    from deltaplane.engine.schema import ArrayType, MapType, StructType
 
     leaves: list[tuple[tuple[str, ...], StatsLeaf]] = []
 

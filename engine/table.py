@@ -13,27 +13,27 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.actions import Metadata, Protocol
-from engine.auto_optimize import auto_compact_after_commit, auto_compact_enabled
-from engine.checkpoint_writer import CheckpointInfo, write_checkpoint
-from engine.commands import alter as alter_commands
-from engine.commands.changes import iter_changes, read_changes
-from engine.commands.dml import execute_delete, execute_update
-from engine.commands.history import load_history
-from engine.commands.log_cleanup import (
+from deltaplane.engine.actions import Metadata, Protocol
+from deltaplane.engine.auto_optimize import auto_compact_after_commit, auto_compact_enabled
+from deltaplane.engine.checkpoint_writer import CheckpointInfo, write_checkpoint
+from deltaplane.engine.commands import alter as alter_commands
+from deltaplane.engine.commands.changes import iter_changes, read_changes
+from deltaplane.engine.commands.dml import execute_delete, execute_update
+from deltaplane.engine.commands.history import load_history
+from deltaplane.engine.commands.log_cleanup import (
     LogCleanupMetrics,
     LogCleanupPlan,
     execute_log_cleanup,
     plan_log_cleanup,
 )
-from engine.commands.manifest import (
+from deltaplane.engine.commands.manifest import (
     ManifestMetrics,
     execute_manifest,
     plan_manifest,
     refresh_manifest_after_commit,
 )
-from engine.commands.merge import MergeBuilder
-from engine.commands.optimize import (
+from deltaplane.engine.commands.merge import MergeBuilder
+from deltaplane.engine.commands.optimize import (
     DEFAULT_MAX_DELETED_ROWS_RATIO,
     DEFAULT_MIN_NUM_FILES,
     OptimizeMetrics,
@@ -41,29 +41,29 @@ from engine.commands.optimize import (
     execute_optimize,
     plan_optimize,
 )
-from engine.commands.repair import RepairPlan, execute_repair, plan_repair
-from engine.commands.restore import (
+from deltaplane.engine.commands.repair import RepairPlan, execute_repair, plan_repair
+from deltaplane.engine.commands.restore import (
     RestorePlan,
     execute_restore,
     load_restore_target,
     plan_restore,
     restore_target_version,
 )
-from engine.commands.vacuum import FULL, VacuumMetrics, VacuumPlan, execute_vacuum, plan_vacuum
-from engine.commands.write import execute_append, execute_create, execute_overwrite
-from engine.errors import DeltaError, InvalidArgumentError, TableNotFoundError
-from engine.expressions.tree import Expr
-from engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth, table_health
-from engine.interop import add_actions_table, pyarrow_dataset
-from engine.log.timestamps import version_at_timestamp
-from engine.scan import Scan, ScanBuilder
-from engine.schema import StructType
-from engine.snapshot import Snapshot, load_snapshot, load_table_config, update_snapshot
-from engine.storage import ObjectStore, open_store
-from engine.table_properties import TableProperties
-from engine.tail import CommitChanges
-from engine.tail import changes_between as tail_changes
-from engine.transaction import CommitResult, commit_metadata_scope
+from deltaplane.engine.commands.vacuum import FULL, VacuumMetrics, VacuumPlan, execute_vacuum, plan_vacuum
+from deltaplane.engine.commands.write import execute_append, execute_create, execute_overwrite
+from deltaplane.engine.errors import DeltaError, InvalidArgumentError, TableNotFoundError
+from deltaplane.engine.expressions.tree import Expr
+from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth, table_health
+from deltaplane.engine.interop import add_actions_table, pyarrow_dataset
+from deltaplane.engine.log.timestamps import version_at_timestamp
+from deltaplane.engine.scan import Scan, ScanBuilder
+from deltaplane.engine.schema import StructType
+from deltaplane.engine.snapshot import Snapshot, load_snapshot, load_table_config, update_snapshot
+from deltaplane.engine.storage import ObjectStore, open_store
+from deltaplane.engine.table_properties import TableProperties
+from deltaplane.engine.tail import CommitChanges
+from deltaplane.engine.tail import changes_between as tail_changes
+from deltaplane.engine.transaction import CommitResult, commit_metadata_scope
 
 _CACHED_URIS = 100_000
 _CACHED_COMMIT_INFOS = 20_000
@@ -121,7 +121,7 @@ class DeltaTable:
 
     @property
     def schema(self) -> pa.Schema:
-        from engine.schema import to_arrow_schema
+        from deltaplane.engine.schema import to_arrow_schema
 
         return to_arrow_schema(self.snapshot.schema)
 
@@ -238,7 +238,7 @@ class DeltaTable:
     def is_deltatable(uri: str, storage_options: Mapping[str, str] | None = None) -> bool:
         """Whether ``uri`` holds a Delta table (a log with a commit); never raises for a missing
         or non-table location (storage that cannot be reached still raises)."""
-        from engine.log.segment import list_log
+        from deltaplane.engine.log.segment import list_log
 
         try:
             return list_log(open_store(uri, storage_options)).max_version is not None
@@ -656,7 +656,7 @@ class DeltaTable:
     def changes_between(self, after_version: int, until_version: int | None = None) -> list[CommitChanges]:
         """What each commit after ``after_version`` (up to ``until_version``, default this
         table's version) did to the rows: ``kind`` (append / delete / update / none), the new
-        files, rows added and deleted (``engine.tail``). Raises ``MissingLogVersionError`` when
+        files, rows added and deleted (``deltaplane.engine.tail``). Raises ``MissingLogVersionError`` when
         log cleanup removed commits in the range."""
         _check_count(after_version + 1, "after_version + 1")
         until = self.version if until_version is None else until_version

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.actions import Metadata, Protocol
-from engine.errors import ProtocolError
-from engine.schema import PrimitiveType, StructType, iter_fields, iter_types
-from engine.table_properties import TableProperties
+from deltaplane.engine.actions import Metadata, Protocol
+from deltaplane.engine.errors import ProtocolError
+from deltaplane.engine.schema import PrimitiveType, StructType, iter_fields, iter_types
+from deltaplane.engine.table_properties import TableProperties
 
 
 @dataclass(frozen=True)

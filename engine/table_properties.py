@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine.errors import DeltaError
+from deltaplane.engine.errors import DeltaError
 
 _INTERVAL = re.compile(
     r"^\s*(?:interval\s+)?(-?\d+)\s*(nanoseconds?|microseconds?|milliseconds?|seconds?|minutes?|"

@@ -34,16 +34,16 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.actions import Metadata, Protocol
-from engine.errors import MissingLogVersionError
-from engine.log.commits import DV_TYPE
-from engine.log.files import commit_key
-from engine.log.replay import canonical_paths, normalize_partition_values
-from engine.log.segment import list_log
-from engine.schema import parse_schema, partition_physical_names
-from engine.snapshot import load_table_config, read_commit
-from engine.stats import parse_file_stats
-from engine.storage.base import ObjectStore
+from deltaplane.engine.actions import Metadata, Protocol
+from deltaplane.engine.errors import MissingLogVersionError
+from deltaplane.engine.log.commits import DV_TYPE
+from deltaplane.engine.log.files import commit_key
+from deltaplane.engine.log.replay import canonical_paths, normalize_partition_values
+from deltaplane.engine.log.segment import list_log
+from deltaplane.engine.schema import parse_schema, partition_physical_names
+from deltaplane.engine.snapshot import load_table_config, read_commit
+from deltaplane.engine.stats import parse_file_stats
+from deltaplane.engine.storage.base import ObjectStore
 
 # The live-file columns a reader of added files needs.
 FILE_COLUMNS = ("path", "partition_values", "size", "modification_time", "stats", "deletion_vector")

@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.actions import (
+from deltaplane.engine.actions import (
     Add,
     AddCDCFile,
     CommitInfo,
@@ -39,16 +39,16 @@ from engine.actions import (
     Txn,
     action_to_json_line,
 )
-from engine.checkpoint_writer import write_checkpoint
-from engine.conflicts import (
+from deltaplane.engine.checkpoint_writer import write_checkpoint
+from deltaplane.engine.conflicts import (
     ISOLATION_LEVELS,
     SNAPSHOT_ISOLATION,
     WRITE_SERIALIZABLE,
     TransactionSummary,
     check_conflicts,
 )
-from engine.deletion_vectors import dv_file_key
-from engine.errors import (
+from deltaplane.engine.deletion_vectors import dv_file_key
+from deltaplane.engine.errors import (
     CommitConflictError,
     ConcurrentTransactionError,
     ConcurrentVacuumError,
@@ -58,15 +58,15 @@ from engine.errors import (
     ObjectNotFoundError,
     TableExistsError,
 )
-from engine.expressions.tree import Expr
-from engine.log.commits import LogActions, parse_log_json
-from engine.log.files import LOG_DIR, LogFile, LogFileKind, commit_key, parse_log_file_name
-from engine.log.replay import canonical_paths
-from engine.snapshot import Snapshot, advance_snapshot, update_snapshot
-from engine.storage import missing_objects
-from engine.storage.base import ObjectStore
-from engine.table_properties import TableProperties
-from engine.work import WorkKey
+from deltaplane.engine.expressions.tree import Expr
+from deltaplane.engine.log.commits import LogActions, parse_log_json
+from deltaplane.engine.log.files import LOG_DIR, LogFile, LogFileKind, commit_key, parse_log_file_name
+from deltaplane.engine.log.replay import canonical_paths
+from deltaplane.engine.snapshot import Snapshot, advance_snapshot, update_snapshot
+from deltaplane.engine.storage import missing_objects
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_properties import TableProperties
+from deltaplane.engine.work import WorkKey
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.errors import DataFileError
+from deltaplane.engine.errors import DataFileError
 
 VARIANT_NULL = b"\x00"
 

@@ -27,10 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import DeltaError, InvalidArgumentError
-from engine.log.files import commit_key
-from engine.log.segment import list_log
-from engine.snapshot import Snapshot, read_commit
+from deltaplane.engine.errors import DeltaError, InvalidArgumentError
+from deltaplane.engine.log.files import commit_key
+from deltaplane.engine.log.segment import list_log
+from deltaplane.engine.snapshot import Snapshot, read_commit
 
 PREFIX = "deltaplane"
 NAMED_VERSION = 1  # content-named keys record this version: present means done

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine.errors import InvalidArgumentError, SchemaMismatchError, TableExistsError
-from engine.table import DeltaTable
-from engine.transaction import CommitResult, commit_metadata_scope
+from deltaplane.engine.errors import InvalidArgumentError, SchemaMismatchError, TableExistsError
+from deltaplane.engine.table import DeltaTable
+from deltaplane.engine.transaction import CommitResult, commit_metadata_scope
 
 MODES = ("error", "append", "overwrite", "ignore")
 
@@ -112,7 +112,7 @@ def _create(uri: str, data: Any, *, partition_by, predicate, storage_options, **
         return result
     # replaceWhere on a new table: create it empty (schema from the data), then overwrite, so
     # the rows are checked against the predicate as for an existing table.
-    from engine.inputs import as_reader
+    from deltaplane.engine.inputs import as_reader
 
     reader = as_reader(data)
     table = DeltaTable.create(

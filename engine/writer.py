@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.actions import Add
-from engine.partitions import partition_directory, serialize_partition_value
-from engine.schema import (
+from deltaplane.engine.actions import Add
+from deltaplane.engine.partitions import partition_directory, serialize_partition_value
+from deltaplane.engine.schema import (
     ArrayType,
     DataType,
     MapType,
@@ -32,8 +32,8 @@ from engine.schema import (
     StructType,
     to_arrow_type,
 )
-from engine.stats import StatsCollector, StatsLeaf
-from engine.storage.base import ObjectStore, PendingObject
+from deltaplane.engine.stats import StatsCollector, StatsLeaf
+from deltaplane.engine.storage.base import ObjectStore, PendingObject
 
 MiB = 1 << 20
 DEFAULT_TARGET_FILE_SIZE = 128 * MiB

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 def register(spark) -> None:
     """Register the ``deltaplane`` data source on ``spark``."""
-    from spark_jobs.datasource import DeltaplaneDataSource
+    from deltaplane.spark_jobs.datasource import DeltaplaneDataSource
 
     spark.dataSource.register(DeltaplaneDataSource)
 

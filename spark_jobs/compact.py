@@ -2,9 +2,9 @@
 one transaction with ``dataChange=false``.
 
     spark-submit ... spark_jobs/compact.py --table s3://lake/trips --target-size 128m
-    python -m spark_jobs.compact --table /lake/trips --zorder sourceIP,destIP
-    python -m spark_jobs.compact --table /lake/trips --dry-run --write-plan /tmp/plan.json
-    python -m spark_jobs.compact --table /lake/trips --plan /tmp/plan.json
+    python -m deltaplane.spark_jobs.compact --table /lake/trips --zorder sourceIP,destIP
+    python -m deltaplane.spark_jobs.compact --table /lake/trips --dry-run --write-plan /tmp/plan.json
+    python -m deltaplane.spark_jobs.compact --table /lake/trips --plan /tmp/plan.json
 
 With ``--plan`` the job plans nothing: it rewrites the bins of a plan made elsewhere (by
 ``--dry-run --write-plan``, or by the Airflow compaction operator, which hands over the plan it
@@ -26,8 +26,8 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from engine import DeltaTable
-from engine.commands.optimize import (
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.commands.optimize import (
     OptimizeBin,
     OptimizePlan,
     bin_tasks,
@@ -36,10 +36,10 @@ from engine.commands.optimize import (
     plan_optimize,
     run_bin_task,
 )
-from engine.storage.base import ObjectStore
-from engine.transaction import app_transaction_scope, commit_metadata_scope
-from spark_jobs import job
-from spark_jobs.options import parse_size
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.transaction import app_transaction_scope, commit_metadata_scope
+from deltaplane.spark_jobs import job
+from deltaplane.spark_jobs.options import parse_size
 
 DEFAULT_MAX_TASK_BYTES = 1 << 30
 DEFAULT_MIN_FILES = 2
@@ -86,7 +86,7 @@ def plan_from_json(doc: Mapping, uri: str, storage_options: Mapping[str, str] | 
     import pyarrow.compute as pc
 
     if not isinstance(doc, Mapping) or doc.get("format") != PLAN_FORMAT:
-        raise job.JobError(f"not an OPTIMIZE plan (no \"format\": \"{PLAN_FORMAT}\")")
+        raise job.JobError(f'not an OPTIMIZE plan (no "format": "{PLAN_FORMAT}")')
     if doc.get("formatVersion") != PLAN_FORMAT_VERSION:
         raise job.JobError(f"OPTIMIZE plan format version {doc.get('formatVersion')!r} is not supported")
     try:
@@ -133,7 +133,7 @@ def plan_from_json(doc: Mapping, uri: str, storage_options: Mapping[str, str] | 
 def _plan_location(store: ObjectStore, location: str) -> tuple[ObjectStore, str]:
     """The store and key of a plan file: a URI or an absolute path (the table's storage options
     apply under the table), or a path relative to the working directory."""
-    from engine.storage import resolve_location
+    from deltaplane.engine.storage import resolve_location
 
     if "://" not in location and not location.startswith("/"):
         location = os.path.abspath(location)
@@ -154,7 +154,7 @@ def save_plan(plan: OptimizePlan, store: ObjectStore, location: str | None = Non
 
 
 def load_plan(table: DeltaTable, location: str) -> OptimizePlan:
-    from engine.errors import ObjectNotFoundError
+    from deltaplane.engine.errors import ObjectNotFoundError
 
     store, key = _plan_location(table.snapshot.store, location)
     try:
@@ -197,7 +197,7 @@ def _rewrite(task) -> list[dict]:
 
 
 def main(args) -> dict:
-    from engine.actions import Add
+    from deltaplane.engine.actions import Add
 
     start = time.perf_counter()
     options = job.storage_options(args)
@@ -243,7 +243,7 @@ def main(args) -> dict:
         rdd = spark.sparkContext.parallelize(small, len(small))
         adds += [a for group in rdd.map(_rewrite).collect() for a in group]
     if large:
-        from spark_jobs.zorder import zorder_partition
+        from deltaplane.spark_jobs.zorder import zorder_partition
 
         for task in large:
             adds += zorder_partition(spark, task)

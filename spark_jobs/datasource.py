@@ -34,14 +34,20 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType as SparkStructType
 
-from engine.actions import Add
-from engine.commands.staged import StagedWrite, commit_write, plan_write, write_files, write_manifest
-from engine.errors import DeltaError
-from engine.expressions.tree import Expr
-from engine.portable import PortableSnapshot
-from engine.scan import Scan
-from spark_jobs.options import ReadOptions, StreamOptions, WriteOptions
-from spark_jobs.types import arrow_schema, as_nullable, conform_batch, spark_schema
+from deltaplane.engine.actions import Add
+from deltaplane.engine.commands.staged import (
+    StagedWrite,
+    commit_write,
+    plan_write,
+    write_files,
+    write_manifest,
+)
+from deltaplane.engine.errors import DeltaError
+from deltaplane.engine.expressions.tree import Expr
+from deltaplane.engine.portable import PortableSnapshot
+from deltaplane.engine.scan import Scan
+from deltaplane.spark_jobs.options import ReadOptions, StreamOptions, WriteOptions
+from deltaplane.spark_jobs.types import arrow_schema, as_nullable, conform_batch, spark_schema
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +80,12 @@ class DeltaplaneDataSource(DataSource):
         return DeltaplaneWriter(WriteOptions.parse(self.options), schema, overwrite)
 
     def streamReader(self, schema: SparkStructType):
-        from spark_jobs.streaming import DeltaplaneStreamReader
+        from deltaplane.spark_jobs.streaming import DeltaplaneStreamReader
 
         return DeltaplaneStreamReader(StreamOptions.parse(self.options), schema)
 
     def streamWriter(self, schema: SparkStructType, overwrite: bool):
-        from spark_jobs.streaming import DeltaplaneStreamWriter
+        from deltaplane.spark_jobs.streaming import DeltaplaneStreamWriter
 
         return DeltaplaneStreamWriter(WriteOptions.parse(self.options), schema, overwrite)
 

@@ -1,8 +1,8 @@
 """DELETE and UPDATE at scale with Spark: tasks find and change matching rows, the driver writes
 the deletion vectors and commits.
 
-    python -m spark_jobs.dml --table s3://lake/users --delete "user_id IN (17, 42)"
-    python -m spark_jobs.dml --table /lake/users --update "country = 'UK'" --set "country='GB'"
+    python -m deltaplane.spark_jobs.dml --table s3://lake/users --delete "user_id IN (17, 42)"
+    python -m deltaplane.spark_jobs.dml --table /lake/users --update "country = 'UK'" --set "country='GB'"
 
 The engine plans on the driver (candidate files by partition pruning and statistics, the
 strategy: deletion vectors when the table enables them), each task takes about
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import time
 
-from engine import DeltaTable
-from engine.commands.dml import change_files, commit_row_level, plan_row_level
-from engine.portable import PortableSnapshot
-from engine.transaction import app_transaction_scope, commit_metadata_scope
-from spark_jobs import job
-from spark_jobs.options import parse_size
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.commands.dml import change_files, commit_row_level, plan_row_level
+from deltaplane.engine.portable import PortableSnapshot
+from deltaplane.engine.transaction import app_transaction_scope, commit_metadata_scope
+from deltaplane.spark_jobs import job
+from deltaplane.spark_jobs.options import parse_size
 
 DEFAULT_TASK_BYTES = 256 << 20
 

@@ -1,6 +1,6 @@
 """Ingest landing files (CSV, JSON lines, Parquet; globs) into a table with Spark.
 
-    python -m spark_jobs.ingest --table s3://lake/trips --source 'landing/2026-11-22/*.csv' \\
+    python -m deltaplane.spark_jobs.ingest --table s3://lake/trips --source 'landing/2026-11-22/*.csv' \\
         --partition-by pickup_date --app-id ingest.trips --app-version 20261122
 
 ``--stage MANIFEST`` writes the data files and a staged-commit manifest there, and commits
@@ -25,11 +25,11 @@ import os
 import uuid
 from urllib.parse import unquote, urlsplit
 
-from engine import DeltaTable
-from engine.commands.staged import read_manifest, write_manifest
-from engine.errors import TableNotFoundError
-from engine.work import WorkKey
-from spark_jobs import job
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.commands.staged import read_manifest, write_manifest
+from deltaplane.engine.errors import TableNotFoundError
+from deltaplane.engine.work import WorkKey
+from deltaplane.spark_jobs import job
 
 FORMATS = ("csv", "json", "parquet")
 RUN_KEY = "deltaplaneJobRun"
@@ -177,9 +177,9 @@ def local_matches(sources: list[str]) -> list[str]:
 
 
 def source_identities(spark, df) -> list[list]:
-    """``engine.work.file_identities`` of the files Spark reads for ``df`` (size and modification
+    """``deltaplane.engine.work.file_identities`` of the files Spark reads for ``df`` (size and modification
     time from the file system Spark reads them with)."""
-    from engine.work import file_identities
+    from deltaplane.engine.work import file_identities
 
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()

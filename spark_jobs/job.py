@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from engine import errors
+from deltaplane.engine import errors
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # anything else (a bug, an unexpected Spark failure)
@@ -37,7 +37,7 @@ EXIT_NAMES = {
 }
 NOT_RETRYABLE = frozenset({EXIT_USAGE, EXIT_INPUT})  # the same input fails the same way
 
-# Object-store options as a JSON object: how ``spark_jobs.submit`` (and so Airflow) hands them to
+# Object-store options as a JSON object: how ``deltaplane.spark_jobs.submit`` (and so Airflow) hands them to
 # a job. An environment is readable only by its user and root; a command line is shown by ``ps``
 # to every user and copied by Spark into its logs and event logs.
 STORAGE_OPTIONS_ENV = "DELTAPLANE_STORAGE_OPTIONS"
@@ -75,7 +75,7 @@ def key_values(items: list[str] | None, what: str) -> dict[str, str]:
 
 
 def parser(name: str, description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"spark_jobs.{name}", description=description)
+    p = argparse.ArgumentParser(prog=f"deltaplane.spark_jobs.{name}", description=description)
     p.add_argument("--table", required=True, help="the Delta table's URI (a path, file:, s3://)")
     p.add_argument("--master", help="Spark master URL (default: spark-submit's, $SPARK_MASTER or local[2])")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration (repeatable)")
@@ -95,8 +95,8 @@ def parser(name: str, description: str) -> argparse.ArgumentParser:
 
 
 def work_key(args):
-    """The ``engine.work.WorkKey`` given with ``--app-id``/``--app-version`` (``None``: none)."""
-    from engine.work import WorkKey
+    """The ``deltaplane.engine.work.WorkKey`` given with ``--app-id``/``--app-version`` (``None``: none)."""
+    from deltaplane.engine.work import WorkKey
 
     if (args.app_id is None) != (args.app_version is None):
         raise JobError("--app-id and --app-version go together", EXIT_USAGE)
@@ -110,9 +110,9 @@ def app_transaction(args) -> tuple[str | None, int | None]:
 
 def already_done(table, key) -> dict | None:
     """The metrics of a job whose work the table (``None``: none yet) already holds
-    (``engine.work.find_applied``, the same check the Airflow operators make): the version
+    (``deltaplane.engine.work.find_applied``, the same check the Airflow operators make): the version
     holding it, else ``None``."""
-    from engine.work import find_applied
+    from deltaplane.engine.work import find_applied
 
     applied = find_applied(table.snapshot, key) if table is not None else None
     if applied is None:
@@ -155,7 +155,7 @@ def classify(error: BaseException) -> tuple[int, str]:
 def _message(error: BaseException) -> str:
     """The useful line of an error: for a Spark failure, the Python exception raised in the task."""
     text = str(error)
-    found = re.findall(r"(?m)^((?:engine\.errors\.)?\w+Error: .+)$", text)
+    found = re.findall(r"(?m)^((?:deltaplane\.engine\.errors\.)?\w+Error: .+)$", text)
     return (found[-1] if found else text.strip().splitlines()[0] if text.strip() else repr(error))[:2000]
 
 
@@ -185,14 +185,14 @@ def run(name: str, argparser: argparse.ArgumentParser, main: Callable[[Any], dic
 
 
 def spark_session(args, name: str):
-    from spark_jobs.session import get_spark
+    from deltaplane.spark_jobs.session import get_spark
 
     return get_spark(args.master, app_name=f"deltaplane-{name}", conf=key_values(args.conf, "--conf"))
 
 
 def storage_options(args) -> dict[str, str]:
     """The object-store options: the JSON object in ``$DELTAPLANE_STORAGE_OPTIONS`` (how
-    ``spark_jobs.submit`` passes them), then ``--storage-option`` flags, which win."""
+    ``deltaplane.spark_jobs.submit`` passes them), then ``--storage-option`` flags, which win."""
     options: dict[str, str] = {}
     text = os.environ.get(STORAGE_OPTIONS_ENV)
     if text:

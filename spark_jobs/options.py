@@ -11,7 +11,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from engine.errors import InvalidArgumentError
+from deltaplane.engine import units
+from deltaplane.engine.errors import InvalidArgumentError
 
 STORAGE_PREFIX = "storage."
 DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024  # as spark.sql.files.maxPartitionBytes
@@ -46,28 +47,14 @@ def _int(options: dict[str, str], name: str, *, minimum: int = 0) -> int | None:
 
 
 def _size(options: dict[str, str], name: str) -> int | None:
-    """A byte count: a plain number or with a unit (``512k``, ``64m``, ``1g``, ``1gb``)."""
+    """A byte count option (``134217728``, ``128m``, ``128MiB``); ``None`` when not given."""
     value = options.get(name.lower())
-    if value is None or value == "":
-        return None
-    text = value.strip().lower().removesuffix("b")
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    scale = units.get(text[-1:], 1)
-    digits = text[:-1] if text[-1:] in units else text
-    try:
-        number = int(float(digits) * scale)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"option {name} must be a size such as 134217728 or 128m, got {value!r}"
-        ) from None
-    if number <= 0:
-        raise InvalidArgumentError(f"option {name} must be positive, got {value!r}")
-    return number
+    return None if value is None or value == "" else units.parse_size(value, f"option {name}")
 
 
 def parse_size(text: str | None, what: str = "size") -> int | None:
-    """A byte count given on a command line or as an option (``134217728``, ``128m``, ``1g``)."""
-    return _size({what.lower(): text}, what) if text else None
+    """A byte count given on a command line (``134217728``, ``128m``, ``1g``); ``None`` if absent."""
+    return units.parse_size(text, what) if text else None
 
 
 def _path(options: dict[str, str]) -> str:
@@ -115,7 +102,7 @@ class ReadOptions(TableOptions):
         return replace(self, version=version, timestamp=None)
 
     def open(self):
-        from engine import DeltaTable
+        from deltaplane.engine import DeltaTable
 
         return DeltaTable(
             self.uri, version=self.version, timestamp=self.timestamp, storage_options=self.storage_options

@@ -47,7 +47,7 @@ def get_spark(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    from spark_jobs import register
+    from deltaplane.spark_jobs import register
 
     register(spark)
     return spark

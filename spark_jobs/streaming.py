@@ -38,16 +38,16 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType as SparkStructType
 
-from engine.commands.staged import commit_write, write_files
-from engine.errors import DeltaError
-from engine.log.segment import list_log
-from engine.portable import PortableSnapshot
-from engine.snapshot import Snapshot, files_snapshot, load_snapshot, load_table_config
-from engine.storage import open_store
-from engine.tail import FILE_COLUMNS, CommitChanges, commit_changes
-from spark_jobs.datasource import FilesPartition, FilesWritten, plan_for, read_partition
-from spark_jobs.options import DEFAULT_PARTITION_BYTES, StreamOptions, WriteOptions
-from spark_jobs.types import spark_schema
+from deltaplane.engine.commands.staged import commit_write, write_files
+from deltaplane.engine.errors import DeltaError
+from deltaplane.engine.log.segment import list_log
+from deltaplane.engine.portable import PortableSnapshot
+from deltaplane.engine.snapshot import Snapshot, files_snapshot, load_snapshot, load_table_config
+from deltaplane.engine.storage import open_store
+from deltaplane.engine.tail import FILE_COLUMNS, CommitChanges, commit_changes
+from deltaplane.spark_jobs.datasource import FilesPartition, FilesWritten, plan_for, read_partition
+from deltaplane.spark_jobs.options import DEFAULT_PARTITION_BYTES, StreamOptions, WriteOptions
+from deltaplane.spark_jobs.types import spark_schema
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 ``spark_submit_command("compact", ["--table", uri], master="spark://127.0.0.1:7077")`` builds the
 ``spark-submit`` command line (the wheel's own ``spark-submit``, the master URL, ``--py-files``
-with a zip of ``engine`` and ``spark_jobs`` built on the fly so every Python worker can import
+with a zip of ``deltaplane.engine`` and ``deltaplane.spark_jobs`` built on the fly so every worker can import
 them, this interpreter for the driver and the workers, extra ``--conf``); ``submit`` runs it with
 a time limit and parses the job's JSON metrics line; ``start_submit`` starts it and returns a
 ``SparkSubmission`` to wait for or stop. The Airflow operators call the same functions.
@@ -18,7 +18,7 @@ a time limit and parses the job's JSON metrics line; ``start_submit`` starts it 
 
 From a shell::
 
-    python -m spark_jobs.submit compact --master spark://127.0.0.1:7077 -- --table s3://lake/t
+    python -m deltaplane.spark_jobs.submit compact --master spark://127.0.0.1:7077 -- --table s3://lake/t
 
 (everything after ``--`` is passed to the job; put secrets in ``$DELTAPLANE_STORAGE_OPTIONS``,
 not in ``--storage-option``).
@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from spark_jobs.job import STORAGE_OPTIONS_ENV
+from deltaplane.spark_jobs.job import STORAGE_OPTIONS_ENV
 
 JOBS = ("ingest", "compact", "dml")
 PACKAGES = ("engine", "spark_jobs")
@@ -60,12 +60,13 @@ def spark_home() -> Path:
 
 
 def build_package(directory: str | os.PathLike | None = None) -> Path:
-    """A zip of the ``engine`` and ``spark_jobs`` packages for ``--py-files``; named by a hash
-    of its contents, so an unchanged tree reuses the zip it built before."""
+    """A zip of ``deltaplane.engine`` and ``deltaplane.spark_jobs`` (``deltaplane/`` a namespace
+    package in it) for ``--py-files``; named by a hash of its contents, so an unchanged tree reuses
+    the zip it built before."""
     files = sorted(
         p for package in PACKAGES for p in (_ROOT / package).rglob("*.py") if "__pycache__" not in p.parts
     )
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(b"deltaplane/")  # the layout inside the zip
     for path in files:
         digest.update(str(path.relative_to(_ROOT)).encode())
         digest.update(path.read_bytes())
@@ -78,7 +79,7 @@ def build_package(directory: str | os.PathLike | None = None) -> Path:
         partial = target.with_suffix(f".{os.getpid()}.tmp")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
             for path in files:
-                zf.write(path, str(path.relative_to(_ROOT)))
+                zf.write(path, f"deltaplane/{path.relative_to(_ROOT)}")
         os.replace(partial, target)
     return target
 
@@ -403,7 +404,7 @@ def parse_metrics(stdout: str) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="spark_jobs.submit", description="Submit a deltaplane job with spark-submit."
+        prog="deltaplane.spark_jobs.submit", description="Submit a deltaplane job with spark-submit."
     )
     p.add_argument("job", choices=JOBS)
     p.add_argument("--master", required=True, help="e.g. spark://127.0.0.1:7077 or local[2]")
@@ -434,7 +435,9 @@ def main(argv=None) -> int:
             on_stderr=lambda line: print(line, file=sys.stderr, flush=True),
         )
     except subprocess.TimeoutExpired:
-        print(f"spark_jobs.{args.job} did not finish in {args.timeout:g} s: stopped", file=sys.stderr)
+        print(
+            f"deltaplane.spark_jobs.{args.job} did not finish in {args.timeout:g} s: stopped", file=sys.stderr
+        )
         return 1
     print(json.dumps(result.metrics) if result.metrics else result.stdout, flush=True)
     return result.returncode if result.returncode >= 0 else 128 - result.returncode

@@ -17,10 +17,10 @@ import json
 import numpy as np
 import pyarrow as pa
 
-from engine.commands.optimize import BinTask, write_rows_for_bin
-from engine.commands.zorder import bits_per_column, interleave, scale_ranks
-from spark_jobs.datasource import FilesPartition, read_partition
-from spark_jobs.types import spark_schema
+from deltaplane.engine.commands.optimize import BinTask, write_rows_for_bin
+from deltaplane.engine.commands.zorder import bits_per_column, interleave, scale_ranks
+from deltaplane.spark_jobs.datasource import FilesPartition, read_partition
+from deltaplane.spark_jobs.types import spark_schema
 
 KEY = "__deltaplane_zkey"
 RANK = "__deltaplane_rank_{}"

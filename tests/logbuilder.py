@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.storage.base import ObjectStore
+from deltaplane.engine.storage.base import ObjectStore
 
 SIMPLE_SCHEMA = {
     "type": "struct",

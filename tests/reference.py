@@ -7,7 +7,7 @@ import re
 
 from hypothesis import strategies as st
 
-from engine.expressions.tree import (
+from deltaplane.engine.expressions.tree import (
     And,
     BinaryOp,
     Cast,

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 def append_rows(uri: str, worker: int, appends: int, storage_options: dict | None = None) -> list[int]:
     """Append ``appends`` single-batch commits with ids unique to this worker; return versions."""
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     table = DeltaTable(uri, storage_options=storage_options)
     versions = []
@@ -25,8 +25,8 @@ def append_rows(uri: str, worker: int, appends: int, storage_options: dict | Non
 
 def append_then_die_before_commit(uri: str) -> None:
     """Write data files for an append, then die where the commit would happen."""
-    from engine import DeltaTable
-    from engine.transaction import Transaction
+    from deltaplane.engine import DeltaTable
+    from deltaplane.engine.transaction import Transaction
 
     def die(self, *args, **kwargs):
         sys.stdout.flush()
@@ -42,8 +42,8 @@ def checkpoint_then_die_midway(uri: str) -> None:
     """Start writing a checkpoint and die after its first batch."""
     import pyarrow.parquet as pq
 
-    from engine.checkpoint_writer import write_checkpoint
-    from engine.storage import open_store
+    from deltaplane.engine.checkpoint_writer import write_checkpoint
+    from deltaplane.engine.storage import open_store
 
     original = pq.ParquetWriter.write_batch
 
@@ -53,7 +53,7 @@ def checkpoint_then_die_midway(uri: str) -> None:
 
     pq.ParquetWriter.write_batch = write_then_die
     store = open_store(uri)
-    from engine.snapshot import load_snapshot
+    from deltaplane.engine.snapshot import load_snapshot
 
     write_checkpoint(store, load_snapshot(store).version)
 

@@ -20,28 +20,28 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.actions import Metadata
-from engine.commands.write import assign_column_mapping, union_protocol
-from engine.enforcement import check_constraints, table_constraints
-from engine.errors import (
+from deltaplane.engine.actions import Metadata
+from deltaplane.engine.commands.write import assign_column_mapping, union_protocol
+from deltaplane.engine.enforcement import check_constraints, table_constraints
+from deltaplane.engine.errors import (
     ConstraintViolationError,
     InvalidArgumentError,
     SchemaError,
     TableReadOnlyError,
 )
-from engine.expressions.tree import columns as expr_columns
-from engine.scan import ScanBuilder
-from engine.schema import StructField, StructType, from_arrow_schema, parse_schema
-from engine.snapshot import Snapshot
-from engine.storage.base import ObjectStore
-from engine.table_features import (
+from deltaplane.engine.expressions.tree import columns as expr_columns
+from deltaplane.engine.scan import ScanBuilder
+from deltaplane.engine.schema import StructField, StructType, from_arrow_schema, parse_schema
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_features import (
     check_write_supported,
     minimal_protocol,
     requested_features,
     table_configuration,
 )
-from engine.table_properties import TableProperties, check_property_names
-from engine.transaction import CommitResult, Transaction
+from deltaplane.engine.table_properties import TableProperties, check_property_names
+from deltaplane.engine.transaction import CommitResult, Transaction
 
 CONSTRAINT_PREFIX = "delta.constraints."
 # Properties that a table's own machinery maintains; setting them by hand breaks it.

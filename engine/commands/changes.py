@@ -17,24 +17,29 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.actions import DeletionVectorDescriptor
-from engine.commands.write import CHANGE_TYPE
-from engine.deletion_vectors import keep_mask, read_deletion_vector
-from engine.errors import (
+from deltaplane.engine.actions import DeletionVectorDescriptor
+from deltaplane.engine.commands.write import CHANGE_TYPE
+from deltaplane.engine.deletion_vectors import keep_mask, read_deletion_vector
+from deltaplane.engine.errors import (
     DeltaError,
     InvalidArgumentError,
     TimestampOutOfRangeError,
     VersionNotFoundError,
 )
-from engine.log.commits import LogActions
-from engine.log.replay import canonical_paths, normalize_partition_values
-from engine.log.segment import earliest_available_version, list_log
-from engine.log.timestamps import commit_timestamp, file_timestamps, to_millis, version_at_timestamp
-from engine.scan import Scan
-from engine.schema import PrimitiveType, StructField, StructType, partition_physical_names
-from engine.snapshot import Snapshot, load_snapshot, load_table_config, read_commit
-from engine.storage.base import ObjectStore
-from engine.table_properties import TableProperties
+from deltaplane.engine.log.commits import LogActions
+from deltaplane.engine.log.replay import canonical_paths, normalize_partition_values
+from deltaplane.engine.log.segment import earliest_available_version, list_log
+from deltaplane.engine.log.timestamps import (
+    commit_timestamp,
+    file_timestamps,
+    to_millis,
+    version_at_timestamp,
+)
+from deltaplane.engine.scan import Scan
+from deltaplane.engine.schema import PrimitiveType, StructField, StructType, partition_physical_names
+from deltaplane.engine.snapshot import Snapshot, load_snapshot, load_table_config, read_commit
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_properties import TableProperties
 
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
@@ -163,7 +168,7 @@ def _cdf_enabled(store: ObjectStore, version: int) -> bool:
 
 
 def _output_schema(snapshot: Snapshot, change_schema: StructType) -> pa.Schema:
-    from engine.schema import to_arrow_schema
+    from deltaplane.engine.schema import to_arrow_schema
 
     base = to_arrow_schema(change_schema)
     return pa.schema(

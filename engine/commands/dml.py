@@ -26,20 +26,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.actions import Add, AddCDCFile
-from engine.commands.write import CHANGE_TYPE, WriteContext, remove_action
-from engine.deletion_vectors import DeletionVectorWriter, deserialize_bitmap, serialize_bitmap, union_rows
-from engine.enforcement import check_constraints, conform_table, table_constraints
-from engine.errors import DeltaError, InvalidArgumentError, InvalidPredicateError
-from engine.expressions.arrow import evaluate
-from engine.expressions.bind import bind, bind_predicate
-from engine.expressions.parser import parse_expression, parse_predicate
-from engine.expressions.tree import Expr, columns
-from engine.scan import FileRows, Scan, file_keep_mask
-from engine.snapshot import Snapshot
-from engine.storage.base import ObjectStore
-from engine.table_features import reader_features
-from engine.transaction import CommitResult
+from deltaplane.engine.actions import Add, AddCDCFile
+from deltaplane.engine.commands.write import CHANGE_TYPE, WriteContext, remove_action
+from deltaplane.engine.deletion_vectors import (
+    DeletionVectorWriter,
+    deserialize_bitmap,
+    serialize_bitmap,
+    union_rows,
+)
+from deltaplane.engine.enforcement import check_constraints, conform_table, table_constraints
+from deltaplane.engine.errors import DeltaError, InvalidArgumentError, InvalidPredicateError
+from deltaplane.engine.expressions.arrow import evaluate
+from deltaplane.engine.expressions.bind import bind, bind_predicate
+from deltaplane.engine.expressions.parser import parse_expression, parse_predicate
+from deltaplane.engine.expressions.tree import Expr, columns
+from deltaplane.engine.scan import FileRows, Scan, file_keep_mask
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_features import reader_features
+from deltaplane.engine.transaction import CommitResult
 
 DELETION_VECTORS = "deletion_vectors"
 COPY_ON_WRITE = "copy_on_write"
@@ -424,7 +429,7 @@ def update_matching_rows(
 
 def _row_count(files: pa.Table) -> int:
     """Surviving rows of whole files, from their statistics and deletion vectors."""
-    from engine.stats import parse_file_stats
+    from deltaplane.engine.stats import parse_file_stats
 
     if files.num_rows == 0:
         return 0

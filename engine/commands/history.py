@@ -10,10 +10,10 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from engine.errors import CorruptLogError, ObjectNotFoundError
-from engine.log.segment import list_log
-from engine.log.timestamps import file_timestamps
-from engine.storage.base import ObjectStore
+from deltaplane.engine.errors import CorruptLogError, ObjectNotFoundError
+from deltaplane.engine.log.segment import list_log
+from deltaplane.engine.log.timestamps import file_timestamps
+from deltaplane.engine.storage.base import ObjectStore
 
 _HEAD_BYTES = 64 << 10  # commitInfo leads a commit; a million-file commit is not read for it
 

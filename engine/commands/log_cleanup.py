@@ -38,14 +38,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.errors import CorruptLogError, InvalidArgumentError, ObjectNotFoundError, RetentionTooShortError
-from engine.log.checkpoints import Checkpoint, read_checkpoint_config
-from engine.log.files import LOG_DIR, SIDECAR_DIR, LogFile, LogFileKind, parse_log_file_name
-from engine.log.timestamps import monotonize, read_in_commit_timestamp
-from engine.snapshot import Snapshot
-from engine.storage.base import ObjectMeta, ObjectStore
-from engine.table_features import writer_features
-from engine.table_properties import TableProperties
+from deltaplane.engine.errors import (
+    CorruptLogError,
+    InvalidArgumentError,
+    ObjectNotFoundError,
+    RetentionTooShortError,
+)
+from deltaplane.engine.log.checkpoints import Checkpoint, read_checkpoint_config
+from deltaplane.engine.log.files import LOG_DIR, SIDECAR_DIR, LogFile, LogFileKind, parse_log_file_name
+from deltaplane.engine.log.timestamps import monotonize, read_in_commit_timestamp
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.storage.base import ObjectMeta, ObjectStore
+from deltaplane.engine.table_features import writer_features
+from deltaplane.engine.table_properties import TableProperties
 
 log = logging.getLogger(__name__)
 

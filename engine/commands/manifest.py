@@ -52,15 +52,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.actions import Metadata
-from engine.errors import DeltaError, ObjectNotFoundError, UnsupportedOperationError
-from engine.log.replay import canonical_paths, file_keys
-from engine.partitions import escape_partition_path_component
-from engine.schema import parse_schema, partition_physical_names
-from engine.snapshot import Snapshot, load_snapshot, load_table_config
-from engine.storage.base import ObjectStore
-from engine.table_properties import TableProperties
-from engine.transaction import CommitResult
+from deltaplane.engine.actions import Metadata
+from deltaplane.engine.errors import DeltaError, ObjectNotFoundError, UnsupportedOperationError
+from deltaplane.engine.log.replay import canonical_paths, file_keys
+from deltaplane.engine.partitions import escape_partition_path_component
+from deltaplane.engine.schema import parse_schema, partition_physical_names
+from deltaplane.engine.snapshot import Snapshot, load_snapshot, load_table_config
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_properties import TableProperties
+from deltaplane.engine.transaction import CommitResult
 
 log = logging.getLogger(__name__)
 

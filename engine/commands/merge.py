@@ -34,14 +34,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.commands.dml import RowLevelChange, _ms, choose_strategy, rewrite_threshold
-from engine.commands.write import WriteContext
-from engine.enforcement import conform_table
-from engine.errors import DeltaError, InvalidPredicateError, SchemaMismatchError
-from engine.expressions.arrow import evaluate
-from engine.expressions.bind import bind, require_condition
-from engine.expressions.parser import parse_expression, parse_predicate
-from engine.expressions.tree import (
+from deltaplane.engine.commands.dml import RowLevelChange, _ms, choose_strategy, rewrite_threshold
+from deltaplane.engine.commands.write import WriteContext
+from deltaplane.engine.enforcement import conform_table
+from deltaplane.engine.errors import DeltaError, InvalidPredicateError, SchemaMismatchError
+from deltaplane.engine.expressions.arrow import evaluate
+from deltaplane.engine.expressions.bind import bind, require_condition
+from deltaplane.engine.expressions.parser import parse_expression, parse_predicate
+from deltaplane.engine.expressions.tree import (
     And,
     Column,
     Comparison,
@@ -52,12 +52,12 @@ from engine.expressions.tree import (
     conjuncts,
     transform,
 )
-from engine.inputs import as_reader, delta_schema
-from engine.scan import Scan, file_keep_mask
-from engine.schema import DataType, StructField, StructType, to_arrow_type
-from engine.snapshot import Snapshot
-from engine.storage.base import ObjectStore
-from engine.transaction import CommitResult, check_commit_metadata, commit_metadata_scope
+from deltaplane.engine.inputs import as_reader, delta_schema
+from deltaplane.engine.scan import Scan, file_keep_mask
+from deltaplane.engine.schema import DataType, StructField, StructType, to_arrow_type
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.transaction import CommitResult, check_commit_metadata, commit_metadata_scope
 
 MAX_IN_LIST = 1000  # above this many distinct source keys, pruning uses their range
 
@@ -91,7 +91,7 @@ class MergeBuilder:
     ):
         self._table = table
         self._commit_metadata = check_commit_metadata(commit_metadata)
-        # Any source a write takes, in the same Arrow layout (one normalisation: engine.inputs).
+        # Any source a write takes, in the same Arrow layout (one normalisation: deltaplane.engine.inputs).
         self._source = as_reader(source, table.snapshot.schema).read_all()
         self._predicate = predicate
         self._source_alias = source_alias
@@ -472,7 +472,7 @@ def _type_name(t: DataType) -> str:
 
 
 def target_schema_empty(schema: StructType) -> pa.Table:
-    from engine.schema import to_arrow_schema
+    from deltaplane.engine.schema import to_arrow_schema
 
     return to_arrow_schema(schema).empty_table()
 

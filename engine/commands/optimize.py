@@ -15,7 +15,7 @@ Planning (``plan_optimize``, pure) works on the live-file table only:
   has at least ``min_num_files`` files, or when one of its files carries a deletion vector to
   purge (``purge=True`` rewrites every file with one, as ``REORG ... APPLY (PURGE)`` does).
 * **Z-order**: every file of each partition forms one bin, re-sorted along the Z-order curve of
-  the chosen columns (``engine.commands.zorder``) and cut into target-sized files with tight
+  the chosen columns (``deltaplane.engine.commands.zorder``) and cut into target-sized files with tight
   statistics.
 
 Execution rewrites bins in parallel (``max_concurrent_bins``): compaction streams each bin file by
@@ -40,20 +40,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.actions import Add, Remove
-from engine.commands.write import WriteContext, remove_action
-from engine.commands.zorder import cut_points, key_bits, zorder_sort
-from engine.enforcement import conform_table
-from engine.errors import InvalidArgumentError, InvalidPredicateError
-from engine.expressions.bind import bind_predicate
-from engine.expressions.parser import parse_predicate
-from engine.expressions.tree import Expr, columns
-from engine.portable import PortableSnapshot
-from engine.scan import Scan, file_keep_mask
-from engine.snapshot import Snapshot
-from engine.stats import parse_file_stats
-from engine.storage.base import ObjectStore
-from engine.transaction import CommitResult
+from deltaplane.engine.actions import Add, Remove
+from deltaplane.engine.commands.write import WriteContext, remove_action
+from deltaplane.engine.commands.zorder import cut_points, key_bits, zorder_sort
+from deltaplane.engine.enforcement import conform_table
+from deltaplane.engine.errors import InvalidArgumentError, InvalidPredicateError
+from deltaplane.engine.expressions.bind import bind_predicate
+from deltaplane.engine.expressions.parser import parse_predicate
+from deltaplane.engine.expressions.tree import Expr, columns
+from deltaplane.engine.portable import PortableSnapshot
+from deltaplane.engine.scan import Scan, file_keep_mask
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.stats import parse_file_stats
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.transaction import CommitResult
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +312,7 @@ def _check_zorder_columns(snapshot: Snapshot, names: list[str]) -> list[str]:
 
 
 def _stats_paths(snapshot: Snapshot) -> set[tuple[str, ...]]:
-    from engine.stats import stats_leaves
+    from deltaplane.engine.stats import stats_leaves
 
     props = snapshot.properties
     partition = set(snapshot.partition_columns)

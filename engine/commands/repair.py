@@ -21,14 +21,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.actions import DeletionVectorDescriptor
-from engine.commands.write import WriteContext
-from engine.deletion_vectors import dv_file_key
-from engine.log.replay import canonical_paths
-from engine.snapshot import Snapshot
-from engine.storage import missing_objects
-from engine.storage.base import ObjectStore
-from engine.transaction import CommitResult
+from deltaplane.engine.actions import DeletionVectorDescriptor
+from deltaplane.engine.commands.write import WriteContext
+from deltaplane.engine.deletion_vectors import dv_file_key
+from deltaplane.engine.log.replay import canonical_paths
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.storage import missing_objects
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.transaction import CommitResult
 
 log = logging.getLogger(__name__)
 

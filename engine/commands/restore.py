@@ -50,26 +50,26 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.actions import Add, DeletionVectorDescriptor, Metadata, Protocol
-from engine.commands.manifest import check_manifest_compatible
-from engine.commands.write import WriteContext, union_protocol
-from engine.deletion_vectors import dv_file_key
-from engine.errors import (
+from deltaplane.engine.actions import Add, DeletionVectorDescriptor, Metadata, Protocol
+from deltaplane.engine.commands.manifest import check_manifest_compatible
+from deltaplane.engine.commands.write import WriteContext, union_protocol
+from deltaplane.engine.deletion_vectors import dv_file_key
+from deltaplane.engine.errors import (
     FilesMissingError,
     InvalidArgumentError,
     TableReadOnlyError,
     TimestampOutOfRangeError,
     VersionNotFoundError,
 )
-from engine.log.replay import canonical_paths, file_keys
-from engine.log.timestamps import to_millis, version_at_timestamp
-from engine.schema import parse_schema
-from engine.snapshot import Snapshot, load_snapshot
-from engine.storage import missing_objects
-from engine.storage.base import ObjectStore
-from engine.table_features import check_write_supported
-from engine.table_properties import TableProperties
-from engine.transaction import CommitResult
+from deltaplane.engine.log.replay import canonical_paths, file_keys
+from deltaplane.engine.log.timestamps import to_millis, version_at_timestamp
+from deltaplane.engine.schema import parse_schema
+from deltaplane.engine.snapshot import Snapshot, load_snapshot
+from deltaplane.engine.storage import missing_objects
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_features import check_write_supported
+from deltaplane.engine.table_properties import TableProperties
+from deltaplane.engine.transaction import CommitResult
 
 log = logging.getLogger(__name__)
 

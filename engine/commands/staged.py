@@ -34,8 +34,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.actions import Add, Metadata, Protocol
-from engine.commands.write import (
+from deltaplane.engine.actions import Add, Metadata, Protocol
+from deltaplane.engine.commands.write import (
     WriteContext,
     _check_app,
     new_table_actions,
@@ -43,8 +43,8 @@ from engine.commands.write import (
     stage_overwrite,
     writer_config,
 )
-from engine.enforcement import check_constraints, conform_table, table_constraints
-from engine.errors import (
+from deltaplane.engine.enforcement import check_constraints, conform_table, table_constraints
+from deltaplane.engine.errors import (
     ConcurrentTransactionError,
     ConstraintViolationError,
     InvalidArgumentError,
@@ -52,19 +52,19 @@ from engine.errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from engine.expressions.bind import bind_predicate
-from engine.expressions.parser import parse_predicate
-from engine.inputs import as_reader
-from engine.log.replay import reconcile_rows
-from engine.log.segment import list_log
-from engine.scan import Scan
-from engine.schema import StructType, parse_schema, partition_physical_names
-from engine.snapshot import files_snapshot, load_snapshot
-from engine.storage import open_store
-from engine.storage.base import ObjectStore
-from engine.transaction import CommitResult, Transaction, check_commit_metadata
-from engine.work import WorkKey
-from engine.writer import DataFileWriter
+from deltaplane.engine.expressions.bind import bind_predicate
+from deltaplane.engine.expressions.parser import parse_predicate
+from deltaplane.engine.inputs import as_reader
+from deltaplane.engine.log.replay import reconcile_rows
+from deltaplane.engine.log.segment import list_log
+from deltaplane.engine.scan import Scan
+from deltaplane.engine.schema import StructType, parse_schema, partition_physical_names
+from deltaplane.engine.snapshot import files_snapshot, load_snapshot
+from deltaplane.engine.storage import open_store
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.transaction import CommitResult, Transaction, check_commit_metadata
+from deltaplane.engine.work import WorkKey
+from deltaplane.engine.writer import DataFileWriter
 
 MODES = ("append", "overwrite")
 _MANIFEST_FORMAT = 1

@@ -49,10 +49,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.actions import DeletionVectorDescriptor
-from engine.commands.log_cleanup import latest_commit_at_or_before
-from engine.deletion_vectors import dv_file_key
-from engine.errors import (
+from deltaplane.engine.actions import DeletionVectorDescriptor
+from deltaplane.engine.commands.log_cleanup import latest_commit_at_or_before
+from deltaplane.engine.deletion_vectors import dv_file_key
+from deltaplane.engine.errors import (
     CommitConflictError,
     CorruptDeletionVectorError,
     DeltaError,
@@ -63,14 +63,14 @@ from engine.errors import (
     StorageError,
     UnsupportedOperationError,
 )
-from engine.log.commits import parse_log_json
-from engine.log.files import LOG_DIR, LogFile, LogFileKind, parse_log_file_name
-from engine.log.replay import canonical_paths
-from engine.log.segment import list_log
-from engine.snapshot import Snapshot, update_snapshot
-from engine.storage.base import ObjectMeta, ObjectStore
-from engine.table_features import check_write_supported, reader_features, writer_features
-from engine.transaction import CommitResult, Transaction
+from deltaplane.engine.log.commits import parse_log_json
+from deltaplane.engine.log.files import LOG_DIR, LogFile, LogFileKind, parse_log_file_name
+from deltaplane.engine.log.replay import canonical_paths
+from deltaplane.engine.log.segment import list_log
+from deltaplane.engine.snapshot import Snapshot, update_snapshot
+from deltaplane.engine.storage.base import ObjectMeta, ObjectStore
+from deltaplane.engine.table_features import check_write_supported, reader_features, writer_features
+from deltaplane.engine.transaction import CommitResult, Transaction
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.actions import Metadata, Protocol, Remove
-from engine.commands.manifest import check_manifest_compatible
-from engine.enforcement import check_constraints, check_unique_names, conform_table, table_constraints
-from engine.errors import (
+from deltaplane.engine.actions import Metadata, Protocol, Remove
+from deltaplane.engine.commands.manifest import check_manifest_compatible
+from deltaplane.engine.enforcement import (
+    check_constraints,
+    check_unique_names,
+    conform_table,
+    table_constraints,
+)
+from deltaplane.engine.errors import (
     ConstraintViolationError,
     InvalidArgumentError,
     SchemaError,
@@ -27,15 +32,15 @@ from engine.errors import (
     TableExistsError,
     TableReadOnlyError,
 )
-from engine.expressions.arrow import evaluate
-from engine.expressions.bind import bind_predicate
-from engine.expressions.parser import parse_predicate
-from engine.expressions.tree import And, Column, Comparison, Expr, IsNull, Literal, Or, columns
-from engine.inputs import as_reader
-from engine.log.segment import list_log
-from engine.partitions import parse_partition_values
-from engine.scan import Scan, file_keep_mask
-from engine.schema import (
+from deltaplane.engine.expressions.arrow import evaluate
+from deltaplane.engine.expressions.bind import bind_predicate
+from deltaplane.engine.expressions.parser import parse_predicate
+from deltaplane.engine.expressions.tree import And, Column, Comparison, Expr, IsNull, Literal, Or, columns
+from deltaplane.engine.inputs import as_reader
+from deltaplane.engine.log.segment import list_log
+from deltaplane.engine.partitions import parse_partition_values
+from deltaplane.engine.scan import Scan, file_keep_mask
+from deltaplane.engine.schema import (
     ArrayType,
     DataType,
     DecimalType,
@@ -47,20 +52,20 @@ from engine.schema import (
     merge_schemas,
     parse_schema,
 )
-from engine.snapshot import Snapshot
-from engine.stats import stats_leaves
-from engine.storage.base import ObjectStore
-from engine.table_features import (
+from deltaplane.engine.snapshot import Snapshot
+from deltaplane.engine.stats import stats_leaves
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_features import (
     check_write_supported,
     minimal_protocol,
     reader_features,
     table_configuration,
     writer_features,
 )
-from engine.table_properties import TableProperties, check_property_names
-from engine.transaction import CommitResult, Transaction
-from engine.work import WorkKey
-from engine.writer import DEFAULT_TARGET_FILE_SIZE, DataFileWriter, WriterConfig
+from deltaplane.engine.table_properties import TableProperties, check_property_names
+from deltaplane.engine.transaction import CommitResult, Transaction
+from deltaplane.engine.work import WorkKey
+from deltaplane.engine.writer import DEFAULT_TARGET_FILE_SIZE, DataFileWriter, WriterConfig
 
 CHANGE_TYPE = "_change_type"
 
@@ -174,9 +179,11 @@ def _table_schema(schema: Any) -> StructType:
     if hasattr(schema, "__arrow_c_stream__") or type(schema).__module__.split(".")[0] in ("pandas", "polars"):
         raise SchemaError(
             f"create() takes a schema (a pyarrow.Schema), not data ({what}); to create a table from "
-            "data, use engine.write_table(uri, data) or pass it as create(uri, data=...)"
+            "data, use deltaplane.engine.write_table(uri, data) or pass it as create(uri, data=...)"
         )
-    raise SchemaError(f"a table schema must be a pyarrow.Schema or an engine.schema.StructType, not {what}")
+    raise SchemaError(
+        f"a table schema must be a pyarrow.Schema or an deltaplane.engine.schema.StructType, not {what}"
+    )
 
 
 def _check_app(app_id: str | None, app_version: int | None) -> None:
@@ -460,7 +467,7 @@ def remove_action(row: dict, now: int) -> Remove:
 
 
 def _dv(value):
-    from engine.actions import DeletionVectorDescriptor
+    from deltaplane.engine.actions import DeletionVectorDescriptor
 
     return (
         DeletionVectorDescriptor.from_json({k: v for k, v in value.items() if v is not None})

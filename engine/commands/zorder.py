@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.errors import InvalidArgumentError
+from deltaplane.engine.errors import InvalidArgumentError
 
 MAX_KEY_BITS = 64
 

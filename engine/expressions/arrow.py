@@ -10,8 +10,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.errors import InvalidPredicateError
-from engine.expressions.tree import (
+from deltaplane.engine.errors import InvalidPredicateError
+from deltaplane.engine.expressions.tree import (
     And,
     BinaryOp,
     Case,
@@ -27,7 +27,13 @@ from engine.expressions.tree import (
     Not,
     Or,
 )
-from engine.schema import DecimalType, PrimitiveType, from_arrow_type, to_arrow_schema, to_arrow_type
+from deltaplane.engine.schema import (
+    DecimalType,
+    PrimitiveType,
+    from_arrow_type,
+    to_arrow_schema,
+    to_arrow_type,
+)
 
 _OPS = {
     "=": lambda a, b: a == b,

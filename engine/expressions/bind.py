@@ -12,8 +12,8 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal, InvalidOperation
 
-from engine.errors import InvalidPredicateError
-from engine.expressions.tree import (
+from deltaplane.engine.errors import InvalidPredicateError
+from deltaplane.engine.expressions.tree import (
     And,
     BinaryOp,
     Case,
@@ -29,7 +29,7 @@ from engine.expressions.tree import (
     Not,
     Or,
 )
-from engine.schema import DataType, DecimalType, PrimitiveType, StructType
+from deltaplane.engine.schema import DataType, DecimalType, PrimitiveType, StructType
 
 _INT_RANGES = {
     "byte": (-(2**7), 2**7 - 1),
@@ -165,7 +165,7 @@ class _Binder:
         """Set the node's type from what Arrow computes for it (its promotion rules are ours)."""
         from dataclasses import replace
 
-        from engine.expressions.arrow import result_type
+        from deltaplane.engine.expressions.arrow import result_type
 
         return replace(expr, dtype=result_type(expr, self.schema))
 

@@ -16,8 +16,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from engine.errors import InvalidPredicateError
-from engine.expressions.tree import (
+from deltaplane.engine.errors import InvalidPredicateError
+from deltaplane.engine.expressions.tree import (
     And,
     BinaryOp,
     Case,
@@ -33,7 +33,7 @@ from engine.expressions.tree import (
     Not,
     Or,
 )
-from engine.schema import DataType, DecimalType, PrimitiveType
+from deltaplane.engine.schema import DataType, DecimalType, PrimitiveType
 
 _COMPARISON_NODES = {
     exp.EQ: "=",

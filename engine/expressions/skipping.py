@@ -18,8 +18,8 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.expressions.arrow import evaluate, literal_scalar
-from engine.expressions.tree import (
+from deltaplane.engine.expressions.arrow import evaluate, literal_scalar
+from deltaplane.engine.expressions.tree import (
     FLIPPED,
     And,
     Column,
@@ -33,7 +33,7 @@ from engine.expressions.tree import (
     columns,
     negation_normal_form,
 )
-from engine.stats import FileStats
+from deltaplane.engine.stats import FileStats
 
 Path = tuple[str, ...]
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from engine.schema import DataType
+from deltaplane.engine.schema import DataType
 
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=", "<=>")
 FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<=", "<=>": "<=>"}

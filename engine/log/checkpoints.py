@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.actions import (
+from deltaplane.engine.actions import (
     CheckpointMetadata,
     DomainMetadata,
     Metadata,
@@ -23,18 +23,18 @@ from engine.actions import (
     Sidecar,
     Txn,
 )
-from engine.errors import CorruptCheckpointError, CorruptLogError, ObjectNotFoundError
-from engine.log.commits import (
+from deltaplane.engine.errors import CorruptCheckpointError, CorruptLogError, ObjectNotFoundError
+from deltaplane.engine.log.commits import (
     FILE_ACTION_FIELDS,
     LogActions,
     empty_file_actions,
     flat_file_actions,
     parse_log_json,
 )
-from engine.log.files import SIDECAR_DIR, LogFile, LogFileKind
-from engine.log.replay import normalize_partition_values
-from engine.schema import parse_schema, partition_physical_names
-from engine.storage.base import ObjectStore
+from deltaplane.engine.log.files import SIDECAR_DIR, LogFile, LogFileKind
+from deltaplane.engine.log.replay import normalize_partition_values
+from deltaplane.engine.schema import parse_schema, partition_physical_names
+from deltaplane.engine.storage.base import ObjectStore
 
 _ADD_FIELDS = [
     "path",

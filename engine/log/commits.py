@@ -3,14 +3,14 @@
 A commit holds a handful of non-file actions (commitInfo, metaData, protocol, txn, ...) and up
 to millions of add/remove lines. The lines are split once; add/remove lines go to
 ``pyarrow.json`` in one call (C++, multi-threaded) with an explicit schema, the few other lines
-go through ``json.loads`` and become :mod:`engine.actions` objects that keep unknown fields.
+go through ``json.loads`` and become :mod:`deltaplane.engine.actions` objects that keep unknown fields.
 
 ``partitionValues`` is a JSON object whose keys are the partition columns; ``pyarrow.json``
 cannot produce maps, so it infers a struct per commit, and replay later reshapes every source
 to the snapshot's partition columns. If the fast parse fails (a writer with odd but valid
 JSON), the commit is parsed again line by line so that the error, if real, names the line.
 
-Every path reads a line by the same rule (:func:`engine.actions.known_actions`): a line is the
+Every path reads a line by the same rule (:func:`deltaplane.engine.actions.known_actions`): a line is the
 action(s) whose known key it has. Unknown keys beside an action are ignored, unknown fields inside
 it are kept in ``extra`` (non-file actions) or dropped (file actions, which become Arrow rows), a
 line with only unknown keys is skipped, and a line with several known actions (not allowed, but
@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from engine.actions import (
+from deltaplane.engine.actions import (
     ACTION_TYPES,
     FILE_ACTION_KEYS,
     AddCDCFile,
@@ -42,7 +42,7 @@ from engine.actions import (
     Txn,
     known_actions,
 )
-from engine.errors import CorruptLogError
+from deltaplane.engine.errors import CorruptLogError
 
 DV_TYPE = pa.struct(
     [
@@ -305,7 +305,7 @@ def _add_decoded_line(
 def _take_actions(
     out: LogActions, obj, line: bytes, line_no: int | None, file_rows: list[tuple[str, dict]] | None
 ) -> None:
-    """The actions of one decoded line, by the rule of :func:`engine.actions.known_actions`."""
+    """The actions of one decoded line, by the rule of :func:`deltaplane.engine.actions.known_actions`."""
     try:
         actions = known_actions(obj)
     except ValueError as e:

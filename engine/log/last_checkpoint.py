@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from engine.errors import ObjectNotFoundError
-from engine.log.files import LAST_CHECKPOINT
-from engine.storage.base import ObjectStore
+from deltaplane.engine.errors import ObjectNotFoundError
+from deltaplane.engine.log.files import LAST_CHECKPOINT
+from deltaplane.engine.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 

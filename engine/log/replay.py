@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.log.commits import FILE_ACTION_FIELDS, empty_file_actions, pv_string
+from deltaplane.engine.log.commits import FILE_ACTION_FIELDS, empty_file_actions, pv_string
 
 _NEEDS_CANONICAL = r"%|^[a-zA-Z][a-zA-Z0-9+.\-]*:|^/"
 

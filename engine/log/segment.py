@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from engine.errors import (
+from deltaplane.engine.errors import (
     DeltaError,
     MissingLogVersionError,
     TableNotFoundError,
     VersionNotFoundError,
 )
-from engine.log.checkpoints import Checkpoint
-from engine.log.files import (
+from deltaplane.engine.log.checkpoints import Checkpoint
+from deltaplane.engine.log.files import (
     LOG_DIR,
     LogFile,
     LogFileKind,
@@ -26,8 +26,8 @@ from engine.log.files import (
     parse_log_file_name,
     version_prefix,
 )
-from engine.log.last_checkpoint import read_last_checkpoint
-from engine.storage.base import ObjectStore
+from deltaplane.engine.log.last_checkpoint import read_last_checkpoint
+from deltaplane.engine.storage.base import ObjectStore
 
 # Among complete checkpoints of the same version, prefer the cheapest to read.
 _CHECKPOINT_PREFERENCE = {

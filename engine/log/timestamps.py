@@ -14,11 +14,11 @@ import json
 
 import numpy as np
 
-from engine.errors import InvalidTimestampError, TimestampOutOfRangeError
-from engine.log.files import LogFile
-from engine.log.segment import LogListing, earliest_available_version, list_log
-from engine.storage.base import ObjectStore
-from engine.table_properties import TableProperties
+from deltaplane.engine.errors import InvalidTimestampError, TimestampOutOfRangeError
+from deltaplane.engine.log.files import LogFile
+from deltaplane.engine.log.segment import LogListing, earliest_available_version, list_log
+from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_properties import TableProperties
 
 
 def to_millis(value: str | int | float | dt.datetime | dt.date) -> int:

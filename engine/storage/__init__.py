@@ -6,10 +6,10 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import unquote, urlsplit
 
-from engine.errors import ObjectNotFoundError, UnsupportedStorageError
-from engine.storage.base import ObjectMeta, ObjectStore, PutMode
-from engine.storage.local import LocalStore
-from engine.storage.memory import MemoryStore, named_memory_store
+from deltaplane.engine.errors import ObjectNotFoundError, UnsupportedStorageError
+from deltaplane.engine.storage.base import ObjectMeta, ObjectStore, PutMode
+from deltaplane.engine.storage.local import LocalStore
+from deltaplane.engine.storage.memory import MemoryStore, named_memory_store
 
 __all__ = [
     "LocalStore",
@@ -32,7 +32,7 @@ def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> Ob
     if scheme == "memory":
         return named_memory_store(uri)
     if scheme in ("s3", "s3a"):
-        from engine.storage.s3 import S3Store
+        from deltaplane.engine.storage.s3 import S3Store
 
         return S3Store(uri.replace("s3a://", "s3://", 1), storage_options)
     raise UnsupportedStorageError(

@@ -61,7 +61,7 @@ class BufferedPendingObject:
 
 @runtime_checkable
 class ObjectStore(Protocol):
-    """Storage for one table root. All methods raise ``engine.errors`` storage errors."""
+    """Storage for one table root. All methods raise ``deltaplane.engine.errors`` storage errors."""
 
     # ``remote``: whether each request is a network round trip (S3), so that reading many small
     # objects pays off in parallel; local and in-memory stores say False.

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from engine.errors import ObjectExistsError, ObjectNotFoundError, StorageError
-from engine.storage.base import ObjectMeta, PutMode, split_prefix
+from deltaplane.engine.errors import ObjectExistsError, ObjectNotFoundError, StorageError
+from deltaplane.engine.storage.base import ObjectMeta, PutMode, split_prefix
 
 
 class LocalStore:

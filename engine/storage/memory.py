@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from engine.errors import ObjectExistsError, ObjectNotFoundError
-from engine.storage.base import BufferedPendingObject, ObjectMeta, PutMode, split_prefix
+from deltaplane.engine.errors import ObjectExistsError, ObjectNotFoundError
+from deltaplane.engine.storage.base import BufferedPendingObject, ObjectMeta, PutMode, split_prefix
 
 
 class MemoryStore:

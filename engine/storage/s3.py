@@ -30,14 +30,14 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from engine.errors import (
+from deltaplane.engine.errors import (
     BucketNotFoundError,
     CommitOutcomeUnknownError,
     ObjectExistsError,
     ObjectNotFoundError,
     StorageError,
 )
-from engine.storage.base import BufferedPendingObject, ObjectMeta, PutMode
+from deltaplane.engine.storage.base import BufferedPendingObject, ObjectMeta, PutMode
 
 _PROBED: dict[tuple[str | None, str], bool] = {}
 _PROBE_LOCK = threading.Lock()

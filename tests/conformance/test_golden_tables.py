@@ -15,8 +15,8 @@ import datetime as dt
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
-from engine.errors import DeltaError
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import DeltaError
 from tests.conftest import CONFORMANCE
 from tests.helpers import assert_same_rows
 

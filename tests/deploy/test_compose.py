@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from operators.config import load_config
+from deltaplane.operators.factory.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

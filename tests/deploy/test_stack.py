@@ -15,7 +15,7 @@ from pathlib import Path
 import deltalake
 import pytest
 
-from operators.stack import down, up
+from deltaplane.devstack.stack import down, up
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
 

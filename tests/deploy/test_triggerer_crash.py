@@ -37,7 +37,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable, write_table
+from deltaplane.engine import DeltaTable, write_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
 
@@ -155,8 +155,8 @@ def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(
             f"""
             import pendulum
             from airflow.sdk import DAG, Asset, AssetWatcher
-            from operators.ingest import DeltaConsumeOperator
-            from operators.triggers import DeltaCommitEventTrigger
+            from deltaplane.operators.operators.ingest import DeltaConsumeOperator
+            from deltaplane.operators.triggers.commits import DeltaCommitEventTrigger
 
             table = Asset({asset_uri!r}, watchers=[AssetWatcher(name="commits",
                 trigger=DeltaCommitEventTrigger(table_uri={uri!r}, watermark_key="crash", start_after=0,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from engine.actions import (
+from deltaplane.engine.actions import (
     Add,
     CommitInfo,
     DeletionVectorDescriptor,

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from engine import DeltaTable, write_table
-from engine.errors import (
+from deltaplane.engine import DeltaTable, write_table
+from deltaplane.engine.errors import (
     ConstraintViolationError,
     DataFileError,
     InvalidArgumentError,
@@ -30,7 +30,7 @@ from engine.errors import (
     TableExistsError,
     UnsupportedOperationError,
 )
-from engine.table_properties import InvalidPropertyError
+from deltaplane.engine.table_properties import InvalidPropertyError
 from tests.helpers import assert_same_rows
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("day", pa.string())])
@@ -347,7 +347,7 @@ def test_count_to_pandas_and_the_arrow_stream_apply_deletion_vectors(dv_table):
 
 
 def test_count_falls_back_to_reading_when_statistics_are_missing(tmp_path):
-    from engine.storage import LocalStore
+    from deltaplane.engine.storage import LocalStore
     from tests.logbuilder import add, commit_info, metadata, protocol, write_commit, write_parquet
 
     store = LocalStore(str(tmp_path / "t"))

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
-from engine.checkpoint_writer import write_checkpoint
-from engine.log.last_checkpoint import checksum
-from engine.snapshot import load_snapshot
-from engine.storage import open_store
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.checkpoint_writer import write_checkpoint
+from deltaplane.engine.log.last_checkpoint import checksum
+from deltaplane.engine.snapshot import load_snapshot
+from deltaplane.engine.storage import open_store
 from tests.engine.test_write import SCHEMA, assert_delta_rs_agrees, rows
 from tests.helpers import assert_same_rows
 

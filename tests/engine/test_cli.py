@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from engine.cli import main
+from deltaplane.engine.cli import main
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def test_errors_are_one_line_and_exit_2(path, tmp_path, capsys):
 
 def test_console_entry_point_runs(path):
     out = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "describe", path, "--json"],
+        [sys.executable, "-m", "deltaplane.engine.cli", "describe", path, "--json"],
         capture_output=True,
         text=True,
         check=True,
@@ -118,7 +118,7 @@ def test_optimize_dry_run_then_run_and_health(path, capsys):
 
 
 def test_vacuum_restore_manifest_and_cleanup_log(path, capsys):
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     table = DeltaTable(path)
     table.overwrite(pa.table({"id": pa.array([9], pa.int64()), "city": ["Oslo"]}))  # v2 removes 3 files
@@ -146,7 +146,11 @@ def test_vacuum_restore_manifest_and_cleanup_log(path, capsys):
 
 def run_cli(*args: str, stdin=None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, timeout=120, stdin=stdin
+        [sys.executable, "-m", "deltaplane.engine.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=stdin,
     )
 
 
@@ -198,7 +202,7 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(tmp_path):
     write_deltalake(p, pa.table({"id": pa.array(range(300_000), pa.int64())}))
     for fmt in ((), ("--json",)):
         result = subprocess.run(
-            f"{sys.executable} -m engine.cli read {p} {' '.join(fmt)} | head -n 2",
+            f"{sys.executable} -m deltaplane.engine.cli read {p} {' '.join(fmt)} | head -n 2",
             shell=True,
             capture_output=True,
             text=True,
@@ -210,7 +214,7 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(tmp_path):
 
 
 def test_version_and_help(path):
-    from engine import __version__
+    from deltaplane.engine import __version__
 
     result = run_cli("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"deltaplane {__version__}"
@@ -226,7 +230,7 @@ def test_version_and_help(path):
 def test_repair_lists_then_executes(tmp_path, capsys):
     import os
 
-    from engine import DeltaTable
+    from deltaplane.engine import DeltaTable
 
     p = str(tmp_path / "t")
     write_deltalake(p, pa.table({"id": pa.array([1, 2], pa.int64())}))

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from engine import DeltaTable
-from engine.log.files import LOG_DIR
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.log.files import LOG_DIR
 from tests.conftest import PROJECT_ROOT
 from tests.workers import append_rows
 

@@ -13,8 +13,8 @@ import time
 import pyarrow.compute as pc
 import pytest
 
-from engine.actions import Add, DomainMetadata, Metadata, Protocol, Remove
-from engine.errors import (
+from deltaplane.engine.actions import Add, DomainMetadata, Metadata, Protocol, Remove
+from deltaplane.engine.errors import (
     ConcurrentAppendError,
     ConcurrentDeleteDeleteError,
     ConcurrentDeleteReadError,
@@ -23,11 +23,11 @@ from engine.errors import (
     MetadataChangedError,
     ProtocolChangedError,
 )
-from engine.expressions.bind import bind
-from engine.expressions.parser import parse_predicate
-from engine.snapshot import load_snapshot
-from engine.storage import MemoryStore
-from engine.transaction import Transaction
+from deltaplane.engine.expressions.bind import bind
+from deltaplane.engine.expressions.parser import parse_predicate
+from deltaplane.engine.snapshot import load_snapshot
+from deltaplane.engine.storage import MemoryStore
+from deltaplane.engine.transaction import Transaction
 from tests.logbuilder import add, metadata, protocol, write_commit
 
 SCHEMA = {
@@ -215,7 +215,7 @@ def test_isolation_level_comes_from_the_table_and_is_validated():
 
 
 def test_a_create_race_has_one_winner():
-    from engine.errors import TableExistsError
+    from deltaplane.engine.errors import TableExistsError
 
     store = MemoryStore()
     a, b = (Transaction(store, None, operation="CREATE TABLE") for _ in range(2))

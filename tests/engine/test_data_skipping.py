@@ -16,12 +16,12 @@ from deltalake import write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.expressions.bind import bind
-from engine.expressions.parser import parse_predicate
-from engine.scan import ScanBuilder
-from engine.schema import from_arrow_schema
-from engine.snapshot import load_snapshot
-from engine.storage import LocalStore, MemoryStore
+from deltaplane.engine.expressions.bind import bind
+from deltaplane.engine.expressions.parser import parse_predicate
+from deltaplane.engine.scan import ScanBuilder
+from deltaplane.engine.schema import from_arrow_schema
+from deltaplane.engine.snapshot import load_snapshot
+from deltaplane.engine.storage import LocalStore, MemoryStore
 from tests.logbuilder import add, metadata, protocol, write_commit, write_parquet
 from tests.reference import evaluate, sql_predicates
 

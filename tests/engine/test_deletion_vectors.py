@@ -8,8 +8,8 @@ import uuid
 import numpy as np
 import pytest
 
-from engine.actions import DeletionVectorDescriptor
-from engine.deletion_vectors import (
+from deltaplane.engine.actions import DeletionVectorDescriptor
+from deltaplane.engine.deletion_vectors import (
     decode_uuid,
     deserialize_bitmap,
     dv_file_key,
@@ -21,8 +21,8 @@ from engine.deletion_vectors import (
     z85_decode,
     z85_encode,
 )
-from engine.errors import CorruptDeletionVectorError
-from engine.storage import MemoryStore
+from deltaplane.engine.errors import CorruptDeletionVectorError
+from deltaplane.engine.storage import MemoryStore
 
 VECTOR_ROWS = [3, 4, 7, 11, 18, 29]
 VECTOR_BITMAP = bytes.fromhex(

@@ -10,11 +10,11 @@ import deltalake
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable, write_table
-from engine.commands.dml import change_files, commit_row_level, plan_row_level
-from engine.commands.optimize import bin_tasks, commit_optimize, plan_optimize, run_bin_task
-from engine.errors import ConcurrentDeleteDeleteError, DeltaError
-from engine.portable import PortableSnapshot
+from deltaplane.engine import DeltaTable, write_table
+from deltaplane.engine.commands.dml import change_files, commit_row_level, plan_row_level
+from deltaplane.engine.commands.optimize import bin_tasks, commit_optimize, plan_optimize, run_bin_task
+from deltaplane.engine.errors import ConcurrentDeleteDeleteError, DeltaError
+from deltaplane.engine.portable import PortableSnapshot
 from tests.helpers import assert_same_rows
 
 

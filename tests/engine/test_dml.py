@@ -10,11 +10,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
-from engine.actions import DeletionVectorDescriptor
-from engine.commands.merge import MergeError
-from engine.deletion_vectors import read_deletion_vector
-from engine.errors import (
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.actions import DeletionVectorDescriptor
+from deltaplane.engine.commands.merge import MergeError
+from deltaplane.engine.deletion_vectors import read_deletion_vector
+from deltaplane.engine.errors import (
     ConcurrentAppendError,
     ConcurrentDeleteDeleteError,
     ConstraintViolationError,
@@ -22,7 +22,7 @@ from engine.errors import (
     InvalidPredicateError,
     TableReadOnlyError,
 )
-from engine.storage import open_store
+from deltaplane.engine.storage import open_store
 from tests.engine.test_write import delta_rs_rows
 from tests.helpers import assert_same_rows
 
@@ -363,7 +363,7 @@ def test_change_feed_without_cdc_files_is_derived_from_deletion_vectors(tmp_path
 def test_concurrent_deletes_of_the_same_file_conflict(tmp_path):
     a = make(tmp_path, "dv")
     read_by_b = DeltaTable(a.uri).snapshot  # both read version 1
-    from engine.commands.dml import execute_delete
+    from deltaplane.engine.commands.dml import execute_delete
 
     first = execute_delete(a._store, a.snapshot, "id = 1")
     assert first.version == 2
@@ -372,7 +372,7 @@ def test_concurrent_deletes_of_the_same_file_conflict(tmp_path):
 
 
 def test_a_concurrent_append_into_the_deleted_range_conflicts_under_serializable(tmp_path):
-    from engine.commands.dml import execute_delete
+    from deltaplane.engine.commands.dml import execute_delete
 
     strict = DeltaTable.create(
         str(tmp_path / "strict"),

@@ -15,10 +15,10 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import DeltaTable
-from engine.expressions.bind import bind
-from engine.expressions.parser import parse_expression, parse_predicate
-from engine.schema import from_arrow_schema
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.expressions.bind import bind
+from deltaplane.engine.expressions.parser import parse_expression, parse_predicate
+from deltaplane.engine.schema import from_arrow_schema
 from tests.reference import evaluate, sql_predicates
 
 SCHEMA = pa.schema([("id", pa.int64()), ("cat", pa.string()), ("value", pa.int64())])

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable
-from engine.errors import InvalidPredicateError
-from engine.expressions.parser import parse_expression, parse_predicate
-from engine.expressions.tree import In
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import InvalidPredicateError
+from deltaplane.engine.expressions.parser import parse_expression, parse_predicate
+from deltaplane.engine.expressions.tree import In
 
 
 @pytest.mark.parametrize(

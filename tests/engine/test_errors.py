@@ -6,9 +6,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable
-from engine.deletion_vectors import serialize_bitmap, z85_encode
-from engine.errors import (
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.deletion_vectors import serialize_bitmap, z85_encode
+from deltaplane.engine.errors import (
     CorruptDeletionVectorError,
     InvalidPredicateError,
     MissingLogVersionError,
@@ -16,7 +16,7 @@ from engine.errors import (
     StorageError,
     TableNotFoundError,
 )
-from engine.storage import LocalStore
+from deltaplane.engine.storage import LocalStore
 from tests.engine.test_log_cleanup import write_multipart
 from tests.logbuilder import add, commit_info, metadata, protocol, simple_table, write_commit, write_parquet
 
@@ -227,7 +227,7 @@ def test_creating_a_table_where_a_file_is_in_the_way(tmp_path):
     ],
 )
 def test_bad_arguments_are_engine_errors_without_python_internals(table, call):
-    from engine.errors import DeltaError
+    from deltaplane.engine.errors import DeltaError
 
     with pytest.raises(DeltaError) as caught:
         call(table)

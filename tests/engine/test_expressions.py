@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.errors import InvalidPredicateError
-from engine.expressions.arrow import to_arrow_expression
-from engine.expressions.bind import bind
-from engine.expressions.parser import parse_predicate
-from engine.expressions.tree import (
+from deltaplane.engine.errors import InvalidPredicateError
+from deltaplane.engine.expressions.arrow import to_arrow_expression
+from deltaplane.engine.expressions.bind import bind
+from deltaplane.engine.expressions.parser import parse_predicate
+from deltaplane.engine.expressions.tree import (
     And,
     Column,
     Comparison,
@@ -30,7 +30,7 @@ from engine.expressions.tree import (
     columns,
     negation_normal_form,
 )
-from engine.schema import DecimalType, PrimitiveType, from_arrow_schema, parse_schema
+from deltaplane.engine.schema import DecimalType, PrimitiveType, from_arrow_schema, parse_schema
 from tests.reference import evaluate, sql_predicates
 
 SCHEMA = pa.schema(
@@ -213,8 +213,8 @@ VALUES = pa.table(
     ],
 )
 def test_scalar_expressions(text, delta_type, expected):
-    from engine.expressions.arrow import evaluate
-    from engine.expressions.parser import parse_expression
+    from deltaplane.engine.expressions.arrow import evaluate
+    from deltaplane.engine.expressions.parser import parse_expression
 
     bound = bind(parse_expression(text), from_arrow_schema(VALUES.schema))
     assert bound.dtype.to_json() == delta_type
@@ -222,8 +222,8 @@ def test_scalar_expressions(text, delta_type, expected):
 
 
 def test_overflow_and_division_by_zero_are_errors_not_wrong_values():
-    from engine.expressions.arrow import evaluate
-    from engine.expressions.parser import parse_expression
+    from deltaplane.engine.expressions.arrow import evaluate
+    from deltaplane.engine.expressions.parser import parse_expression
 
     big = pa.table({"v": pa.array([2**62], pa.int64()), "z": pa.array([0], pa.int64())})
     schema = from_arrow_schema(big.schema)

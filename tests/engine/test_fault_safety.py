@@ -14,19 +14,19 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable
-from engine.commands.dml import execute_delete
-from engine.commands.vacuum import execute_vacuum, plan_vacuum
-from engine.commands.write import WriteContext, execute_append
-from engine.errors import (
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.commands.dml import execute_delete
+from deltaplane.engine.commands.vacuum import execute_vacuum, plan_vacuum
+from deltaplane.engine.commands.write import WriteContext, execute_append
+from deltaplane.engine.errors import (
     ConcurrentVacuumError,
     CorruptLogError,
     DataFileError,
     DeltaError,
     InvalidTimestampError,
 )
-from engine.storage import LocalStore
-from engine.transaction import Transaction
+from deltaplane.engine.storage import LocalStore
+from deltaplane.engine.transaction import Transaction
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 

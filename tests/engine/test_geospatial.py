@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
-from engine.errors import ProtocolError, SchemaError
-from engine.schema import GeoType, parse_schema
-from engine.storage import LocalStore
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import ProtocolError, SchemaError
+from deltaplane.engine.schema import GeoType, parse_schema
+from deltaplane.engine.storage import LocalStore
 from tests.logbuilder import add, commit_info, metadata, protocol, write_commit
 
 

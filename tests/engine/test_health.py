@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
-from engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
-from engine.health import HISTOGRAM_BOUNDS
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
+from deltaplane.engine.health import HISTOGRAM_BOUNDS
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("v", pa.float64())])
 
@@ -86,7 +86,7 @@ def test_policy_picks_partitions_with_many_small_files_or_many_deleted_rows(tmp_
     before = sorted(t.to_arrow().column("id").to_pylist())
     plan = t.optimize(dry_run=True, min_num_files=1)
     assert plan.partitions == 3
-    from engine.commands.optimize import execute_optimize, plan_optimize
+    from deltaplane.engine.commands.optimize import execute_optimize, plan_optimize
 
     chosen = plan_optimize(t.snapshot, partitions=list(decision.partitions), purge=decision.purge)
     assert chosen.partitions == 2

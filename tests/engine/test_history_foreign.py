@@ -7,7 +7,7 @@ import json
 
 import pyarrow as pa
 
-from engine import DeltaTable, write_table
+from deltaplane.engine import DeltaTable, write_table
 
 
 def test_a_non_numeric_in_commit_timestamp_falls_back_to_the_file_time(table_dir):

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from engine import DeltaTable
+from deltaplane.engine import DeltaTable
 from tests.helpers import assert_same_rows
 
 

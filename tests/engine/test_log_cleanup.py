@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
-from engine.commands.log_cleanup import execute_log_cleanup, midnight_utc, plan_log_cleanup
-from engine.errors import RetentionTooShortError, VersionNotFoundError
-from engine.snapshot import load_snapshot
-from engine.storage import LocalStore
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.commands.log_cleanup import execute_log_cleanup, midnight_utc, plan_log_cleanup
+from deltaplane.engine.errors import RetentionTooShortError, VersionNotFoundError
+from deltaplane.engine.snapshot import load_snapshot
+from deltaplane.engine.storage import LocalStore
 from tests.helpers import assert_same_rows
 from tests.logbuilder import (
     CHECKPOINT_TYPES,

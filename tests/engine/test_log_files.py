@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from engine.log.files import LogFileKind, parse_log_file_name
-from engine.log.last_checkpoint import checksum, read_last_checkpoint, render_last_checkpoint
-from engine.storage import MemoryStore
+from deltaplane.engine.log.files import LogFileKind, parse_log_file_name
+from deltaplane.engine.log.last_checkpoint import checksum, read_last_checkpoint, render_last_checkpoint
+from deltaplane.engine.storage import MemoryStore
 from tests.conftest import CONFORMANCE
 
 

@@ -27,9 +27,9 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
-from engine.log.commits import _SMALL_COMMIT_BYTES, parse_log_json
-from engine.storage import LocalStore
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.log.commits import _SMALL_COMMIT_BYTES, parse_log_json
+from deltaplane.engine.storage import LocalStore
 from tests.logbuilder import add, commit_info, metadata, protocol, remove, write_checkpoint, write_parquet
 
 SMALL, ARROW, FALLBACK = "json", "arrow", "arrow-fallback"
@@ -337,7 +337,7 @@ def test_unknown_keys_of_changing_types_across_file_action_lines(root, store, ho
 @pytest.mark.parametrize("how", PATHS)
 def test_a_line_with_two_known_actions_counts_as_both(root, store, how):
     """Not allowed by the protocol, but seen: each known action on the line counts, as if it
-    were on a line of its own (``engine.actions.known_actions``).
+    were on a line of its own (``deltaplane.engine.actions.known_actions``).
 
     delta-rs reads such lines the same way (one column per action type) except for an add and
     a remove on one line, where it takes only the add; so its rows are compared at version 0,

@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
-from engine.commands.manifest import (
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.commands.manifest import (
     MANIFEST_DIR,
     MANIFEST_PROPERTY,
     check_manifest_compatible,
@@ -27,7 +27,7 @@ from engine.commands.manifest import (
     plan_manifest,
     refresh_manifest_after_commit,
 )
-from engine.errors import UnsupportedOperationError
+from deltaplane.engine.errors import UnsupportedOperationError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 ENABLED = {MANIFEST_PROPERTY: "true"}

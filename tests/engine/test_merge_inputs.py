@@ -14,8 +14,8 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable
-from engine.errors import DeltaError, SchemaMismatchError
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import DeltaError, SchemaMismatchError
 
 TARGET = pa.schema(
     [

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import DeltaTable
-from engine.commands.optimize import OptimizeError, OptimizePlan, execute_optimize, plan_optimize
-from engine.commands.zorder import bits_per_column, interleave, rank_codes, zorder_key
-from engine.errors import CommitConflictError, InvalidPredicateError
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.commands.optimize import OptimizeError, OptimizePlan, execute_optimize, plan_optimize
+from deltaplane.engine.commands.zorder import bits_per_column, interleave, rank_codes, zorder_key
+from deltaplane.engine.errors import CommitConflictError, InvalidPredicateError
 from tests.engine.test_write import delta_rs_rows
 from tests.helpers import assert_same_rows
 
@@ -337,7 +337,7 @@ def test_rank_codes_spread_over_the_whole_code_space():
 
 
 def test_cut_points_line_files_up_with_curve_cells():
-    from engine.commands.zorder import cut_points
+    from deltaplane.engine.commands.zorder import cut_points
 
     keys = np.sort(np.random.default_rng(1).integers(0, 2**63, 10_000, dtype=np.uint64) * np.uint64(2))
     cuts = cut_points(keys, 8, 64)

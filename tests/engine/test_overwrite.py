@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from engine import DeltaTable
-from engine.errors import ConstraintViolationError
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import ConstraintViolationError
 from tests.engine.test_write import SCHEMA, assert_delta_rs_agrees, rows
 from tests.helpers import assert_same_rows
 

@@ -8,9 +8,9 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from engine.errors import SchemaError
-from engine.partitions import parse_partition_values
-from engine.schema import DecimalType, PrimitiveType
+from deltaplane.engine.errors import SchemaError
+from deltaplane.engine.partitions import parse_partition_values
+from deltaplane.engine.schema import DecimalType, PrimitiveType
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,12 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable
-from engine.deletion_vectors import encode_uuid, frame_dv, serialize_bitmap
-from engine.errors import CorruptDeletionVectorError
-from engine.scan import ScanBuilder
-from engine.snapshot import load_snapshot
-from engine.storage import LocalStore, MemoryStore
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.deletion_vectors import encode_uuid, frame_dv, serialize_bitmap
+from deltaplane.engine.errors import CorruptDeletionVectorError
+from deltaplane.engine.scan import ScanBuilder
+from deltaplane.engine.snapshot import load_snapshot
+from deltaplane.engine.storage import LocalStore, MemoryStore
 from tests.conftest import CONFORMANCE
 from tests.logbuilder import (
     CHECKPOINT_TYPES,
@@ -78,8 +78,8 @@ def test_corrupt_deletion_vector_in_a_spark_table_names_the_file(tmp_path):
     shutil.copytree(source, table)
     live = DeltaTable(str(table)).snapshot.files.column("deletion_vector").to_pylist()
     descriptor = next(d for d in live if d is not None)
-    from engine.actions import DeletionVectorDescriptor
-    from engine.deletion_vectors import dv_file_key
+    from deltaplane.engine.actions import DeletionVectorDescriptor
+    from deltaplane.engine.deletion_vectors import dv_file_key
 
     dv_file = table / dv_file_key(DeletionVectorDescriptor.from_json(descriptor))
     data = bytearray(dv_file.read_bytes())

@@ -10,12 +10,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-import engine.log.commits as commits
-import engine.snapshot as snapshot_module
-from engine import DeltaTable
-from engine.errors import DeltaError
-from engine.snapshot import load_snapshot
-from engine.storage import LocalStore
+import deltaplane.engine.log.commits as commits
+import deltaplane.engine.snapshot as snapshot_module
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import DeltaError
+from deltaplane.engine.snapshot import load_snapshot
+from deltaplane.engine.storage import LocalStore
 from tests.conftest import CONFORMANCE
 
 

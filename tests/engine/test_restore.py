@@ -15,15 +15,15 @@ import deltalake
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable
-from engine.commands.manifest import MANIFEST_DIR, MANIFEST_PROPERTY, refresh_manifest_after_commit
-from engine.commands.restore import (
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.commands.manifest import MANIFEST_DIR, MANIFEST_PROPERTY, refresh_manifest_after_commit
+from deltaplane.engine.commands.restore import (
     execute_restore,
     load_restore_target,
     plan_restore,
     restore_target_version,
 )
-from engine.errors import (
+from deltaplane.engine.errors import (
     CommitConflictError,
     ConcurrentAppendError,
     ConcurrentDeleteReadError,
@@ -32,7 +32,7 @@ from engine.errors import (
     TimestampOutOfRangeError,
     VersionNotFoundError,
 )
-from engine.snapshot import load_snapshot
+from deltaplane.engine.snapshot import load_snapshot
 from tests.engine.test_write import delta_rs_rows
 from tests.helpers import assert_same_rows
 

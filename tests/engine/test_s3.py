@@ -15,10 +15,10 @@ import deltalake
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable
-from engine.errors import CommitOutcomeUnknownError, StorageError, TableNotFoundError
-from engine.storage import open_store
-from engine.storage.s3 import _PROBED
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import CommitOutcomeUnknownError, StorageError, TableNotFoundError
+from deltaplane.engine.storage import open_store
+from deltaplane.engine.storage.s3 import _PROBED
 from tests.engine.test_concurrency import assert_exactly_once, run_concurrent_appends
 from tests.helpers import assert_same_rows
 

@@ -8,11 +8,11 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from engine import DeltaTable
-from engine.errors import DataFileError, InvalidPredicateError, SchemaError
-from engine.scan import ScanBuilder
-from engine.snapshot import load_snapshot
-from engine.storage import MemoryStore
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import DataFileError, InvalidPredicateError, SchemaError
+from deltaplane.engine.scan import ScanBuilder
+from deltaplane.engine.snapshot import load_snapshot
+from deltaplane.engine.storage import MemoryStore
 from tests.logbuilder import add, metadata, protocol, simple_table, write_commit, write_parquet
 
 
@@ -137,7 +137,7 @@ def test_file_uris_are_absolute_and_pruned(table_path):
 
 
 def test_rows_with_deletion_vectors_are_dropped():
-    from engine.deletion_vectors import serialize_bitmap, z85_encode
+    from deltaplane.engine.deletion_vectors import serialize_bitmap, z85_encode
 
     store = MemoryStore()
     write_parquet(store, "f.parquet", pa.table({"id": pa.array(range(10), pa.int64())}))
@@ -167,7 +167,7 @@ def test_rows_with_deletion_vectors_are_dropped():
 
 
 def test_describe_counts_rows_and_deletions():
-    from engine.describe import describe_snapshot
+    from deltaplane.engine.describe import describe_snapshot
 
     store = MemoryStore()
     simple_table(store, versions=3, rows_per_file=4)

@@ -7,8 +7,8 @@ import json
 import pyarrow as pa
 import pytest
 
-from engine.errors import SchemaError
-from engine.schema import (
+from deltaplane.engine.errors import SchemaError
+from deltaplane.engine.schema import (
     ArrayType,
     DecimalType,
     MapType,

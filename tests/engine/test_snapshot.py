@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
-from engine.errors import (
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import (
     CorruptCheckpointError,
     CorruptLogError,
     MissingLogVersionError,
@@ -19,9 +19,9 @@ from engine.errors import (
     TableNotFoundError,
     VersionNotFoundError,
 )
-from engine.log.last_checkpoint import render_last_checkpoint
-from engine.snapshot import load_snapshot, load_table_config
-from engine.storage import LocalStore, MemoryStore
+from deltaplane.engine.log.last_checkpoint import render_last_checkpoint
+from deltaplane.engine.snapshot import load_snapshot, load_table_config
+from deltaplane.engine.storage import LocalStore, MemoryStore
 from tests.logbuilder import (
     add,
     commit_info,
@@ -329,7 +329,7 @@ def test_v2_json_checkpoint_with_sidecar(store):
 
 
 def test_incremental_update_matches_a_full_load(store):
-    from engine.snapshot import update_snapshot
+    from deltaplane.engine.snapshot import update_snapshot
 
     _checkpointed_table(store)
     old = load_snapshot(store, 1)

@@ -9,9 +9,16 @@ import deltalake
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable, write_table
-from engine.commands.staged import StagedWrite, WriteSpec, commit_write, plan_write, stage_write, write_files
-from engine.errors import (
+from deltaplane.engine import DeltaTable, write_table
+from deltaplane.engine.commands.staged import (
+    StagedWrite,
+    WriteSpec,
+    commit_write,
+    plan_write,
+    stage_write,
+    write_files,
+)
+from deltaplane.engine.errors import (
     CommitConflictError,
     ConstraintViolationError,
     InvalidArgumentError,
@@ -186,8 +193,8 @@ def test_concurrent_creators(table_dir):
 
 
 def test_app_transaction_scope_stamps_the_first_commit_of_any_command(table_dir):
-    from engine.errors import ConcurrentTransactionError
-    from engine.transaction import app_transaction_scope
+    from deltaplane.engine.errors import ConcurrentTransactionError
+    from deltaplane.engine.transaction import app_transaction_scope
 
     uri = str(table_dir)
     write_table(uri, rows(0, 20), properties={"delta.enableDeletionVectors": "true"})
@@ -199,7 +206,7 @@ def test_app_transaction_scope_stamps_the_first_commit_of_any_command(table_dir)
     log = sorted((table_dir / "_delta_log").glob("*.json"))
     assert '"txn"' in log[1].read_text() and '"txn"' not in log[2].read_text()
     # A concurrent commit of the same application conflicts.
-    from engine.commands.dml import execute_delete
+    from deltaplane.engine.commands.dml import execute_delete
 
     other = DeltaTable(uri)
     stale = other.snapshot

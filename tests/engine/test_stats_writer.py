@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from engine.schema import from_arrow_schema
-from engine.stats import StatsCollector, stats_json, stats_leaves, truncate_max_string
+from deltaplane.engine.schema import from_arrow_schema
+from deltaplane.engine.stats import StatsCollector, stats_json, stats_leaves, truncate_max_string
 
 
 def collect(table: pa.Table, **kwargs) -> dict:
@@ -96,8 +96,8 @@ def test_indexed_column_limits():
 def test_statistics_from_parquet_metadata_equal_those_computed_from_arrow():
     """The writer takes bounds from Parquet's own column statistics; they must agree with a
     direct computation over the same rows, for every type with bounds."""
-    from engine.storage import MemoryStore
-    from engine.writer import DataFileWriter, WriterConfig
+    from deltaplane.engine.storage import MemoryStore
+    from deltaplane.engine.writer import DataFileWriter, WriterConfig
 
     t = pa.table(
         {

@@ -7,8 +7,8 @@ import threading
 import pyarrow as pa
 import pytest
 
-from engine.errors import ObjectExistsError, ObjectNotFoundError, UnsupportedStorageError
-from engine.storage import LocalStore, MemoryStore, open_store
+from deltaplane.engine.errors import ObjectExistsError, ObjectNotFoundError, UnsupportedStorageError
+from deltaplane.engine.storage import LocalStore, MemoryStore, open_store
 
 pytestmark = pytest.mark.xdist_group("s3")  # one SeaweedFS server per test run
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable, write_table
-from engine.errors import MissingLogVersionError
-from engine.scan import Scan
-from engine.storage import open_store
-from engine.tail import commit_changes, versions_after
+from deltaplane.engine import DeltaTable, write_table
+from deltaplane.engine.errors import MissingLogVersionError
+from deltaplane.engine.scan import Scan
+from deltaplane.engine.storage import open_store
+from deltaplane.engine.tail import commit_changes, versions_after
 
 
 def rows(start: int, n: int) -> pa.Table:

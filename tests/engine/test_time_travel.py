@@ -8,11 +8,11 @@ import uuid
 import numpy as np
 import pytest
 
-from engine import DeltaTable
-from engine.errors import TimestampOutOfRangeError, VersionNotFoundError
-from engine.log.timestamps import monotonize, to_millis, version_at_timestamp
-from engine.storage import open_store
-from engine.table_properties import TableProperties
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import TimestampOutOfRangeError, VersionNotFoundError
+from deltaplane.engine.log.timestamps import monotonize, to_millis, version_at_timestamp
+from deltaplane.engine.storage import open_store
+from deltaplane.engine.table_properties import TableProperties
 from tests.logbuilder import add, commit_info, metadata, protocol, write_commit
 
 

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from engine import DeltaTable
-from engine.commands.log_cleanup import execute_log_cleanup, plan_log_cleanup
-from engine.commands.vacuum import (
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.commands.log_cleanup import execute_log_cleanup, plan_log_cleanup
+from deltaplane.engine.commands.vacuum import (
     LAST_VACUUM_INFO,
     VacuumLiteUnavailableError,
     execute_vacuum,
@@ -27,8 +27,8 @@ from engine.commands.vacuum import (
     read_last_vacuum_info,
     vacuumable,
 )
-from engine.errors import DataFileError, ProtocolError, RetentionTooShortError
-from engine.storage import LocalStore
+from deltaplane.engine.errors import DataFileError, ProtocolError, RetentionTooShortError
+from deltaplane.engine.storage import LocalStore
 from tests.engine.test_write import delta_rs_rows
 from tests.helpers import assert_same_rows
 from tests.logbuilder import add, commit_info, metadata, protocol, remove, write_commit, write_parquet

@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
-from engine.errors import ProtocolError
-from engine.storage import LocalStore
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import ProtocolError
+from deltaplane.engine.storage import LocalStore
 from tests.logbuilder import add, commit_info, metadata, protocol, write_commit
 from tests.variant_decode import decode
 
@@ -113,7 +113,7 @@ def test_writing_a_shredded_variant_table_is_refused(tmp_path):
 
 
 def test_missing_parts_read_as_variant_null_and_shredded_fields_win(tmp_path):
-    from engine.variant import unshred
+    from deltaplane.engine.variant import unshred
 
     # metadata: version 1, dictionary ["a", "b"]
     meta = bytes([0x01, 2, 0, 1, 2]) + b"ab"

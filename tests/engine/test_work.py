@@ -7,10 +7,10 @@ import os
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable, write_table
-from engine.errors import ConcurrentTransactionError, InvalidArgumentError
-from engine.transaction import app_transaction_scope
-from engine.work import WorkKey, file_identities, find_applied, local_file_identities
+from deltaplane.engine import DeltaTable, write_table
+from deltaplane.engine.errors import ConcurrentTransactionError, InvalidArgumentError
+from deltaplane.engine.transaction import app_transaction_scope
+from deltaplane.engine.work import WorkKey, file_identities, find_applied, local_file_identities
 
 
 def rows(*ids: int) -> pa.Table:

@@ -12,8 +12,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
-from engine.errors import (
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import (
     ConstraintViolationError,
     ProtocolError,
     SchemaError,
@@ -295,7 +295,7 @@ def test_check_constraints_and_invariants(tmp_path):
             )
         ]
     )
-    from engine.schema import StructField, StructType, from_arrow_schema
+    from deltaplane.engine.schema import StructField, StructType, from_arrow_schema
 
     delta = from_arrow_schema(schema)
     delta = StructType(
@@ -401,7 +401,7 @@ def test_append_only_tables_refuse_overwrites(tmp_path):
 def test_writing_needs_the_latest_version(tmp_path):
     path = str(tmp_path / "t")
     DeltaTable.create(path, SCHEMA).append(rows(0, 1))
-    from engine.errors import DeltaError
+    from deltaplane.engine.errors import DeltaError
 
     with pytest.raises(DeltaError, match="fixed version"):
         DeltaTable(path, version=0).append(rows(1, 1))

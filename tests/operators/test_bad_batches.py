@@ -23,7 +23,7 @@ import pyarrow.csv
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
+from deltaplane.engine import DeltaTable
 from tests.operators.conftest import DAGS, HOME, run_dag, task_states, xcom
 
 pytestmark = pytest.mark.xdist_group("airflow")
@@ -97,8 +97,8 @@ def write_config(
 def dag_file(dag_id: str, config: Path) -> str:
     return f"""
         # An Airflow DAG file: the factory's ingest DAG (stage -> quality_gate -> commit).
-        from operators.config import load_config
-        from operators.dag_factory import build_dags
+        from deltaplane.operators.factory.config import load_config
+        from deltaplane.operators.factory.dags import build_dags
 
         dag = build_dags(load_config({str(config)!r}), fileloc=__file__)["{dag_id}"]
         """
@@ -440,9 +440,9 @@ def test_extra_columns_land_when_the_stage_may_merge_the_schema(airflow_db, tmp_
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.commit import DeltaCommitOperator
-        from operators.ingest import DeltaStageOperator
-        from operators.quality import DeltaQualityGateOperator
+        from deltaplane.operators.operators.commit import DeltaCommitOperator
+        from deltaplane.operators.operators.ingest import DeltaStageOperator
+        from deltaplane.operators.operators.quality import DeltaQualityGateOperator
 
         M = "{{{{ ti.xcom_pull(task_ids='stage')['manifest'] }}}}"
         with DAG("merge_schema", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
@@ -482,8 +482,8 @@ def test_the_gate_validates_a_large_batch_chunk_by_chunk(tmp_path):
     row-level expectations' results: the same counts as one whole-batch validation, examples
     with their row numbers in the batch. Expectations that need a whole column at once are
     refused with a clear message."""
-    from engine import stage_write, write_table
-    from operators.quality import validate_staged
+    from deltaplane.engine import stage_write, write_table
+    from deltaplane.operators.operators.quality import validate_staged
 
     table = tmp_path / "t"
     write_table(str(table), pa.table({"id": pa.array([0], pa.int64()), "v": [0.0]}))
@@ -565,8 +565,8 @@ import pandas, pyarrow.csv, pyarrow.dataset, pyarrow.parquet  # noqa
 import airflow.sdk
 from airflow.models import DagRun  # noqa
 import importlib.util
-import operators.ingest, operators.quality, operators.commit  # noqa
-from operators.quality import _gx
+import deltaplane.operators.operators.ingest, deltaplane.operators.operators.quality, deltaplane.operators.operators.commit  # noqa
+from deltaplane.operators.operators.quality import _gx
 _gx()
 spec = importlib.util.spec_from_file_location("memory_dag", dag_file)  # a DAG file in the dags folder
 module = importlib.util.module_from_spec(spec)

@@ -1,4 +1,4 @@
-"""Bad batches through the factory's ingest DAG with ``engine: spark`` (stage = ``spark_jobs.ingest
+"""Bad batches through the factory's ingest DAG with ``engine: spark`` (stage = ``deltaplane.spark_jobs.ingest
 --stage`` through spark-submit -> quality gate -> commit), run for real with ``dag.test()``.
 
 The Spark stage must end a bad batch the way the in-process stage does
@@ -21,8 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable
-from operators.ingest import batch_id
+from deltaplane.engine import DeltaTable
+from deltaplane.operators.operators.ingest import batch_id
 from tests.operators.conftest import run_dag, task_states, xcom
 from tests.operators.test_bad_batches import csv, dag_file, files_in, run_state, tree, try_numbers
 

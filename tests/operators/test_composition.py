@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable
+from deltaplane.engine import DeltaTable
 from tests.operators.conftest import run_dag, task_states, xcom
 
 pytestmark = pytest.mark.xdist_group("airflow")
@@ -81,7 +81,7 @@ MAINTENANCE_IMPORTS = """
     import datetime as dt
     import pendulum
     from airflow.sdk import DAG
-    from operators.maintenance import (
+    from deltaplane.operators.operators.maintenance import (
         DeltaAutoOptimizeOperator, DeltaCheckpointOperator, DeltaCompactionOperator, DeltaVacuumOperator,
     )
 """
@@ -170,7 +170,7 @@ def test_delete_guards_after_rendering_and_full_table_deletes_when_asked(airflow
         import datetime as dt
         import pendulum
         from airflow.sdk import DAG
-        from operators.dml import DeltaDMLOperator
+        from deltaplane.operators.operators.dml import DeltaDMLOperator
 
         T = {str(table)!r}
         args = dict(retries=2, retry_delay=dt.timedelta(seconds=0))
@@ -198,7 +198,7 @@ def test_delete_guards_after_rendering_and_full_table_deletes_when_asked(airflow
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.dml import DeltaDMLOperator
+        from deltaplane.operators.operators.dml import DeltaDMLOperator
 
         with DAG("dml_full", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
             DeltaDMLOperator(task_id="truncate", table_uri={str(table)!r}, operation="Delete", allow_full_table=True)
@@ -216,7 +216,7 @@ def construct(operator: str, **kwargs):
     import pendulum
     from airflow.sdk import DAG
 
-    from operators import dml, maintenance
+    from deltaplane.operators import dml, maintenance
 
     cls = getattr(maintenance, operator, None) or getattr(dml, operator)
     with DAG("args", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
@@ -400,7 +400,7 @@ def test_a_dagbag_reports_a_wrong_argument_as_the_files_import_error(tmp_path):
             """
             import pendulum
             from airflow.sdk import DAG
-            from operators.maintenance import DeltaCompactionOperator
+            from deltaplane.operators.operators.maintenance import DeltaCompactionOperator
 
             with DAG("bad_maintenance", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
                 DeltaCompactionOperator(task_id="compact", table_uri="/lake/t", zorder_by=["user_id", 7])
@@ -429,9 +429,9 @@ def test_input_errors_fail_the_task_without_retries(airflow_db, tmp_path):
         from pathlib import Path
         import pendulum
         from airflow.sdk import DAG
-        from operators.dml import DeltaDMLOperator
-        from operators.maintenance import DeltaCompactionOperator
-        from operators.spark import DeltaSparkJobOperator
+        from deltaplane.operators.operators.dml import DeltaDMLOperator
+        from deltaplane.operators.operators.maintenance import DeltaCompactionOperator
+        from deltaplane.operators.operators.spark import DeltaSparkJobOperator
 
         def remember(context):
             from airflow.sdk.exceptions import AirflowFailException

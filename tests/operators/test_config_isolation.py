@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import operators.config as config_module
-from operators.config import ConfigError, load_config
+import deltaplane.operators.factory.config as config_module
+from deltaplane.operators.factory.config import ConfigError, load_config
 
 # The Airflow environment (a temporary AIRFLOW_HOME) is set when this conftest is imported.
 from tests.operators import conftest as _airflow_env  # noqa: F401
@@ -156,7 +156,7 @@ def test_one_invalid_table_leaves_the_others_valid(tmp_path, monkeypatch):
         load_config(path)
     assert str(e.value) == "\n".join(broken_errors(path))
     # Building DAGs: the valid tables' DAGs, from an explicit config or from $DELTAPLANE_CONFIG.
-    from operators.dag_factory import build_dags
+    from deltaplane.operators.factory.dags import build_dags
 
     assert set(build_dags(report.config)) == VALID_DAGS
     monkeypatch.setenv("DELTAPLANE_CONFIG", str(path))
@@ -181,9 +181,7 @@ def test_bad_table_shapes_and_names_are_per_table_errors(tmp_path):
     assert report.errors == {
         "empty": [f"{path}: table 'empty': expected a mapping of settings (uri, schedules, ...), got null"],
         "scalar": [f"{path}: table 'scalar': expected a mapping of settings (uri, schedules, ...), got 3"],
-        "bad-name": [
-            f"{path}: table 'bad-name': table name must be letters, digits and _ (it names DAGs)"
-        ],
+        "bad-name": [f"{path}: table 'bad-name': table name must be letters, digits and _ (it names DAGs)"],
     }
 
 
@@ -217,7 +215,7 @@ def test_cli_validate_prints_every_error(tmp_path):
         + '      maintenance: "@hourly"\n',
     )
     done = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "config", "validate", str(path)],
+        [sys.executable, "-m", "deltaplane.engine.cli", "config", "validate", str(path)],
         capture_output=True,
         text=True,
     )

@@ -13,8 +13,8 @@ from pathlib import Path
 import deltalake
 import pytest
 
-from engine import DeltaTable
-from operators.config import ConfigError, load_config
+from deltaplane.engine import DeltaTable
+from deltaplane.operators.factory.config import ConfigError, load_config
 from tests.operators.conftest import asset_events, run_dag, task_states, xcom
 
 pytestmark = pytest.mark.xdist_group("airflow")
@@ -70,14 +70,16 @@ def test_config_errors_name_the_table_and_key(tmp_path):
         load_config(write_config(tmp_path, GOOD.rstrip() + "\n      trips:\n        uri: lake/other\n"))
     # the command line
     ok = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "config", "validate", str(tmp_path / "tables.yaml")],
+        [sys.executable, "-m", "deltaplane.engine.cli", "config", "validate", str(tmp_path / "tables.yaml")],
         capture_output=True,
         text=True,
     )
     assert ok.returncode == 2 and "deltaplane: error:" in ok.stderr and "table 'trips'" in ok.stderr
     good = write_config(tmp_path, GOOD)
     ok = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "config", "validate", str(good)], capture_output=True, text=True
+        [sys.executable, "-m", "deltaplane.engine.cli", "config", "validate", str(good)],
+        capture_output=True,
+        text=True,
     )
     assert ok.returncode == 0 and "ok: 1 table(s)" in ok.stdout
 
@@ -85,8 +87,8 @@ def test_config_errors_name_the_table_and_key(tmp_path):
 def dag_file(name: str, config: Path) -> str:
     return f"""
         # An Airflow DAG file (the DAG processor skips files that do not say "airflow" and "dag").
-        from operators.config import load_config
-        from operators.dag_factory import build_dags
+        from deltaplane.operators.factory.config import load_config
+        from deltaplane.operators.factory.dags import build_dags
 
         dags = build_dags(load_config({str(config)!r}), fileloc=__file__)
         dag = dags["{name}"]
@@ -140,7 +142,7 @@ def test_factory_dags_ingest_consume_and_maintain(airflow_db, tmp_path):
 
 
 def test_factory_maintenance_on_s3(airflow_db, tmp_path, s3_server, monkeypatch):
-    from engine import write_table
+    from deltaplane.engine import write_table
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_S3LAKE",
@@ -215,7 +217,7 @@ def test_make_run_main_job(tmp_path):
         [
             sys.executable,
             "-m",
-            "operators.demo",
+            "deltaplane.devstack.demo",
             "--demo",
             str(tmp_path / "demo"),
             "--config",

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
+from deltaplane.engine import DeltaTable
 from tests.operators.conftest import asset_events, run_dag, task_states, xcom
 
 pytestmark = pytest.mark.xdist_group("airflow")
@@ -31,7 +31,7 @@ def ids(table: Path) -> list[int]:
 COMMIT_DAG = """
 import pendulum
 from airflow.sdk import DAG, CronDataIntervalTimetable
-from operators.commit import DeltaCommitOperator
+from deltaplane.operators.operators.commit import DeltaCommitOperator
 
 with DAG("{dag_id}", schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
          start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False) as dag:
@@ -46,10 +46,18 @@ def test_two_runs_in_one_schedule_interval_both_land(airflow_db, tmp_path):
     land(tmp_path / "evening", range(10, 20))
     source = str(tmp_path) + "/{{ dag_run.conf['folder'] }}"
     code = COMMIT_DAG.format(dag_id="two_a_day", table=str(table), source=source)
-    first = run_dag("two_a_day", code, logical_date=dt.datetime(2026, 3, 1, 9, tzinfo=dt.UTC),
-                    run_conf={"folder": "morning"})
-    second = run_dag("two_a_day", code, logical_date=dt.datetime(2026, 3, 1, 18, tzinfo=dt.UTC),
-                     run_conf={"folder": "evening"})
+    first = run_dag(
+        "two_a_day",
+        code,
+        logical_date=dt.datetime(2026, 3, 1, 9, tzinfo=dt.UTC),
+        run_conf={"folder": "morning"},
+    )
+    second = run_dag(
+        "two_a_day",
+        code,
+        logical_date=dt.datetime(2026, 3, 1, 18, tzinfo=dt.UTC),
+        run_conf={"folder": "evening"},
+    )
     assert first.data_interval_end == second.data_interval_end  # the clock-based key collided
     assert task_states(first) == task_states(second) == {"commit": "success"}
     assert ids(table) == list(range(20))
@@ -99,7 +107,7 @@ def test_mapped_tasks_commit_each_distinct_batch_once(airflow_db, tmp_path):
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.commit import DeltaCommitOperator
+        from deltaplane.operators.operators.commit import DeltaCommitOperator
 
         with DAG("mapped", schedule=None, start_date=pendulum.datetime(2026, 1, 1), max_active_tasks=1) as dag:
             DeltaCommitOperator.partial(task_id="commit", table_uri={str(table)!r}).expand(
@@ -123,9 +131,9 @@ def test_stage_gate_commit_twice_a_day_and_redelivered_files(airflow_db, tmp_pat
     code = f"""
     import pendulum
     from airflow.sdk import DAG, CronDataIntervalTimetable
-    from operators.commit import DeltaCommitOperator
-    from operators.ingest import DeltaStageOperator
-    from operators.quality import DeltaQualityGateOperator
+    from deltaplane.operators.operators.commit import DeltaCommitOperator
+    from deltaplane.operators.operators.ingest import DeltaStageOperator
+    from deltaplane.operators.operators.quality import DeltaQualityGateOperator
 
     M = "{{{{ ti.xcom_pull(task_ids='stage')['manifest'] }}}}"
     with DAG("staged", schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
@@ -158,7 +166,7 @@ def test_a_retried_update_applies_once_and_a_new_run_applies_again(airflow_db, t
     """An UPDATE that is not idempotent by nature (x = x + 1): a retry after the commit (the
     worker died before reporting) finds its work; a new run is new work."""
     table = tmp_path / "t"
-    from engine import write_table
+    from deltaplane.engine import write_table
 
     write_table(str(table), pa.table({"id": pa.array([1, 2], pa.int64()), "x": pa.array([0, 0], pa.int64())}))
     marker = tmp_path / "crashed"
@@ -167,7 +175,7 @@ def test_a_retried_update_applies_once_and_a_new_run_applies_again(airflow_db, t
     from pathlib import Path
     import pendulum
     from airflow.sdk import DAG
-    from operators.dml import DeltaDMLOperator
+    from deltaplane.operators.operators.dml import DeltaDMLOperator
 
     class Update(DeltaDMLOperator):
         def publish(self, context, hook, result):

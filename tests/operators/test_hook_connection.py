@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from operators.hooks import DeltaHook
+from deltaplane.operators.hooks.delta import DeltaHook
 from tests.s3_auth import authenticated_seaweedfs
 
 pytestmark = pytest.mark.xdist_group("airflow")

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable
+from deltaplane.engine import DeltaTable
 from tests.operators.conftest import asset_events, run_dag, task_states, xcom
 
 pytestmark = pytest.mark.xdist_group("airflow")
@@ -35,8 +35,8 @@ def test_commit_then_maintenance(airflow_db, tmp_path):
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.commit import DeltaCommitOperator
-        from operators.maintenance import (
+        from deltaplane.operators.operators.commit import DeltaCommitOperator
+        from deltaplane.operators.operators.maintenance import (
             DeltaAutoOptimizeOperator, DeltaCheckpointOperator, DeltaCompactionOperator,
             DeltaManifestOperator, DeltaVacuumOperator,
         )
@@ -95,8 +95,8 @@ def test_a_retried_writing_task_commits_once(airflow_db, tmp_path):
         from pathlib import Path
         import pendulum
         from airflow.sdk import DAG
-        from operators.commit import DeltaCommitOperator
-        from operators.dml import DeltaDMLOperator
+        from deltaplane.operators.operators.commit import DeltaCommitOperator
+        from deltaplane.operators.operators.dml import DeltaDMLOperator
 
         class CrashAfterCommit:
             def publish(self, context, hook, result):
@@ -137,8 +137,8 @@ def test_compaction_has_nothing_to_do_when_auto_optimize_says_so(airflow_db, tmp
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.commit import DeltaCommitOperator
-        from operators.maintenance import DeltaAutoOptimizeOperator, DeltaCheckpointOperator, DeltaCompactionOperator
+        from deltaplane.operators.operators.commit import DeltaCommitOperator
+        from deltaplane.operators.operators.maintenance import DeltaAutoOptimizeOperator, DeltaCheckpointOperator, DeltaCompactionOperator
 
         T = {str(table)!r}
         with DAG("nothing_to_do", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
@@ -172,7 +172,7 @@ def test_dml_operators(airflow_db, tmp_path):
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.dml import DeltaDMLOperator
+        from deltaplane.operators.operators.dml import DeltaDMLOperator
 
         T = {str(table)!r}
         with DAG("dml_ops", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
@@ -203,8 +203,8 @@ def tree_bytes(root: Path, skip: str = "_quarantine") -> dict[str, bytes]:
 
 
 def test_quality_gate_commits_good_batches_and_quarantines_bad_ones(airflow_db, tmp_path):
-    from engine import stage_write, write_table
-    from engine.commands.staged import write_manifest
+    from deltaplane.engine import stage_write, write_table
+    from deltaplane.engine.commands.staged import write_manifest
 
     table = tmp_path / "orders"
     write_table(str(table), pa.table({"id": pa.array([1, 2], pa.int64()), "amount": [5.0, 6.0]}))
@@ -222,8 +222,8 @@ def test_quality_gate_commits_good_batches_and_quarantines_bad_ones(airflow_db, 
     source = f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.commit import DeltaCommitOperator
-        from operators.quality import DeltaQualityGateOperator
+        from deltaplane.operators.operators.commit import DeltaCommitOperator
+        from deltaplane.operators.operators.quality import DeltaQualityGateOperator
 
         T = {str(table)!r}
         with DAG("{{name}}", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
@@ -300,9 +300,9 @@ def test_operators_on_s3_through_a_connection(airflow_db, tmp_path, s3_server, m
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.commit import DeltaCommitOperator
-        from operators.dml import DeltaDMLOperator
-        from operators.maintenance import DeltaCompactionOperator, DeltaVacuumOperator
+        from deltaplane.operators.operators.commit import DeltaCommitOperator
+        from deltaplane.operators.operators.dml import DeltaDMLOperator
+        from deltaplane.operators.operators.maintenance import DeltaCompactionOperator, DeltaVacuumOperator
 
         T = {uri!r}
         with DAG("on_s3", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
@@ -345,10 +345,10 @@ def test_spark_backed_operators(airflow_db, tmp_path):
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.commit import DeltaCommitOperator
-        from operators.dml import DeltaDMLOperator
-        from operators.maintenance import DeltaCompactionOperator
-        from operators.spark import DeltaSparkJobOperator
+        from deltaplane.operators.operators.commit import DeltaCommitOperator
+        from deltaplane.operators.operators.dml import DeltaDMLOperator
+        from deltaplane.operators.operators.maintenance import DeltaCompactionOperator
+        from deltaplane.operators.operators.spark import DeltaSparkJobOperator
 
         T = {str(table)!r}
         with DAG("spark_ops", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
@@ -380,8 +380,8 @@ def test_spark_backed_operators(airflow_db, tmp_path):
 def test_gate_sensor_manifest_consumer_and_spark_on_s3(airflow_db, tmp_path, s3_server, monkeypatch):
     """The rest of the operators on SeaweedFS: a staged batch gated and committed, a bad batch
     quarantined on S3, the deferred log-tail sensor, manifests, the consumer, a Spark compaction."""
-    from engine import stage_write, write_table
-    from engine.commands.staged import write_manifest
+    from deltaplane.engine import stage_write, write_table
+    from deltaplane.engine.commands.staged import write_manifest
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_LAKE",
@@ -412,11 +412,11 @@ def test_gate_sensor_manifest_consumer_and_spark_on_s3(airflow_db, tmp_path, s3_
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.commit import DeltaCommitOperator
-        from operators.ingest import DeltaConsumeOperator
-        from operators.maintenance import DeltaCompactionOperator, DeltaManifestOperator
-        from operators.quality import DeltaQualityGateOperator
-        from operators.sensors import DeltaLogTailSensor
+        from deltaplane.operators.operators.commit import DeltaCommitOperator
+        from deltaplane.operators.operators.ingest import DeltaConsumeOperator
+        from deltaplane.operators.operators.maintenance import DeltaCompactionOperator, DeltaManifestOperator
+        from deltaplane.operators.operators.quality import DeltaQualityGateOperator
+        from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor
 
         T, C, M = {uri!r}, {copy!r}, {manifests!r}
         X = {expectations!r}

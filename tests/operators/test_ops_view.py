@@ -25,9 +25,9 @@ from urllib.parse import quote
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable, write_table
-from engine.partitions import partition_directory
-from engine.transaction import commit_metadata_scope
+from deltaplane.engine import DeltaTable, write_table
+from deltaplane.engine.partitions import partition_directory
+from deltaplane.engine.transaction import commit_metadata_scope
 from tests.operators.conftest import run_dag
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
@@ -529,7 +529,7 @@ def test_every_rendered_field_is_escaped(ops_server):
 def test_fields_the_config_cannot_carry_are_escaped_too():
     """Table names are letters, digits and _ in the configuration; the pages escape them (and
     the rest of a summary) all the same, should a name ever come from elsewhere."""
-    from operators.ops_view import detail_page, list_page
+    from deltaplane.operators.plugins.ops_view import detail_page, list_page
 
     name = payload("name")
     error_row = {"name": name, "uri": payload("uri"), "error": payload("error")}
@@ -595,7 +595,7 @@ def test_any_commit_info_becomes_a_typed_row():
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from operators.ops_view import commit_row
+    from deltaplane.operators.plugins.ops_view import commit_row
 
     leaves = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30)
     values = st.recursive(

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable, write_table
+from deltaplane.engine import DeltaTable, write_table
 from tests.operators.conftest import DAGS, HOME, task_states, xcom
 from tests.proctree import CmdlineSampler, SubmitWatcher, descendants, survivors
 from tests.s3_auth import authenticated_seaweedfs
@@ -101,9 +101,9 @@ def test_no_secret_in_argv_logs_xcom_commits_or_files(airflow_db, tmp_path, monk
             f"""
             import pendulum
             from airflow.sdk import DAG
-            from operators.dml import DeltaDMLOperator
-            from operators.maintenance import DeltaCompactionOperator
-            from operators.spark import DeltaSparkJobOperator
+            from deltaplane.operators.operators.dml import DeltaDMLOperator
+            from deltaplane.operators.operators.maintenance import DeltaCompactionOperator
+            from deltaplane.operators.operators.spark import DeltaSparkJobOperator
 
             c = dict(deltaplane_conn_id="lake_secret", spark_threshold_bytes=0)
             with DAG("secret_scan", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
@@ -133,7 +133,7 @@ def test_no_secret_in_argv_logs_xcom_commits_or_files(airflow_db, tmp_path, monk
         assert any("ingest.py" in c for c in sampler.commands_seen), sampler.commands_seen
         assert sampler.hits == [], sampler.hits[:3]
         # Task logs: dag.test() writes them to the console; anything under $AIRFLOW_HOME/logs too.
-        assert "spark: " in logs and "spark_jobs.compact" in logs  # the job's stderr was streamed
+        assert "spark: " in logs and "deltaplane.spark_jobs.compact" in logs  # the job's stderr was streamed
         assert marker not in logs
         for file in (HOME / "logs").rglob("*"):
             if file.is_file():
@@ -162,7 +162,7 @@ def test_no_secret_in_quarantine_files_or_ops_pages(airflow_db, tmp_path, monkey
     credential-checking SeaweedFS, rejected by the quality gate and quarantined there; then the
     ops view's JSON and pages for that table. The secret is in none of them, nor in the logs or
     XComs."""
-    from operators.ops_view import detail_page, list_page, table_detail, table_summary
+    from deltaplane.operators.plugins.ops_view import detail_page, list_page, table_detail, table_summary
 
     marker = f"dpsecret-{uuid.uuid4().hex}"
     with authenticated_seaweedfs(tmp_path / "s3", marker) as s3:
@@ -184,9 +184,9 @@ def test_no_secret_in_quarantine_files_or_ops_pages(airflow_db, tmp_path, monkey
             f"""
             import pendulum
             from airflow.sdk import DAG
-            from operators.commit import DeltaCommitOperator
-            from operators.ingest import DeltaStageOperator
-            from operators.quality import DeltaQualityGateOperator
+            from deltaplane.operators.operators.commit import DeltaCommitOperator
+            from deltaplane.operators.operators.ingest import DeltaStageOperator
+            from deltaplane.operators.operators.quality import DeltaQualityGateOperator
 
             T, c = {table!r}, dict(deltaplane_conn_id="lake_secret")
             M = "{{{{ ti.xcom_pull(task_ids='stage')['manifest'] }}}}"
@@ -212,7 +212,7 @@ def test_no_secret_in_quarantine_files_or_ops_pages(airflow_db, tmp_path, monkey
         config = tmp_path / "tables.yaml"
         config.write_text(json.dumps({"tables": {"gated": {"uri": table, "conn_id": "lake_secret"}}}))
         monkeypatch.setenv("DELTAPLANE_CONFIG", str(config))
-        from operators.config import load_config
+        from deltaplane.operators.factory.config import load_config
 
         settings = load_config(config).tables["gated"]
         summary, detail = table_summary("gated", settings), table_detail("gated", settings)
@@ -232,8 +232,8 @@ def test_bad_input_fails_the_task_without_retries(airflow_db, tmp_path, capfd):
         import datetime
         import pendulum
         from airflow.sdk import DAG
-        from operators.dml import DeltaDMLOperator
-        from operators.spark import DeltaSparkJobOperator
+        from deltaplane.operators.operators.dml import DeltaDMLOperator
+        from deltaplane.operators.operators.spark import DeltaSparkJobOperator
 
         r = dict(retries=2, retry_delay=datetime.timedelta(0))
         with DAG("bad_input", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
@@ -287,7 +287,7 @@ def test_a_commit_conflict_is_retried_and_then_lands(airflow_db, tmp_path, capfd
         import datetime
         import pendulum
         from airflow.sdk import DAG
-        from operators.spark import DeltaSparkJobOperator
+        from deltaplane.operators.operators.spark import DeltaSparkJobOperator
 
         with DAG("conflict", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
             DeltaSparkJobOperator(task_id="compact", table_uri={uri!r}, job="compact",
@@ -342,7 +342,7 @@ def test_on_kill_stops_the_spark_submit_and_everything_under_it(airflow_db, tmp_
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.spark import DeltaSparkJobOperator
+        from deltaplane.operators.operators.spark import DeltaSparkJobOperator
 
         with DAG("on_kill", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
             DeltaSparkJobOperator(task_id="job", table_uri={uri!r}, job="compact")
@@ -370,7 +370,7 @@ def test_sigterm_stops_the_spark_job_of_any_operator(airflow_db, tmp_path, capfd
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.maintenance import DeltaCompactionOperator
+        from deltaplane.operators.operators.maintenance import DeltaCompactionOperator
 
         with DAG("sigterm", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
             DeltaCompactionOperator(task_id="compact", table_uri={uri!r}, spark_threshold_bytes=0)

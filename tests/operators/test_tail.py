@@ -9,10 +9,10 @@ import time
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable, write_table
-from operators.conditions import find_new_commits
-from operators.triggers import DeltaCommitEventTrigger, DeltaCommitTrigger
-from operators.watermarks import read_watermark
+from deltaplane.engine import DeltaTable, write_table
+from deltaplane.operators.triggers.commits import DeltaCommitEventTrigger, DeltaCommitTrigger
+from deltaplane.operators.utils.conditions import find_new_commits
+from deltaplane.operators.utils.watermarks import read_watermark
 from tests.operators.conftest import run_dag, task_states, xcom
 
 pytestmark = pytest.mark.xdist_group("airflow")
@@ -53,7 +53,7 @@ def test_sensor_watermark_moves_only_after_the_downstream_work_succeeds(airflow_
         import pendulum
         from pathlib import Path
         from airflow.sdk import DAG, task
-        from operators.sensors import DeltaLogTailSensor, DeltaWatermarkOperator
+        from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor, DeltaWatermarkOperator
 
         @task
         def consume():
@@ -117,7 +117,7 @@ def test_deferred_sensor_waits_in_its_trigger(airflow_db, tmp_path):
         f"""
         import pendulum
         from airflow.sdk import DAG
-        from operators.sensors import DeltaLogTailSensor
+        from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor
 
         with DAG("tail_deferred", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
             DeltaLogTailSensor(task_id="wait", table_uri={uri!r}, after_version=3, deferrable=True,
@@ -133,7 +133,10 @@ def test_deferred_sensor_waits_in_its_trigger(airflow_db, tmp_path):
 def test_commit_trigger_serializes_and_fires():
     trigger = DeltaCommitTrigger(table_uri="/x", after_version=3, poke_interval=2)
     classpath, kwargs = trigger.serialize()
-    assert classpath == "operators.triggers.DeltaCommitTrigger" and kwargs["after_version"] == 3
+    assert (
+        classpath == "deltaplane.operators.triggers.commits.DeltaCommitTrigger"
+        and kwargs["after_version"] == 3
+    )
     assert DeltaCommitTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 
@@ -168,12 +171,14 @@ def test_event_producer_advances_only_what_airflow_stored(tmp_path):
     Airflow did not store rewinds the stream to announce it again; ticks keep the stream moving."""
     from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
-    from operators.triggers import CommitLogProducer
+    from deltaplane.operators.triggers.commits import CommitLogProducer
 
     uri = str(tmp_path / "t")
     make_table(uri)  # latest v3
     trigger = DeltaCommitEventTrigger(table_uri=uri, poke_interval=0.05, watermark_key="p", start_after=0)
-    assert trigger.shared_stream_key() == DeltaCommitEventTrigger(**trigger.serialize()[1]).shared_stream_key()
+    assert (
+        trigger.shared_stream_key() == DeltaCommitEventTrigger(**trigger.serialize()[1]).shared_stream_key()
+    )
     producer = CommitLogProducer(trigger.serialize()[1])
     clean, lost = AdvanceOutcome(acked=1, failed=0), AdvanceOutcome(acked=0, failed=1)
 

@@ -8,7 +8,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark():
-    from spark_jobs.session import get_spark
+    from deltaplane.spark_jobs.session import get_spark
 
     session = get_spark("local[2]", app_name="deltaplane-tests")
     session.sparkContext.setLogLevel("ERROR")

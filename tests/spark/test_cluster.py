@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable, write_table
-from spark_jobs.submit import spark_home, submit
+from deltaplane.engine import DeltaTable, write_table
+from deltaplane.spark_jobs.submit import spark_home, submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 

@@ -1,4 +1,4 @@
-"""``spark_jobs.compact --plan``: the job rewrites a plan made elsewhere, and plans nothing itself.
+"""``deltaplane.spark_jobs.compact --plan``: the job rewrites a plan made elsewhere, and plans nothing itself.
 
 The Airflow compaction operator hands its plan (made from an auto-optimize decision: chosen
 partitions, deletion-vector purge) to the job this way; by hand, ``--dry-run --write-plan`` writes
@@ -14,9 +14,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable
-from engine.commands.optimize import plan_optimize
-from spark_jobs import compact, job
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.commands.optimize import plan_optimize
+from deltaplane.spark_jobs import compact, job
 from tests.spark.test_jobs import run
 
 pytestmark = pytest.mark.xdist_group("spark")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable, write_table
+from deltaplane.engine import DeltaTable, write_table
 
 pytestmark = pytest.mark.xdist_group("spark")
 

@@ -14,7 +14,7 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import CapturedException
 
-from engine import DeltaTable, write_table
+from deltaplane.engine import DeltaTable, write_table
 from tests.conftest import CONFORMANCE
 from tests.helpers import assert_same_rows
 

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine import DeltaTable, StagedWrite, write_table
-from spark_jobs import compact, dml, ingest, job
+from deltaplane.engine import DeltaTable, StagedWrite, write_table
+from deltaplane.spark_jobs import compact, dml, ingest, job
 from tests.helpers import assert_same_rows
 
 pytestmark = pytest.mark.xdist_group("spark")
@@ -190,16 +190,16 @@ def test_exit_codes_and_the_json_line(tmp_path):
         lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
         return done.returncode, (lines[-1] if lines else {}), done.stderr
 
-    code, out, _ = cli("spark_jobs.dml", "--table", str(tmp_path / "missing"), "--delete", "a = 1")
+    code, out, _ = cli("deltaplane.spark_jobs.dml", "--table", str(tmp_path / "missing"), "--delete", "a = 1")
     assert code == job.EXIT_TABLE and out["status"] == "failed" and out["error"] == "TableNotFoundError"
     write_table(str(tmp_path / "t"), random_table(10, 0))
-    code, out, _ = cli("spark_jobs.dml", "--table", str(tmp_path / "t"), "--delete", "nope = 1")
+    code, out, _ = cli("deltaplane.spark_jobs.dml", "--table", str(tmp_path / "t"), "--delete", "nope = 1")
     assert code == job.EXIT_INPUT and "nope" in out["message"]
-    code, out, _ = cli("spark_jobs.compact", "--table", str(tmp_path / "t"), "--dry-run")
+    code, out, _ = cli("deltaplane.spark_jobs.compact", "--table", str(tmp_path / "t"), "--dry-run")
     assert code == 0 and out["dryRun"] and out["numBins"] == 0
-    code, out, err = cli("spark_jobs.ingest", "--table", str(tmp_path / "t"))
+    code, out, err = cli("deltaplane.spark_jobs.ingest", "--table", str(tmp_path / "t"))
     assert code == job.EXIT_INPUT and "--source" in out["message"]
-    code, _, err = cli("spark_jobs.dml", "--table", str(tmp_path / "t"))
+    code, _, err = cli("deltaplane.spark_jobs.dml", "--table", str(tmp_path / "t"))
     assert code == job.EXIT_USAGE and "--delete" in err
 
 
@@ -208,7 +208,7 @@ def test_spark_dense_ranks_equal_arrows(spark):
     several sorted partitions."""
     import pyarrow.compute as pc
 
-    from spark_jobs.zorder import _dense_ranks
+    from deltaplane.spark_jobs.zorder import _dense_ranks
 
     rng = np.random.default_rng(3)
     values = [None if v % 11 == 0 else int(v) for v in rng.integers(0, 500, 5000)]

@@ -13,7 +13,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from pyspark.sql.utils import CapturedException, StreamingQueryException
 
-from engine import DeltaTable, write_table
+from deltaplane.engine import DeltaTable, write_table
 
 pytestmark = pytest.mark.xdist_group("spark")
 
@@ -174,9 +174,9 @@ def test_a_replayed_sink_batch_is_not_committed_twice(spark, tmp_path):
 def test_the_initial_offset_does_not_move_with_the_table(tmp_path):
     """Spark asks for it to plan the first batch and again to run it; appends in between must
     not shift the start (they did: the first batch planned one range and read another, empty)."""
-    from spark_jobs.options import StreamOptions
-    from spark_jobs.streaming import DeltaplaneStreamReader, StreamingSourceError
-    from spark_jobs.types import spark_schema
+    from deltaplane.spark_jobs.options import StreamOptions
+    from deltaplane.spark_jobs.streaming import DeltaplaneStreamReader, StreamingSourceError
+    from deltaplane.spark_jobs.types import spark_schema
 
     src = str(tmp_path / "src")
     write_table(src, rows(0, 10))

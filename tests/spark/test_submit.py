@@ -1,4 +1,4 @@
-"""``spark_jobs.submit`` with the real ``spark-submit``: a time limit stops the whole process tree
+"""``deltaplane.spark_jobs.submit`` with the real ``spark-submit``: a time limit stops the whole process tree
 (the JVM, the Python driver, PySpark's daemon and workers), storage options travel in the
 environment, never on the command line."""
 
@@ -13,9 +13,9 @@ import time
 import pyarrow as pa
 import pytest
 
-from engine import DeltaTable, write_table
-from spark_jobs import job
-from spark_jobs.submit import spark_submit_command, submit
+from deltaplane.engine import DeltaTable, write_table
+from deltaplane.spark_jobs import job
+from deltaplane.spark_jobs.submit import spark_submit_command, submit
 from tests.proctree import CmdlineSampler, SubmitWatcher, alive, survivors
 
 pytestmark = pytest.mark.xdist_group("spark")
@@ -100,7 +100,7 @@ def test_job_storage_options_from_environment_and_flags(monkeypatch):
 
 
 def test_redacted_command_lines():
-    from spark_jobs.submit import redact_command
+    from deltaplane.spark_jobs.submit import redact_command
 
     command = [
         "spark-submit",

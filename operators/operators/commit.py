@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from operators.base import DeltaTableOperator
+from deltaplane.operators.operators.base import DeltaTableOperator
 
 
 class DeltaCommitOperator(DeltaTableOperator):
-    """Commit a staged write (``staged_manifest``, e.g. from ``spark_jobs.ingest --stage``, after
+    """Commit a staged write (``staged_manifest``, e.g. from ``deltaplane.spark_jobs.ingest --stage``, after
     a quality gate passed it), or write files read with pyarrow (``source``: a path, directory or
     list, ``source_format`` parquet/csv/json) with ``mode`` append/overwrite (``replace_where``).
     A missing table is created by the write. One commit, retry-safe."""
@@ -51,7 +51,7 @@ class DeltaCommitOperator(DeltaTableOperator):
         if getattr(self, "_loaded", False):
             return
         if self.staged_manifest is not None:
-            from engine.commands.staged import read_manifest
+            from deltaplane.engine.commands.staged import read_manifest
 
             self._staged = read_manifest(self.staged_manifest, hook.settings.storage_options)
             spec = self._staged.spec
@@ -67,7 +67,7 @@ class DeltaCommitOperator(DeltaTableOperator):
         """A staged batch is named by its manifest (the key it was staged with, else its files);
         files read from ``source`` by their identities (path, size, modification time) with the
         mode and predicate they are written with."""
-        from engine.work import WorkKey, local_file_identities
+        from deltaplane.engine.work import WorkKey, local_file_identities
 
         if self.staged_manifest is not None:
             spec = self._staged.spec
@@ -87,7 +87,7 @@ class DeltaCommitOperator(DeltaTableOperator):
         options = hook.settings.storage_options
         self._load(hook)
         if self.staged_manifest is not None:
-            from engine.commands.staged import commit_write
+            from deltaplane.engine.commands.staged import commit_write
 
             staged = self._staged
             key = self._key() if self.idempotent else None
@@ -111,7 +111,7 @@ class DeltaCommitOperator(DeltaTableOperator):
                 "rows": staged.num_rows,
                 "bytes": staged.num_bytes,
             }
-        from engine import write_table
+        from deltaplane.engine import write_table
 
         result = write_table(
             self.table_uri,

@@ -8,8 +8,8 @@ from typing import Any
 
 from airflow.sdk.bases.sensor import BaseSensorOperator, PokeReturnValue
 
-from operators.base import DeltaTableOperator
-from operators.conditions import CommitFilter, find_new_commits
+from deltaplane.operators.operators.base import DeltaTableOperator
+from deltaplane.operators.utils.conditions import CommitFilter, find_new_commits
 
 
 def default_watermark_key(dag_id: str, task_id: str) -> str:
@@ -20,8 +20,9 @@ class DeltaLogTailSensor(BaseSensorOperator):
     """Wait for commits after the watermark that match the filter; return them.
 
     The watermark is ``after_version`` when given (templated), else the one kept beside the table
-    under ``watermark_key`` (``operators.watermarks``; default ``<dag_id>.<task_id>``; ``-1``, the
-    whole history, the first time). The filter (the same arguments as the commit triggers):
+    under ``watermark_key`` (``deltaplane.operators.utils.watermarks``; default
+    ``<dag_id>.<task_id>``; ``-1``, the whole history, the first time). The filter (the same
+    arguments as the commit triggers):
     ``data_change_only`` (default: OPTIMIZE and other rewrites do not count), ``kinds``
     (``append``, ``delete``, ``update``), ``operations`` (``["WRITE", "MERGE"]``) and a
     ``partition_filter``. The XCom is ``{"after_version", "latest_version", "commits": [{"version",
@@ -29,9 +30,9 @@ class DeltaLogTailSensor(BaseSensorOperator):
 
     The sensor does not move the watermark: the commits it found are not handled until the work
     downstream has succeeded. Put a ``DeltaWatermarkOperator`` after that work (the DAG factory
-    does), or move it yourself with ``operators.watermarks.write_watermark``; a failed run then
-    sees the same commits again. ``advance_watermark=True`` moves it as soon as the sensor fires
-    (at most once: a downstream failure loses those commits).
+    does), or move it yourself with ``write_watermark``; a failed run then sees the same commits
+    again. ``advance_watermark=True`` moves it as soon as the sensor fires (at most once: a
+    downstream failure loses those commits).
 
     ``deferrable=True`` waits in the triggerer (``DeltaCommitTrigger``) with the sensor's own
     ``timeout``; the poke and the trigger evaluate the same function, ``find_new_commits``.
@@ -74,7 +75,7 @@ class DeltaLogTailSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def _options(self) -> dict[str, str]:
-        from operators.hooks import DeltaHook
+        from deltaplane.operators.hooks.delta import DeltaHook
 
         return DeltaHook(self.deltaplane_conn_id).settings.storage_options
 
@@ -87,7 +88,7 @@ class DeltaLogTailSensor(BaseSensorOperator):
     def _start(self) -> int:
         if self.after_version not in (None, ""):
             return int(self.after_version)
-        from operators.watermarks import read_watermark
+        from deltaplane.operators.utils.watermarks import read_watermark
 
         known = read_watermark(self.table_uri, self._key(), self._options())
         return -1 if known is None else known
@@ -116,7 +117,7 @@ class DeltaLogTailSensor(BaseSensorOperator):
         result = self._check(after)
         if result["commits"]:
             return self._finish(result)
-        from operators.triggers import DeltaCommitTrigger
+        from deltaplane.operators.triggers.commits import DeltaCommitTrigger
 
         self.log.info("%s: nothing after version %d yet; deferring to the triggerer", self.table_uri, after)
         self.defer(
@@ -140,7 +141,7 @@ class DeltaLogTailSensor(BaseSensorOperator):
 
     def _finish(self, result: dict[str, Any]) -> dict[str, Any]:
         if self.advance_watermark and result and result.get("commits"):
-            from operators.watermarks import write_watermark
+            from deltaplane.operators.utils.watermarks import write_watermark
 
             write_watermark(self.table_uri, self._key(), int(result["latest_version"]), self._options())
         return result
@@ -169,7 +170,7 @@ class DeltaWatermarkOperator(DeltaTableOperator):
         return None  # only the watermark beside the table is written
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from operators.watermarks import read_watermark, write_watermark
+        from deltaplane.operators.utils.watermarks import read_watermark, write_watermark
 
         seen = context["ti"].xcom_pull(task_ids=self.sensor_task_id)
         if not seen or "latest_version" not in seen:

@@ -1,7 +1,7 @@
 """Running ``spark_jobs`` from Airflow: ``DeltaSparkJobOperator`` and the submit call the other
 operators use for work above their in-process threshold.
 
-The command line is built by ``spark_jobs.submit`` (the same one users run by hand) with the
+The command line is built by ``deltaplane.spark_jobs.submit`` (the same one users run by hand) with the
 connection's Spark master and conf, this run's commit metadata and its txn
 (``--app-id``/``--app-version``), so a retried Spark job is as safe as an in-process commit.
 The connection's storage options (its secret included) reach the job through its environment
@@ -30,35 +30,10 @@ import threading
 from typing import Any
 
 from airflow.sdk.bases.skipmixin import SkipMixin
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
-from operators.base import DeltaTableOperator
-
-
-class SparkJobError(AirflowException):
-    """A Spark job exited with an error: its exit code, error name and message are in the text
-    (and in ``returncode``, ``error``, ``job_message``). Airflow retries it."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        job: str = "",
-        returncode: int | None = None,
-        error: str | None = None,
-        job_message: str | None = None,
-    ):
-        super().__init__(message)
-        self.job = job
-        self.returncode = returncode
-        self.error = error
-        self.job_message = job_message
-
-
-class SparkJobInputError(SparkJobError, AirflowFailException):
-    """A Spark job refused its input or command line (exit codes 2 and 3): the task fails
-    without retries, since the same input would fail the same way."""
-
+from deltaplane.operators.exceptions import SparkJobError, SparkJobInputError
+from deltaplane.operators.operators.base import DeltaTableOperator
 
 _RUNNING: set = set()  # the SparkSubmissions this process is waiting for
 _RUNNING_LOCK = threading.RLock()  # re-entrant: stop_spark_jobs may run in a signal handler
@@ -112,7 +87,7 @@ def job_error(
 ) -> SparkJobError:
     """The exception for a job that exited with ``returncode``: ``SparkJobInputError`` (no retry)
     for usage (2) and bad input (3), ``SparkJobError`` (retry) for anything else."""
-    from spark_jobs import job as jobs
+    from deltaplane.spark_jobs import job as jobs
 
     error = metrics.get("error")
     message = metrics.get("message") or (stderr_tail[-1] if stderr_tail else "no output")
@@ -125,12 +100,12 @@ def job_error(
         else:
             how = "stopped with SIGTERM"
         why = {"timeout": "its time limit", "stop": "the task being killed"}.get(stopped_by or "", "a signal")
-        text = f"spark_jobs.{job} was {how} after {why} (exit code {returncode})"
+        text = f"deltaplane.spark_jobs.{job} was {how} after {why} (exit code {returncode})"
         return SparkJobError(text, job=job, returncode=returncode, error="stopped", job_message=message)
     kind = jobs.EXIT_NAMES.get(returncode, "failed")
     what = f"{error}, {kind}" if error else kind
     retry = "retrying will not help" if returncode in jobs.NOT_RETRYABLE else "retryable"
-    text = f"spark_jobs.{job} failed with exit code {returncode} ({what}; {retry}): {message}"
+    text = f"deltaplane.spark_jobs.{job} failed with exit code {returncode} ({what}; {retry}): {message}"
     cls = SparkJobInputError if returncode in jobs.NOT_RETRYABLE else SparkJobError
     return cls(text, job=job, returncode=returncode, error=error, job_message=message)
 
@@ -139,9 +114,9 @@ def run_spark_job(job: str, args: list[str], *, hook, stamp, timeout: float, log
     """Submit ``job`` with the connection's settings, this run's stamp and the work key of the
     operator's scope (``--app-id``/``--app-version``: the job commits it with its work); its
     metrics."""
-    from engine.transaction import current_app_transaction
-    from operators.hooks import mask_secrets
-    from spark_jobs.submit import is_secret_name, redact_command, start_submit
+    from deltaplane.engine.transaction import current_app_transaction
+    from deltaplane.operators.hooks.delta import mask_secrets
+    from deltaplane.spark_jobs.submit import is_secret_name, redact_command, start_submit
 
     full = [*args, "--commit-metadata", json.dumps(stamp.commit_metadata())]
     scope = current_app_transaction()
@@ -174,8 +149,8 @@ def run_spark_job(job: str, args: list[str], *, hook, stamp, timeout: float, log
             result = submission.wait(timeout, on_stderr=lambda line: log.info("spark: %s", line))
         except subprocess.TimeoutExpired:
             raise SparkJobError(
-                f"spark_jobs.{job} did not finish in {timeout:g} s: its spark-submit process group "
-                "was stopped",
+                f"deltaplane.spark_jobs.{job} did not finish in {timeout:g} s: "
+                "its spark-submit process group was stopped",
                 job=job,
                 returncode=None,
                 error="timeout",
@@ -223,7 +198,7 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         **kwargs,
     ):
         super().__init__(table_uri=table_uri, **kwargs)
-        from spark_jobs.submit import JOBS
+        from deltaplane.spark_jobs.submit import JOBS
 
         if job not in JOBS:
             raise ValueError(f"unknown Spark job {job!r} (jobs: {', '.join(JOBS)})")
@@ -238,8 +213,8 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         idempotent by nature."""
         if self.job != "dml":
             return None
-        from engine.work import WorkKey
-        from operators.runs import run_stamp
+        from deltaplane.engine.work import WorkKey
+        from deltaplane.operators.utils.runs import run_stamp
 
         return WorkKey.named("dml", {"args": self.job_args, "run": run_stamp(context).identity()})
 
@@ -256,9 +231,14 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
     # --- ingest --stage: a landing batch -------------------------------------------------------
 
     def _stage(self, context, hook, stamp, args: list[str], manifest: str) -> dict[str, Any]:
-        from operators.batches import batch_name, quarantine_location, raise_if_rejected, skip_downstream
-        from spark_jobs.ingest import local_matches
-        from spark_jobs.job import EXIT_INPUT
+        from deltaplane.operators.utils.batches import (
+            batch_name,
+            quarantine_location,
+            raise_if_rejected,
+            skip_downstream,
+        )
+        from deltaplane.spark_jobs.ingest import local_matches
+        from deltaplane.spark_jobs.job import EXIT_INPUT
 
         options = hook.settings.storage_options
         batch = batch_name(manifest)
@@ -289,8 +269,8 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         so a crash in between leaves a manifest ``_staged_earlier`` can finish."""
         from pathlib import Path
 
-        from engine.commands.staged import StagedWrite, manifest_landing, write_manifest
-        from operators.batches import move_files, processed_path, read_object
+        from deltaplane.engine.commands.staged import StagedWrite, manifest_landing, write_manifest
+        from deltaplane.operators.utils.batches import move_files, processed_path, read_object
 
         raw = read_object(manifest, options)
         moves = [(Path(p), processed_path(Path(p), batch)) for p in manifest_landing(raw)]
@@ -305,9 +285,9 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         not run again. ``None`` when there is no such manifest."""
         from pathlib import Path
 
-        from engine.commands.staged import StagedWrite, manifest_landing
-        from engine.errors import ObjectNotFoundError
-        from operators.batches import move_files, processed_path, read_object
+        from deltaplane.engine.commands.staged import StagedWrite, manifest_landing
+        from deltaplane.engine.errors import ObjectNotFoundError
+        from deltaplane.operators.utils.batches import move_files, processed_path, read_object
 
         try:
             raw = read_object(manifest, options)
@@ -340,7 +320,7 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         import os
         import re
 
-        from operators.batches import reject
+        from deltaplane.operators.utils.batches import reject
 
         names = [os.path.basename(f) for f in files]
         said = error.job_message or str(error)
@@ -350,7 +330,8 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         if len(names) > 1:
             what += ", ...)" if len(names) > 5 else ")"
         message = (
-            f"batch {batch} rejected: spark_jobs.ingest refused {what} ({error.error or 'bad input'}, "
+            f"batch {batch} rejected: deltaplane.spark_jobs.ingest refused {what} "
+            f"({error.error or 'bad input'}, "
             f"exit code {error.returncode}): {detail}; quarantined at {destination}"
         )
         report = {
@@ -384,6 +365,6 @@ def _arg_values(args: list[str], name: str) -> list[str]:
 
 
 def _is_local(source: str) -> bool:
-    from spark_jobs.ingest import local_path
+    from deltaplane.spark_jobs.ingest import local_path
 
     return local_path(source) is not None

@@ -13,8 +13,8 @@ from typing import Any
 
 from airflow.sdk.bases.skipmixin import SkipMixin
 
-from operators.base import DeltaTableOperator
-from operators.batches import (
+from deltaplane.operators.operators.base import DeltaTableOperator
+from deltaplane.operators.utils.batches import (
     BatchRejected,
     move_files,
     processed_path,
@@ -112,10 +112,10 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         return None
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from engine.commands.staged import read_manifest, write_manifest
-        from engine.errors import ObjectNotFoundError
-        from engine.work import WorkKey, local_file_identities
-        from operators.batches import quarantine_location
+        from deltaplane.engine.commands.staged import read_manifest, write_manifest
+        from deltaplane.engine.errors import ObjectNotFoundError
+        from deltaplane.engine.work import WorkKey, local_file_identities
+        from deltaplane.operators.utils.batches import quarantine_location
 
         batch = batch_id(stamp.run_id)
         manifest = f"{self.staging.rstrip('/')}/{batch}.json"
@@ -168,13 +168,13 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         """Plan the write against the table, then stream every file into staged data files."""
         import pyarrow as pa
 
-        from engine.commands.staged import StagedWrite, plan_write, write_files
-        from engine.enforcement import table_constraints
-        from engine.errors import SchemaMismatchError
-        from engine.log.segment import list_log
-        from engine.schema import parse_schema, to_arrow_schema
-        from engine.snapshot import load_table_config
-        from engine.storage import open_store
+        from deltaplane.engine.commands.staged import StagedWrite, plan_write, write_files
+        from deltaplane.engine.enforcement import table_constraints
+        from deltaplane.engine.errors import SchemaMismatchError
+        from deltaplane.engine.log.segment import list_log
+        from deltaplane.engine.schema import parse_schema, to_arrow_schema
+        from deltaplane.engine.snapshot import load_table_config
+        from deltaplane.engine.storage import open_store
 
         store = open_store(self.table_uri, options)
         current = None  # no table yet: the commit creates it with the batch's schema
@@ -223,7 +223,7 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         self, context, batch: str, refused: Refused, files: list[Path], destination: str, options
     ) -> BatchRejected:
         """Quarantine the batch, report why (log, XCom, ``rejection.json``): the exception to fail with."""
-        from engine.storage import open_store
+        from deltaplane.engine.storage import open_store
 
         report = {
             "version": None,
@@ -266,7 +266,7 @@ class _Recording:
         return self._store.open_output(key)
 
     def published(self) -> list[str]:
-        from engine.errors import ObjectNotFoundError
+        from deltaplane.engine.errors import ObjectNotFoundError
 
         out = []
         for key in self._keys:
@@ -352,8 +352,8 @@ class _Landing:
 
     def _read_types(self, names: list[str]) -> dict:
         """Arrow types to parse the table's columns straight into (primitive ones)."""
-        from engine.errors import DeltaError
-        from engine.schema import DecimalType, PrimitiveType, to_arrow_type
+        from deltaplane.engine.errors import DeltaError
+        from deltaplane.engine.schema import DecimalType, PrimitiveType, to_arrow_type
 
         types = {}
         for name in names:
@@ -370,9 +370,9 @@ class _Landing:
         merged them in, NOT NULL columns must be there), then types (lossless casts only)."""
         import pyarrow as pa
 
-        from engine.enforcement import conform_table
-        from engine.errors import SchemaMismatchError
-        from engine.schema import StructType
+        from deltaplane.engine.enforcement import conform_table
+        from deltaplane.engine.errors import SchemaMismatchError
+        from deltaplane.engine.schema import StructType
 
         present = {n.lower() for n in self.schema.names}
         known = {f.name.lower() for f in target.fields}
@@ -422,8 +422,8 @@ class _Landing:
         """The file's rows conformed to ``target``, record batch by record batch."""
         import pyarrow.compute as pc
 
-        from engine.enforcement import check_constraints, conform_table
-        from engine.errors import ConstraintViolationError, SchemaMismatchError
+        from deltaplane.engine.enforcement import check_constraints, conform_table
+        from deltaplane.engine.errors import ConstraintViolationError, SchemaMismatchError
 
         read = {"csv": self._csv_batches, "json": self._json_batches, "parquet": self._parquet_batches}
         for batch in read[self.fmt](target):
@@ -709,7 +709,7 @@ class DeltaConsumeOperator(DeltaTableOperator):
     ``txn(appId="consume:<source>", version)``, so the watermark commits atomically with the
     rows it covers (a rerun, retry or duplicate trigger event finds it and reads on from there).
 
-    What a source commit did to rows decides (``engine.tail``'s kinds): an ``append`` gives its
+    What a source commit did to rows decides (``deltaplane.engine.tail``'s kinds): an ``append`` gives its
     new rows (never the rows of files a deletion-vector DELETE re-added); OPTIMIZE and other
     commits that change no rows give nothing; a ``delete`` or ``update`` follows ``on_change``:
     ``"fail"`` (default: the task fails naming the version), ``"skip"`` (ignore it), or
@@ -744,10 +744,10 @@ class DeltaConsumeOperator(DeltaTableOperator):
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         import pyarrow as pa
 
-        from engine import write_table
-        from engine.snapshot import load_table_config
-        from engine.storage import open_store
-        from engine.tail import APPEND, changes_between
+        from deltaplane.engine import write_table
+        from deltaplane.engine.snapshot import load_table_config
+        from deltaplane.engine.storage import open_store
+        from deltaplane.engine.tail import APPEND, changes_between
 
         options = hook.settings.storage_options
         app_id = f"consume:{self.source_uri}"
@@ -813,8 +813,8 @@ class DeltaConsumeOperator(DeltaTableOperator):
     def _appended(self, store, change, protocol, metadata):
         import pyarrow as pa
 
-        from engine.scan import Scan
-        from engine.snapshot import files_snapshot
+        from deltaplane.engine.scan import Scan
+        from deltaplane.engine.snapshot import files_snapshot
 
         rows = Scan(
             files_snapshot(store, change.version, protocol, metadata, change.new_files), None, None
@@ -827,7 +827,7 @@ class DeltaConsumeOperator(DeltaTableOperator):
         return rows
 
     def _change_feed(self, store, version: int):
-        from engine.commands.changes import COMMIT_TIMESTAMP, COMMIT_VERSION, read_changes
+        from deltaplane.engine.commands.changes import COMMIT_TIMESTAMP, COMMIT_VERSION, read_changes
 
         rows = read_changes(store, version, version).drop_columns([COMMIT_TIMESTAMP])
         names = ["_source_version" if n == COMMIT_VERSION else n for n in rows.column_names]

@@ -1,6 +1,6 @@
 """The one condition the log-tail sensor pokes and its triggers await: which commits after a
 watermark version match a consumer's filter. Pure: it reads the log (through the engine's one
-answer to "what changed since version N", ``engine.tail``) and returns JSON-able results; it
+answer to "what changed since version N", ``deltaplane.engine.tail``) and returns JSON-able results; it
 changes nothing (moving watermarks is the caller's business, and only after the work is safe).
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_MAX_VERSIONS = 1000
-KINDS = ("append", "delete", "update", "none")  # engine.tail's kinds (not imported at parse time)
+KINDS = ("append", "delete", "update", "none")  # deltaplane.engine.tail's kinds (not imported at parse time)
 
 
 @dataclass(frozen=True)
@@ -76,13 +76,13 @@ def scan_commits(
     """``(version, summary or None)`` for every commit after ``after_version`` (at most
     ``max_versions``): the summary when the commit matches the filter. Non-matching versions
     are reported too, so a consumer can move past them once it is safe."""
-    from engine.expressions.bind import bind_predicate
-    from engine.expressions.parser import parse_predicate
-    from engine.scan import Scan, file_keep_mask
-    from engine.schema import parse_schema
-    from engine.snapshot import files_snapshot, load_table_config
-    from engine.storage import open_store
-    from engine.tail import changes_of, versions_after
+    from deltaplane.engine.expressions.bind import bind_predicate
+    from deltaplane.engine.expressions.parser import parse_predicate
+    from deltaplane.engine.scan import Scan, file_keep_mask
+    from deltaplane.engine.schema import parse_schema
+    from deltaplane.engine.snapshot import files_snapshot, load_table_config
+    from deltaplane.engine.storage import open_store
+    from deltaplane.engine.tail import changes_of, versions_after
 
     store = open_store(table_uri, storage_options)
     versions = versions_after(store, after_version)[:max_versions]
@@ -136,7 +136,7 @@ def find_new_commits(
 ) -> dict[str, Any]:
     """Commits after ``after_version`` (at most ``max_versions`` of them) matching the filter
     (``commit_filter``, or its arguments: ``data_change_only``, ``kinds``, ``operations``,
-    ``partition_filter``). Each commit is ``engine.tail``'s summary (``version``, ``operation``,
+    ``partition_filter``). Each commit is ``deltaplane.engine.tail``'s summary (``version``, ``operation``,
     ``kind``, ``rowsAdded``, ``rowsDeleted``, ...) plus ``files``, the URIs of its new files.
 
     ``latest_version`` is the newest version examined (matching or not): the watermark a consumer

@@ -7,8 +7,8 @@ listens on 127.0.0.1 (the scheduler and triggerer start with ``--skip-serve-logs
 server binds 0.0.0.0), is recorded in ``<root>/pids.json`` and stopped by exactly those PIDs
 (``make stack-down``); a watchdog stops the stack after ``--max-minutes``.
 
-    python -m operators.stack up [--root demo/stack] [--ports auto] [--max-minutes 240]
-    python -m operators.stack down [--root demo/stack]
+    python -m deltaplane.devstack.stack up [--root demo/stack] [--ports auto] [--max-minutes 240]
+    python -m deltaplane.devstack.stack down [--root demo/stack]
 """
 
 from __future__ import annotations
@@ -121,12 +121,12 @@ def up(
     logs.mkdir(exist_ok=True)
     ports = _ports(ports_mode)
     config = config or ROOT / "config" / "tables.stack.yaml"
-    from operators.config import load_config
+    from deltaplane.operators.factory.config import load_config
 
     load_config(config)  # a bad tables file fails here, not in the dag-processor's log
     env = {**os.environ, **environment(root, ports, config)}
     bin_dir = Path(sys.executable).parent
-    from spark_jobs.submit import spark_home
+    from deltaplane.spark_jobs.submit import spark_home
 
     spark_class = str(spark_home() / "bin" / "spark-class")
     weed = shutil.which("weed", path=str(bin_dir)) or shutil.which("weed")
@@ -251,7 +251,7 @@ def up(
             [
                 sys.executable,
                 "-m",
-                "operators.stack",
+                "deltaplane.devstack.stack",
                 "watchdog",
                 "--root",
                 str(root),
@@ -313,7 +313,9 @@ def down(root: Path) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="operators.stack", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="deltaplane.devstack.stack",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("command", choices=("up", "down", "status", "watchdog"))
     p.add_argument("--root", default=str(ROOT / "demo" / "stack"))

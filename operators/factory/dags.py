@@ -11,22 +11,22 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Asset, AssetWatcher
 
-from operators.base import table_asset
-from operators.commit import DeltaCommitOperator
-from operators.config import PlatformConfig, TableConfig, read_config
-from operators.ingest import DeltaConsumeOperator, DeltaStageOperator, batch_id
-from operators.maintenance import (
+from deltaplane.operators.factory.config import PlatformConfig, TableConfig, read_config
+from deltaplane.operators.operators.base import table_asset
+from deltaplane.operators.operators.commit import DeltaCommitOperator
+from deltaplane.operators.operators.ingest import DeltaConsumeOperator, DeltaStageOperator, batch_id
+from deltaplane.operators.operators.maintenance import (
     DeltaAutoOptimizeOperator,
     DeltaCheckpointOperator,
     DeltaCompactionOperator,
     DeltaManifestOperator,
     DeltaVacuumOperator,
 )
-from operators.quality import DeltaQualityGateOperator
-from operators.runs import asset_uri
-from operators.sensors import DeltaLogTailSensor, DeltaWatermarkOperator
-from operators.spark import DeltaSparkJobOperator
-from operators.triggers import DeltaCommitEventTrigger
+from deltaplane.operators.operators.quality import DeltaQualityGateOperator
+from deltaplane.operators.operators.spark import DeltaSparkJobOperator
+from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor, DeltaWatermarkOperator
+from deltaplane.operators.triggers.commits import DeltaCommitEventTrigger
+from deltaplane.operators.utils.runs import asset_uri
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 MANIFEST = "{{ ti.xcom_pull(task_ids='stage')['manifest'] }}"

@@ -23,13 +23,13 @@ def _key(key: str) -> str:
 
 
 def _store(table_uri: str, storage_options: Mapping[str, str] | None):
-    from engine.storage import open_store
+    from deltaplane.engine.storage import open_store
 
     return open_store(f"{table_uri.rstrip('/')}/{WATERMARK_DIR}", storage_options)
 
 
 def read_watermark(table_uri: str, key: str, storage_options: Mapping[str, str] | None = None) -> int | None:
-    from engine.errors import ObjectNotFoundError
+    from deltaplane.engine.errors import ObjectNotFoundError
 
     try:
         data = _store(table_uri, storage_options).get(_key(key))

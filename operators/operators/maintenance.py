@@ -7,15 +7,15 @@ and the compaction reads it (from ``decision_task_id``, or from the one directly
 ``DeltaAutoOptimizeOperator`` on the same table) and succeeds with "nothing to do" when there is
 nothing to compact.
 
-Arguments are checked when the DAG file is parsed (``operators.arguments``).
+Arguments are checked when the DAG file is parsed (``deltaplane.operators.utils.arguments``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from operators.arguments import Arguments, templated
-from operators.base import DeltaTableOperator
+from deltaplane.operators.operators.base import DeltaTableOperator
+from deltaplane.operators.utils.arguments import Arguments, templated
 
 DEFAULT_SPARK_THRESHOLD = 8 << 30  # rewrite more than this many bytes with Spark
 VACUUM_MODES = ("full", "lite")
@@ -64,7 +64,7 @@ class DeltaAutoOptimizeOperator(DeltaTableOperator):
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         from dataclasses import replace
 
-        from engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
+        from deltaplane.engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
 
         policy = AutoOptimizePolicy.for_table(table.snapshot)
         changes = {
@@ -101,7 +101,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
     """OPTIMIZE with ``dataChange=false``: bin-packing, or Z-order with ``zorder_by``.
 
     In-process when the bytes to rewrite are under ``spark_threshold_bytes``, otherwise
-    ``spark_jobs.compact`` through ``spark-submit`` (the connection's Spark master), which is
+    ``deltaplane.spark_jobs.compact`` through ``spark-submit`` (the connection's Spark master), which is
     handed the plan made here (``--plan``) and rewrites exactly that.
 
     It follows an auto-optimize decision: the one of ``decision_task_id``, or, without it, the
@@ -156,7 +156,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
             and (t.table_uri == self.table_uri or templated(t.table_uri))
         )
         if len(found) > 1:
-            from engine.errors import InvalidArgumentError
+            from deltaplane.engine.errors import InvalidArgumentError
 
             raise InvalidArgumentError(
                 f"{type(self).__name__}(task_id={self.task_id!r}): several auto-optimize tasks "
@@ -165,7 +165,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
         return found[0] if found else None
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from engine.commands.optimize import execute_optimize, plan_optimize
+        from deltaplane.engine.commands.optimize import execute_optimize, plan_optimize
 
         partitions, purge, target = None, False, self.target_file_size
         decision_task = self.decision_task()
@@ -210,11 +210,11 @@ class DeltaCompactionOperator(DeltaTableOperator):
         return {**out, **follows}
 
     def _with_spark(self, plan, hook, stamp) -> dict[str, Any]:
-        """Hand ``plan`` itself to ``spark_jobs.compact`` (a file beside the table, under
+        """Hand ``plan`` itself to ``deltaplane.spark_jobs.compact`` (a file beside the table, under
         ``_deltaplane/optimize-plans/``, which any driver can read with the table's storage
         options), so the job rewrites exactly these bins and never plans again."""
-        from operators.spark import run_spark_job
-        from spark_jobs.compact import save_plan
+        from deltaplane.operators.operators.spark import run_spark_job
+        from deltaplane.spark_jobs.compact import save_plan
 
         store = plan.snapshot.store
         key = save_plan(plan, store)

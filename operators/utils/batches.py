@@ -23,14 +23,11 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from deltaplane.operators.exceptions import BatchRejected
+
 QUARANTINE_DIR = "_quarantine"  # hidden from VACUUM and readers, like every "_" directory
 REJECTION = "rejection.json"
 PROCESSED = "_processed"
-
-
-class BatchRejected(AirflowFailException):
-    """The landing batch cannot be staged as rows of the table (it was quarantined). An
-    ``AirflowFailException``: the task fails at once, a retry cannot make the files good."""
 
 
 def batch_name(manifest_uri: str) -> str:
@@ -46,7 +43,7 @@ def quarantine_location(table_uri: str, batch: str, quarantine_uri: str | None =
 
 
 def read_object(uri: str, options) -> bytes:
-    from engine.storage import open_store
+    from deltaplane.engine.storage import open_store
 
     head, _, name = uri.rstrip("/").rpartition("/")
     return open_store(head or "/", options).get(name)
@@ -54,8 +51,8 @@ def read_object(uri: str, options) -> bytes:
 
 def recorded_rejection(destination: str, options) -> dict | None:
     """The ``rejection.json`` of a batch already quarantined at ``destination``, if any."""
-    from engine.errors import ObjectNotFoundError
-    from engine.storage import open_store
+    from deltaplane.engine.errors import ObjectNotFoundError
+    from deltaplane.engine.storage import open_store
 
     try:
         return json.loads(open_store(destination, options).get(REJECTION))
@@ -101,8 +98,8 @@ def move_to_quarantine(
     is VACUUM's to reclaim), never none. An existing object is replaced: a move interrupted
     half-way can be run again."""
 
-    from engine.errors import ObjectNotFoundError
-    from engine.storage import open_store, resolve_location
+    from deltaplane.engine.errors import ObjectNotFoundError
+    from deltaplane.engine.storage import open_store, resolve_location
 
     target = open_store(destination, options)
     moved = []
@@ -134,7 +131,7 @@ def move_to_quarantine(
 
 def _replace(store, key: str) -> None:
     """Make room for a copy that a crashed earlier try may have made already."""
-    from engine.errors import ObjectNotFoundError
+    from deltaplane.engine.errors import ObjectNotFoundError
 
     with contextlib.suppress(ObjectNotFoundError, FileNotFoundError):
         store.delete(key)

@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     demo = Path(args.demo).resolve()
     config_path = Path(args.config).resolve()
-    from operators.config import load_config
+    from deltaplane.operators.factory.config import load_config
 
     config = load_config(config_path)
     for table in config.tables.values():  # a fresh lake: the configured local folders go
@@ -119,8 +119,8 @@ def main(argv=None) -> int:
 
     import runpy
 
-    from engine import DeltaTable
-    from operators.triggers import DeltaCommitEventTrigger
+    from deltaplane.engine import DeltaTable
+    from deltaplane.operators.triggers.commits import DeltaCommitEventTrigger
 
     name, table = next(iter(config.tables.items()))
     assert table.ingest is not None and table.consumer is not None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from operators.arguments import Arguments, templated
-from operators.base import DeltaTableOperator
+from deltaplane.operators.operators.base import DeltaTableOperator
+from deltaplane.operators.utils.arguments import Arguments, templated
 
 OPERATIONS = ("delete", "update", "merge")
 WHEN_MATCHED = ("update_all", "delete", None)
@@ -22,7 +22,7 @@ class DeltaDMLOperator(DeltaTableOperator):
     """One row-level change, retry-safe.
 
     * ``operation="delete"``: ``predicate`` (SQL); ``update``: ``updates`` (column -> SQL) and
-      ``predicate``. Both run in-process, or as ``spark_jobs.dml`` when the files the predicate
+      ``predicate``. Both run in-process, or as ``deltaplane.spark_jobs.dml`` when the files the predicate
       can touch exceed ``spark_threshold_bytes``.
     * A DELETE or UPDATE of every row needs ``allow_full_table=True``: without it, a missing,
       empty or always-true predicate (``"true"``, ``"1 = 1"``, one naming no column) is refused,
@@ -133,9 +133,9 @@ class DeltaDMLOperator(DeltaTableOperator):
     def check_rendered(self) -> None:
         """After rendering: the guard against whole-table changes, on what will really run.
         Raises ``InvalidArgumentError`` (an input error: the task fails without retries)."""
-        from engine.errors import InvalidArgumentError
-        from engine.expressions.parser import parse_predicate
-        from engine.expressions.tree import columns
+        from deltaplane.engine.errors import InvalidArgumentError
+        from deltaplane.engine.expressions.parser import parse_predicate
+        from deltaplane.engine.expressions.tree import columns
 
         where = f"{type(self).__name__}(task_id={self.task_id!r})"
         if self.predicate is not None and not isinstance(self.predicate, str):
@@ -169,8 +169,8 @@ class DeltaDMLOperator(DeltaTableOperator):
         """DELETE and UPDATE: the statement as issued by this task of this run (a retry or a
         clear is the same work; a new run issues it again). MERGE: the statement and the
         identity of its source files (the same source is merged once)."""
-        from engine.work import WorkKey, local_file_identities
-        from operators.runs import run_stamp
+        from deltaplane.engine.work import WorkKey, local_file_identities
+        from deltaplane.operators.utils.runs import run_stamp
 
         statement = {
             "operation": self.operation,
@@ -194,7 +194,7 @@ class DeltaDMLOperator(DeltaTableOperator):
         self.check_rendered()
         if self.operation == "merge":
             return self._merge(table)
-        from engine.commands.dml import plan_row_level
+        from deltaplane.engine.commands.dml import plan_row_level
 
         predicate = self.predicate if self.predicate and self.predicate.strip() else None
         plan = plan_row_level(
@@ -207,7 +207,7 @@ class DeltaDMLOperator(DeltaTableOperator):
             int(sum(plan.candidates.column("size").to_pylist())) if plan.candidates.num_rows else 0
         )
         if candidate_bytes > self.spark_threshold_bytes and not plan.partition_only:
-            from operators.spark import run_spark_job
+            from deltaplane.operators.operators.spark import run_spark_job
 
             args = ["--table", self.table_uri, f"--{self.operation}", predicate or "true"]
             for column, expr in (self.updates or {}).items() if self.operation == "update" else ():

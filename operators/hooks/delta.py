@@ -13,7 +13,7 @@ A ``deltaplane`` connection holds what a table's operators need besides its URI:
 The secrets (the password, and any storage option or Spark setting whose name says secret, token,
 password, credential or access key, as Spark's ``fs.s3a.access.key``; an access key *id* is not a
 secret) are registered with Airflow's secrets masker when the connection is read, so task logs
-show ``***`` in their place; they never go on a command line (``operators.spark``).
+show ``***`` in their place; they never go on a command line (``deltaplane.operators.operators.spark``).
 
 Without a connection id (the embedded defaults), tables are opened with no storage options
 (local paths, or S3 through the environment) and Spark runs ``local[2]``.
@@ -43,7 +43,7 @@ class DeltaSettings:
 
     def secrets(self) -> list[str]:
         """The values that must never be shown: secret-looking storage options and Spark conf."""
-        from spark_jobs.submit import is_secret_name
+        from deltaplane.spark_jobs.submit import is_secret_name
 
         items = [*self.storage_options.items(), *self.spark_conf.items()]
         return [v for k, v in items if v and is_secret_name(k)]
@@ -121,7 +121,7 @@ class DeltaHook(BaseHook):
 
     def get_table(self, uri: str, version: int | None = None):
         """The engine's ``DeltaTable`` at ``uri`` with this connection's storage options."""
-        from engine import DeltaTable
+        from deltaplane.engine import DeltaTable
 
         return DeltaTable(uri, version=version, storage_options=self.settings.storage_options)
 
@@ -158,7 +158,7 @@ def _probe(settings: DeltaSettings) -> tuple[bool, str]:
     import itertools
     import os
 
-    from engine.storage import open_store
+    from deltaplane.engine.storage import open_store
 
     options = dict(settings.storage_options)
     endpoint = options.get("endpoint_url") or options.get("aws_endpoint_url") or options.get("endpoint")
@@ -183,7 +183,7 @@ def _probe(settings: DeltaSettings) -> tuple[bool, str]:
         return True, f"listed {uri}{at} ({found}{'+' if found == 1000 else ''} entries); {spark}"
     if not options:
         return True, f"no storage settings: tables are local paths (or S3 from the environment); {spark}"
-    from engine.storage.s3 import S3Store
+    from deltaplane.engine.storage.s3 import S3Store
 
     try:
         buckets = S3Store("s3://deltaplane-connection-test", {**options, **quick}).client.list_buckets()

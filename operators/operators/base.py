@@ -7,7 +7,7 @@ source files, its staged batch, or its statement and run; ``None`` for work that
 by nature, such as OPTIMIZE, VACUUM or a checkpoint). The base class:
 
 1. opens the table through ``DeltaHook``;
-2. asks the engine whether the table already holds that work (``engine.work.find_applied``: one
+2. asks the engine whether the table already holds that work (``deltaplane.engine.work.find_applied``: one
    check for every operator and Spark job); if so the task succeeds without writing, reports the
    version that holds the work and publishes its Asset event (a retry, a clear, a rerun with a
    new run id, a backfill out of order, a mapped task given the same batch);
@@ -33,7 +33,7 @@ from typing import Any
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from operators.runs import asset_uri
+from deltaplane.operators.utils.runs import asset_uri
 
 
 def table_asset(table_uri: str) -> Asset:
@@ -52,12 +52,12 @@ def input_error(error: BaseException) -> bool:
     """Whether ``error`` is the input's fault, so retrying cannot help: one of the engine's
     ``INPUT_ERRORS`` (the same grouping the Spark jobs exit with code 3 for), or a Spark job that
     exited with that code."""
-    from engine.errors import INPUT_ERRORS
-    from spark_jobs.job import EXIT_INPUT
+    from deltaplane.engine.errors import INPUT_ERRORS
+    from deltaplane.spark_jobs.job import EXIT_INPUT
 
     if isinstance(error, INPUT_ERRORS):
         return True
-    from operators.spark import SparkJobError
+    from deltaplane.operators.exceptions import SparkJobError
 
     return isinstance(error, SparkJobError) and getattr(error, "returncode", None) == EXIT_INPUT
 
@@ -90,11 +90,11 @@ class DeltaTableOperator(BaseOperator):
     # --- the shared flow ----------------------------------------------------------------------
 
     def execute(self, context) -> dict[str, Any]:
-        from engine.errors import ConcurrentTransactionError
-        from engine.transaction import app_transaction_scope, commit_metadata_scope
-        from engine.work import find_applied
-        from operators.hooks import DeltaHook
-        from operators.runs import run_stamp
+        from deltaplane.engine.errors import ConcurrentTransactionError
+        from deltaplane.engine.transaction import app_transaction_scope, commit_metadata_scope
+        from deltaplane.engine.work import find_applied
+        from deltaplane.operators.hooks.delta import DeltaHook
+        from deltaplane.operators.utils.runs import run_stamp
 
         hook = DeltaHook(self.deltaplane_conn_id)
         stamp = run_stamp(context)
@@ -107,8 +107,9 @@ class DeltaTableOperator(BaseOperator):
                 result = {"version": applied.version, "skipped": True, "reason": applied.describe()}
                 return self._report(context, hook, result, key)
         try:
-            with commit_metadata_scope(stamp.commit_metadata()), app_transaction_scope(
-                *(key.as_txn() if key is not None else (None, None))
+            with (
+                commit_metadata_scope(stamp.commit_metadata()),
+                app_transaction_scope(*(key.as_txn() if key is not None else (None, None))),
             ):
                 result = self.run(context, hook, table, stamp)
         except ConcurrentTransactionError:
@@ -138,21 +139,21 @@ class DeltaTableOperator(BaseOperator):
         return result
 
     def work_key(self, context, hook, table):
-        """The ``engine.work.WorkKey`` of what this task commits (``None``: idempotent by nature).
+        """The ``deltaplane.engine.work.WorkKey`` of what this task commits (``None``: idempotent by nature).
         Called once per try, before ``run``; may keep what it read for ``run``."""
         return None
 
     def on_kill(self) -> None:
         """Stop any ``spark-submit`` this task started (compaction and DML above their Spark
         threshold run one), with everything it started."""
-        from operators.spark import stop_spark_jobs
+        from deltaplane.operators.operators.spark import stop_spark_jobs
 
         if stop_spark_jobs():
             self.log.info("%s: stopped the running Spark job", self.table_uri)
 
     def open_table(self, hook):
         """The table (``None`` when it does not exist yet and the operator may create it)."""
-        from engine.errors import TableNotFoundError
+        from deltaplane.engine.errors import TableNotFoundError
 
         try:
             return hook.get_table(self.table_uri)
@@ -169,7 +170,7 @@ class DeltaTableOperator(BaseOperator):
         version = result.get("version")
         if not (self.writes and self.emit_asset) or version is None or "{{" in self.table_uri:
             return
-        from operators.runs import commit_event
+        from deltaplane.operators.utils.runs import commit_event
 
         extra = commit_event(hook.get_table(self.table_uri), int(version))
         result["event"] = extra

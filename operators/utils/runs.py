@@ -3,7 +3,8 @@
 Every commit a task makes is stamped ``{"airflow": {dag_id, run_id, task_id, try_number[,
 map_index]}}`` in its commitInfo, so the table's history names the run that made each version.
 The stamp is for people and the ops view: whether a task's work is already in the table is
-decided by the work's own key (``engine.work``; see ``operators.base``), never by the run's time.
+decided by the work's own key (``deltaplane.engine.work``; see ``operators.base``), never by
+the run's time.
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ def asset_uri(table_uri: str) -> str:
 
 
 def commit_event(table, version: int) -> dict[str, Any]:
-    """The Asset event ``extra`` for one commit: what a consumer decides on (``engine.tail``'s
+    """The Asset event ``extra`` for one commit: what a consumer decides on (``deltaplane.engine.tail``'s
     summary: ``kind`` append/delete/update/none, ``rowsAdded``, ``rowsDeleted``, files)."""
-    from engine.tail import commit_changes
+    from deltaplane.engine.tail import commit_changes
 
     changes = commit_changes(table.snapshot.store, version, table.snapshot.metadata)
     return {"table": table.uri, **changes.summary()}

@@ -7,7 +7,7 @@ from airflow.plugins_manager import AirflowPlugin
 
 
 def _app():
-    from operators.ops_view import create_app
+    from deltaplane.operators.plugins.ops_view import create_app
 
     return create_app()
 

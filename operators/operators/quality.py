@@ -1,8 +1,8 @@
 """``DeltaQualityGateOperator``: validate a staged batch with Great Expectations before anyone
 can read it, and the quarantine every rejected batch goes to.
 
-The batch is a staged write (``DeltaStageOperator``, ``spark_jobs.ingest --stage`` or
-``engine.stage_write``): its files exist, the table does not reference them. The gate reads the
+The batch is a staged write (``DeltaStageOperator``, ``deltaplane.spark_jobs.ingest --stage`` or
+``deltaplane.engine.stage_write``): its files exist, the table does not reference them. The gate reads the
 staged rows as readers would see them, validates them against expectations with GX Core (an
 ephemeral context; no GX project on disk), and then:
 
@@ -41,10 +41,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException
-
-from operators.base import DeltaTableOperator
-from operators.batches import (
+from deltaplane.operators.exceptions import QualityGateFailed
+from deltaplane.operators.operators.base import DeltaTableOperator
+from deltaplane.operators.utils.batches import (
     batch_name,
     move_to_quarantine,
     quarantine_location,
@@ -88,10 +87,6 @@ ROW_LEVEL = frozenset(
     }
 )
 _EXAMPLES = 20  # examples (and their row numbers) kept per expectation, as GX's partial lists
-
-
-class QualityGateFailed(AirflowFailException):
-    """The staged batch was rejected (quarantined, nothing committed); fails without retries."""
 
 
 def _gx():
@@ -396,8 +391,8 @@ class DeltaQualityGateOperator(DeltaTableOperator):
         return None  # the gate reads the staged files only; the table may not exist yet
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from engine.commands.staged import StagedWrite, manifest_landing
-        from engine.errors import ObjectNotFoundError
+        from deltaplane.engine.commands.staged import StagedWrite, manifest_landing
+        from deltaplane.engine.errors import ObjectNotFoundError
 
         options = hook.settings.storage_options
         batch = batch_name(self.staged_manifest)
@@ -504,8 +499,8 @@ def quarantine(
 ) -> None:
     """Move a staged batch's files, its manifest and its landing files under ``destination``
     with the validation result (``validation.json``) and ``rejection.json``."""
-    from engine.log.replay import canonical_path
-    from engine.storage import open_store
+    from deltaplane.engine.log.replay import canonical_path
+    from deltaplane.engine.storage import open_store
 
     table_store = staged.spec.store()
     keys = [canonical_path(a.path, table_store.root) for a in staged.adds]

@@ -56,7 +56,7 @@ def _auth():
 def _configured():
     """The valid tables and the invalid ones' errors: one bad table is a row with its error,
     never a page that fails for every table."""
-    from operators.config import read_config
+    from deltaplane.operators.factory.config import read_config
 
     report = read_config()
     return report.config.tables, report.errors
@@ -76,7 +76,7 @@ def _table(name: str):
 
 
 def _open(config):
-    from operators.hooks import DeltaHook
+    from deltaplane.operators.hooks.delta import DeltaHook
 
     return DeltaHook(config.conn_id).get_table(config.uri)
 
@@ -269,7 +269,7 @@ def table_summary(name: str, config) -> dict[str, Any]:
 
 
 def _summary(name: str, config, health) -> dict[str, Any]:
-    from engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
+    from deltaplane.engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
 
     policy = AutoOptimizePolicy(
         min_num_small_files=config.auto_optimize.min_small_files,
@@ -383,7 +383,7 @@ def _shown(value: Any) -> str:
 
 def _templates() -> Environment:
     env = Environment(
-        loader=PackageLoader("operators", "templates"),
+        loader=PackageLoader("deltaplane.operators.plugins", "templates"),
         autoescape=True,  # every template, whatever its name: HTML and SVG alike
         undefined=StrictUndefined,
         trim_blocks=True,

@@ -31,8 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "config" / "tables.yaml"
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "config" / "tables.yaml"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
@@ -41,17 +40,10 @@ class ConfigError(ValueError):
 
 
 def parse_size(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError("a size is a number of bytes or a string such as 128MB")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError("a size must be positive")
-        return value
-    match = _SIZE.match(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a size (use bytes or e.g. 64MB, 1GB)")
-    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match.group(2).lower()]
-    return int(float(match.group(1)) * scale)
+    """A size in the configuration: bytes or a string such as ``128MB`` / ``128MiB``."""
+    from deltaplane.engine.units import parse_size as parse
+
+    return parse(value, "a size")
 
 
 class _Model(BaseModel):

@@ -6,15 +6,14 @@
 * ``DeltaCommitEventTrigger``: a ``BaseEventTrigger`` for ``AssetWatcher``: a DAG scheduled on
   the table's Asset runs for every new data commit (one ``TriggerEvent`` per matching commit).
 
-The event trigger never loses a commit. Its position in the log (the watermark, kept beside
-the table by ``operators.watermarks``) moves only past commits whose events Airflow has stored:
-it runs as an Airflow 3.3 shared stream in *ack mode*, where the triggerer tells the producer
-(``CommitLogProducer``, the log tail) which events were persisted to the metadata database, and
-only then does the producer write the watermark. A triggerer killed at any point restarts from
-the last persisted position and announces the commits after it again: at least once, never
-lost (a consumer that commits with a work key, as ``DeltaConsumeOperator`` does, makes the
-repeats harmless). An event Airflow failed to persist makes the producer rewind and announce it
-again.
+The event trigger never loses a commit. Its position in the log (the watermark, kept beside the
+table by ``deltaplane.operators.utils.watermarks``) moves only past commits whose events Airflow has
+stored: it runs as an Airflow 3.3 shared stream in *ack mode*, where the triggerer tells the
+producer (``CommitLogProducer``, the log tail) which events were persisted to the metadata database,
+and only then does the producer write the watermark. A triggerer killed at any point restarts from
+the last persisted position and announces the commits after it again: at least once, never lost (a
+consumer that commits with a work key, as ``DeltaConsumeOperator`` does, makes the repeats
+harmless). An event Airflow failed to persist makes the producer rewind and announce it again.
 
 Both resolve storage options from the connection id in the triggerer (credentials are never
 part of the serialized trigger) and run the blocking log reads in a thread.
@@ -31,7 +30,7 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
-from operators.conditions import CommitFilter, find_new_commits, scan_commits
+from deltaplane.operators.utils.conditions import CommitFilter, find_new_commits, scan_commits
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +51,7 @@ def _commit_filter(owner: str, filters: dict[str, Any]) -> CommitFilter:
 
 
 def _storage_options(conn_id: str | None) -> dict[str, str]:
-    from operators.hooks import DeltaHook
+    from deltaplane.operators.hooks.delta import DeltaHook
 
     return DeltaHook(conn_id).settings.storage_options
 
@@ -188,9 +187,9 @@ class CommitLogProducer(SharedStreamProducer):
         self._options: dict[str, str] | None = None
 
     def _start(self) -> int:
-        from engine.log.segment import list_log
-        from engine.storage import open_store
-        from operators.watermarks import read_watermark, write_watermark
+        from deltaplane.engine.log.segment import list_log
+        from deltaplane.engine.storage import open_store
+        from deltaplane.operators.utils.watermarks import read_watermark, write_watermark
 
         known = read_watermark(self.table_uri, self.watermark_key, self._options)
         if known is not None:
@@ -217,7 +216,7 @@ class CommitLogProducer(SharedStreamProducer):
             try:
                 found = await asyncio.to_thread(self._scan, position)
             except Exception as e:  # a transient storage error: try again at the next poll
-                from engine.errors import MissingLogVersionError
+                from deltaplane.engine.errors import MissingLogVersionError
 
                 if isinstance(e, MissingLogVersionError):
                     raise  # the log was cleaned past this position: commits are gone for good
@@ -233,7 +232,7 @@ class CommitLogProducer(SharedStreamProducer):
                 await asyncio.sleep(self.poke_interval)
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        from operators.watermarks import write_watermark
+        from deltaplane.operators.utils.watermarks import write_watermark
 
         done = None
         for item in batch:

@@ -1,0 +1,19 @@
+"""Package layout: the repository's top-level folders install under one namespace.
+
+``engine/`` is ``deltaplane.engine``, ``operators/`` is ``deltaplane.operators`` (the Airflow
+provider), ``spark_jobs/`` is ``deltaplane.spark_jobs`` and ``devstack/`` (the demo and the native
+stack launcher) is ``deltaplane.devstack``. ``deltaplane`` itself is a namespace package: nothing
+generic (``engine``, ``operators``) lands at the top of ``sys.path`` beside a team's own packages.
+Everything else is declared in pyproject.toml.
+"""
+
+from setuptools import find_packages, setup
+
+FOLDERS = ("engine", "operators", "spark_jobs", "devstack")
+
+setup(
+    package_dir={f"deltaplane.{folder}": folder for folder in FOLDERS},
+    packages=[
+        f"deltaplane.{package}" for package in find_packages(include=[f"{folder}*" for folder in FOLDERS])
+    ],
+)
