@@ -324,7 +324,7 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
 
         names = [os.path.basename(f) for f in files]
         said = error.job_message or str(error)
-        detail = re.sub(r"^(?:engine\.errors\.)?\w+: ", "", said)
+        detail = re.sub(r"^(?:(?:deltaplane\.)?engine\.errors\.)?\w+: ", "", said)
         column = re.search(r"\bcolumn '([^']+)'", said)
         what = names[0] if len(names) == 1 else f"its {len(names)} files ({', '.join(names[:5])}"
         if len(names) > 1:
