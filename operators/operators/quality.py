@@ -45,7 +45,6 @@ from deltaplane.operators.exceptions import QualityGateFailed
 from deltaplane.operators.operators.base import DeltaTableOperator
 from deltaplane.operators.utils.batches import (
     batch_name,
-    move_to_quarantine,
     quarantine_location,
     raise_if_rejected,
     read_object,
@@ -499,30 +498,23 @@ def quarantine(
 ) -> None:
     """Move a staged batch's files, its manifest and its landing files under ``destination``
     with the validation result (``validation.json``) and ``rejection.json``."""
-    from deltaplane.engine.log.replay import canonical_path
-    from deltaplane.engine.storage import open_store
+    from deltaplane.engine.quarantine import quarantine_staged
 
-    table_store = staged.spec.store()
-    keys = [canonical_path(a.path, table_store.root) for a in staged.adds]
     record = {
         "task": summary.get("task"),
         "batch": summary.get("batch"),
         "message": summary.get("message"),
-        "rejected_at": int(time.time() * 1000),
-        "staged_files": [a.path for a in staged.adds],
-        "landing_files": [str(p) for p in landing],
         "failed": summary.get("failed", []),
         "refused": summary.get("refused", []),
     }
     validation = json.dumps({"summary": summary, "result": result}, indent=1, default=str).encode()
-    move_to_quarantine(
+    quarantine_staged(
+        staged,
+        manifest_uri,
         destination,
-        options,
         record,
-        table_store=table_store,
-        data_keys=keys,
-        landing=list(landing),
-        extra={"manifest.json": manifest_bytes or staged.dumps(), "validation.json": validation},
+        options,
+        manifest_bytes=manifest_bytes,
+        landing=landing,
+        extra={"validation.json": validation},
     )
-    head, _, name = manifest_uri.rstrip("/").rpartition("/")
-    open_store(head or "/", options).delete(name)
