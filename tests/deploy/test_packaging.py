@@ -106,7 +106,8 @@ def test_installed_beside_a_teams_own_operators_package(wheel, tmp_path):
 import importlib, importlib.metadata as md, json, sys
 sys.path.insert(0, {str(dags)!r})  # as Airflow does with the dags folder
 import operators, engine, spark_jobs
-assert (operators.OWNER, engine.OWNER, spark_jobs.OWNER) == ("team:operators", "team:engine", "team:spark_jobs")
+owners = (operators.OWNER, engine.OWNER, spark_jobs.OWNER)
+assert owners == ("team:operators", "team:engine", "team:spark_jobs"), owners
 import deltaplane.operators as dpo
 from deltaplane.operators import DeltaCompactionOperator, DeltaHook, DeltaLogTailSensor
 from deltaplane.engine import DeltaTable
