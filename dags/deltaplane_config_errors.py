@@ -8,13 +8,18 @@ cannot live in ``deltaplane_tables.py`` itself: Airflow marks every DAG of a fil
 error stale (it stops scheduling them).
 
 An error of the whole file (not YAML, a table name written twice, ...) is ``deltaplane_tables.py``'s
-own import error (no table's DAGs load); it is not repeated here.
+own import error (no table's DAGs load); it is not repeated here. Without $DELTAPLANE_CONFIG the
+file is the repository's config/tables.yaml, found from this file's location.
 """
+
+from pathlib import Path
 
 from deltaplane.operators.factory.config import ConfigError, read_config
 
+_DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "tables.yaml"
+
 try:
-    _report = read_config()
+    _report = read_config(default=_DEFAULT_CONFIG)
 except ConfigError:
     _report = None  # reported by deltaplane_tables.py, which fails to import with it
 

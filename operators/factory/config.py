@@ -17,6 +17,12 @@ key, a table name written twice) are a ``ConfigError`` for both.
 
 ``deltaplane config validate [PATH]`` checks a file from the command line (the verb is added to
 the engine's CLI through the ``deltaplane.cli`` entry point): every error, exit code 2.
+
+Which file: the path given, else ``$DELTAPLANE_CONFIG``, else ``config/tables.yaml`` in the
+current directory (:func:`config_path`). Never a file inside the installed package: an installed
+wheel has no tables of its own. The DAG files in ``dags/`` pass their own default (the
+repository's ``config/tables.yaml``, found relative to the DAG file) so the DAG processor's
+current directory does not matter.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "config" / "tables.yaml"
+DEFAULT_PATH = Path("config") / "tables.yaml"  # relative: to the current directory, when used
+ENV_VAR = "DELTAPLANE_CONFIG"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
@@ -241,13 +248,36 @@ def _twice(lines: list[int]) -> str:
     return f"defined {times} (lines {at})"
 
 
-def _read_yaml(path: Path) -> tuple[Any, list[tuple[tuple[str, ...], list[int]]]]:
+def config_path(path: str | os.PathLike | None = None, *, default: str | os.PathLike | None = None) -> Path:
+    """The tables file to read: ``path`` if given, else ``$DELTAPLANE_CONFIG``, else ``default``
+    (a DAG file's own), else ``config/tables.yaml`` in the current directory."""
+    return _choose(path, default)[0]
+
+
+def _choose(path, default) -> tuple[Path, str]:
+    """The file and where its name came from (for the error when it is missing)."""
+    if path is not None and str(path) != "":
+        return Path(path), ""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env), f" (from ${ENV_VAR})"
+    if default is not None:
+        return Path(default), ""
+    return Path.cwd() / DEFAULT_PATH, (
+        f" (the default: ${ENV_VAR} is not set, so ./{DEFAULT_PATH.as_posix()} in the current "
+        f"directory); pass the file's path or set ${ENV_VAR}"
+    )
+
+
+def _read_yaml(path: Path, origin: str = "") -> tuple[Any, list[tuple[tuple[str, ...], list[int]]]]:
     import yaml
 
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
+        raise ConfigError(f"{path}: no such file{origin}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a tables file") from None
     loader = _unique_key_loader()(text)
     try:
         return loader.get_single_data(), loader.duplicates
@@ -287,8 +317,11 @@ def _validate_table(name: Any, body: Any, source: str) -> tuple[TableConfig | No
         return None, _explain(e, source, table=name)
 
 
-def read_config(path: str | os.PathLike | None = None) -> ConfigReport:
-    """Read the tables file (``$DELTAPLANE_CONFIG`` or ``config/tables.yaml``) and validate each
+def read_config(
+    path: str | os.PathLike | None = None, *, default: str | os.PathLike | None = None
+) -> ConfigReport:
+    """Read the tables file (``path``, else ``$DELTAPLANE_CONFIG``, else ``default``, else
+    ``config/tables.yaml`` in the current directory: :func:`config_path`) and validate each
     table on its own: the valid tables come back in ``.config``, the invalid ones' errors (each
     line naming the file, the table and the key) in ``.errors``.
 
@@ -296,9 +329,9 @@ def read_config(path: str | os.PathLike | None = None) -> ConfigReport:
     ``tables`` mapping, an unknown top-level key, a table name or top-level key written twice
     (which of the two is meant is anybody's guess). A key written twice inside a table makes
     that table invalid."""
-    path = Path(path or os.environ.get("DELTAPLANE_CONFIG") or DEFAULT_PATH)
+    path, origin = _choose(path, default)
     source = str(path)
-    raw, duplicates = _read_yaml(path)
+    raw, duplicates = _read_yaml(path, origin)
     fatal: list[str] = []
     in_table: dict[str, list[str]] = {}
     for key_path, lines in sorted(duplicates, key=lambda d: d[1]):  # in the file's order
@@ -340,11 +373,13 @@ def read_config(path: str | os.PathLike | None = None) -> ConfigReport:
     return ConfigReport(path=path, config=PlatformConfig(tables=valid), errors=errors)
 
 
-def load_config(path: str | os.PathLike | None = None) -> PlatformConfig:
-    """Read and validate the tables file (``$DELTAPLANE_CONFIG`` or ``config/tables.yaml``);
-    strict: any invalid table is a ``ConfigError`` listing every error (see :func:`read_config`
-    for the valid tables despite invalid ones)."""
-    report = read_config(path)
+def load_config(
+    path: str | os.PathLike | None = None, *, default: str | os.PathLike | None = None
+) -> PlatformConfig:
+    """Read and validate the tables file (the same choice as :func:`read_config`); strict: any
+    invalid table is a ``ConfigError`` listing every error (see :func:`read_config` for the valid
+    tables despite invalid ones)."""
+    report = read_config(path, default=default)
     error = report.error()
     if error is not None:
         raise error
@@ -355,8 +390,17 @@ def register_cli(sub) -> None:
     """``deltaplane config validate [PATH]`` (entry point ``deltaplane.cli``)."""
     p = sub.add_parser("config", help="the platform's tables configuration")
     verbs = p.add_subparsers(dest="config_command", required=True, metavar="VERB")
-    v = verbs.add_parser("validate", help="check config/tables.yaml (or PATH)")
-    v.add_argument("path", nargs="?", help="the file (default $DELTAPLANE_CONFIG or config/tables.yaml)")
+    v = verbs.add_parser(
+        "validate",
+        help="check a tables file (PATH, else $DELTAPLANE_CONFIG, else ./config/tables.yaml)",
+        description="Validate a tables file: PATH if given, else $DELTAPLANE_CONFIG, else "
+        "config/tables.yaml in the current directory. Every error is printed; exit code 2.",
+    )
+    v.add_argument(
+        "path",
+        nargs="?",
+        help="the file (default: $DELTAPLANE_CONFIG, else config/tables.yaml in the current directory)",
+    )
     v.set_defaults(func=_cmd_validate)
 
 
