@@ -20,7 +20,14 @@ and this module is the one place that answers them:
   - ``none``: no data change (OPTIMIZE and other ``dataChange=false`` rewrites, metadata,
     protocol, VACUUM, commitInfo only).
 
-* all of it for a range (``changes_between``; ``DeltaTable.changes_between``).
+* all of it for a range: ``IncrementalScan`` (after a version, up to a version, at most N
+  versions), which follows the protocol and metadata in effect at each commit and gives the
+  rows an append added (``appended_rows``), its new files' URIs (``file_uris``) and a changing
+  commit's change data feed rows (``change_rows``). ``changes_between`` and
+  ``DeltaTable.changes_between`` are its plain iteration;
+* which of those commits a consumer cares about: ``CommitFilter`` (data changes only, kinds,
+  operations, a partition predicate) and ``find_new_commits``, the condition of the log-tail
+  sensor and of the commit triggers.
 
 The file tables come back in the live-file table's shape (``FILE_COLUMNS``), so
 ``Scan(files=...)`` reads them with their deletion vectors applied.
@@ -28,14 +35,24 @@ The file tables come back in the live-file table's shape (``FILE_COLUMNS``), so
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Metadata, Protocol
-from deltaplane.engine.errors import MissingLogVersionError
+from deltaplane.engine.commit_filter import (  # noqa: F401 - the kinds are part of this API
+    APPEND,
+    DELETE,
+    FILTER_ARGS,
+    KINDS,
+    NONE,
+    UPDATE,
+    CommitFilter,
+)
+from deltaplane.engine.errors import InvalidArgumentError, MissingLogVersionError, TableNotFoundError
 from deltaplane.engine.log.commits import DV_TYPE
 from deltaplane.engine.log.files import commit_key
 from deltaplane.engine.log.replay import canonical_paths, normalize_partition_values
@@ -43,14 +60,13 @@ from deltaplane.engine.log.segment import list_log
 from deltaplane.engine.schema import parse_schema, partition_physical_names
 from deltaplane.engine.snapshot import load_table_config, read_commit
 from deltaplane.engine.stats import parse_file_stats
+from deltaplane.engine.storage import open_store
 from deltaplane.engine.storage.base import ObjectStore
 
 # The live-file columns a reader of added files needs.
 FILE_COLUMNS = ("path", "partition_values", "size", "modification_time", "stats", "deletion_vector")
 
 
-APPEND, DELETE, UPDATE, NONE = "append", "delete", "update", "none"
-KINDS = (APPEND, DELETE, UPDATE, NONE)
 _DELETE_OPERATIONS = {"DELETE", "TRUNCATE"}
 
 
@@ -73,6 +89,10 @@ class CommitChanges:
     kind: str = NONE
     rows_added: int | None = 0  # rows written (None: a file without statistics)
     rows_deleted: int | None = 0  # rows removed (in place by deletion vectors or with their files)
+    # The protocol and metadata in effect at this version (set by this commit or before it);
+    # ``metadata``/``protocol`` above are only what this commit itself set.
+    table_protocol: Protocol | None = field(default=None, repr=False)
+    table_metadata: Metadata | None = field(default=None, repr=False)
 
     @property
     def data_change(self) -> bool:
@@ -165,8 +185,12 @@ def classify(
 
 
 def versions_after(store: ObjectStore, version: int, *, until: int | None = None) -> list[int]:
-    """Commit versions after ``version`` (up to ``until``), ascending; they must be contiguous."""
-    listing = list_log(store, version + 1)
+    """Commit versions after ``version`` (up to ``until``), ascending; they must be contiguous.
+
+    A consumer that has seen version ``version >= 0`` knows the table existed: when nothing at
+    all is left at or after it (no commit, no checkpoint: cleanup always keeps the newest
+    commit), the table is gone, and that is a ``TableNotFoundError``, not "nothing new"."""
+    listing = list_log(store, max(version, 0))
     versions = sorted(v for v in listing.commits if v > version and (until is None or v <= until))
     for expected, found in enumerate(versions, start=version + 1):
         if found != expected:
@@ -175,14 +199,30 @@ def versions_after(store: ObjectStore, version: int, *, until: int | None = None
                 "past this consumer's position",
                 commit_key(expected),
             )
+    if not versions and version >= 0 and listing.max_version is None:
+        raise TableNotFoundError(
+            f"no Delta table at {store.root} any more (this consumer had read version {version}): "
+            f"{_why_gone(store)}"
+        )
     return versions
 
 
-def commit_changes(store: ObjectStore, version: int, metadata: Metadata) -> CommitChanges:
+def _why_gone(store: ObjectStore) -> str:
+    from deltaplane.engine.log.segment import _why_no_commits
+
+    return _why_no_commits(store)
+
+
+def commit_changes(
+    store: ObjectStore, version: int, metadata: Metadata, protocol: Protocol | None = None
+) -> CommitChanges:
     """What commit ``version`` changed; ``metadata`` (the table's, at or before it) names the
-    partition columns."""
+    partition columns; ``protocol`` (the table's before it, when known) is passed on as the one
+    in effect unless the commit sets its own."""
     key = commit_key(version)
     actions = read_commit(store, key, version)
+    if actions.metadata is not None:
+        metadata = actions.metadata  # a commit's files are written under the metadata it sets
     physical = partition_physical_names(parse_schema(metadata.schema_string), metadata.partition_columns)
     table = actions.file_actions
     all_added = all_removed = 0
@@ -223,7 +263,114 @@ def commit_changes(store: ObjectStore, version: int, metadata: Metadata) -> Comm
         kind=kind,
         rows_added=rows_added,
         rows_deleted=rows_deleted,
+        table_protocol=actions.protocol or protocol,
+        table_metadata=metadata,
     )
+
+
+class IncrementalScan:
+    """The commits of a table after ``after_version`` (up to ``until_version``, at most
+    ``max_versions`` of them), read in order, each exactly once: the one incremental reader of
+    the sensor, the triggers, the consume API and the Spark streaming source.
+
+    * ``versions``: the versions in range, listed once (contiguity checked; a table gone from
+      under a consumer that had seen a version is a ``TableNotFoundError``);
+    * iterating gives each version's ``CommitChanges`` with ``table_protocol`` and
+      ``table_metadata``, the protocol and metadata in effect at that commit (read once for the
+      first, then followed through the commits that change them);
+    * ``appended_rows(change)``: the rows an ``append`` added (its new files, deletion vectors
+      applied; never the rows of files a deletion-vector DELETE re-added); ``file_uris(change)``:
+      the new files' locations; ``change_rows(change)``: the change data feed of that commit.
+
+    ``config`` (``(protocol, metadata)`` as of ``after_version``) and ``known`` (commits
+    already read, by version; filled as the scan reads) let a long-lived consumer (a streaming
+    query planning the same range twice) avoid reading anything twice."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        after_version: int,
+        *,
+        until_version: int | None = None,
+        max_versions: int | None = None,
+        config: tuple[Protocol, Metadata] | None = None,
+        known: dict[int, CommitChanges] | None = None,
+    ):
+        if isinstance(after_version, bool) or not isinstance(after_version, int) or after_version < -1:
+            raise InvalidArgumentError(f"after_version must be a version or -1, got {after_version!r}")
+        if max_versions is not None and (not isinstance(max_versions, int) or max_versions < 1):
+            raise InvalidArgumentError(f"max_versions must be a positive number, got {max_versions!r}")
+        self.store = store
+        self.after_version = after_version
+        self.until_version = until_version
+        self.max_versions = max_versions
+        self.config = config  # (protocol, metadata) in effect after the last commit read
+        self.known = {} if known is None else known
+        self._versions: list[int] | None = None
+
+    @classmethod
+    def of(
+        cls, table_uri: str, after_version: int, *, storage_options: Mapping[str, str] | None = None, **kwargs
+    ) -> IncrementalScan:
+        return cls(open_store(table_uri, storage_options), after_version, **kwargs)
+
+    @property
+    def versions(self) -> list[int]:
+        if self._versions is None:
+            versions = versions_after(self.store, self.after_version, until=self.until_version)
+            self._versions = versions[: self.max_versions] if self.max_versions is not None else versions
+        return self._versions
+
+    @property
+    def last_version(self) -> int:
+        """The newest version in range (``after_version`` when there is none): where a consumer
+        that handled every commit of this scan stands."""
+        return self.versions[-1] if self.versions else self.after_version
+
+    def __iter__(self) -> Iterator[CommitChanges]:
+        for version in self.versions:
+            change = self.known.get(version)
+            if change is None:
+                if self.config is None:
+                    self.config = load_table_config(self.store, version)
+                protocol, metadata = self.config
+                change = commit_changes(self.store, version, metadata, protocol)
+                self.known[version] = change
+            self.config = (change.table_protocol or self.config[0], change.table_metadata)
+            yield change
+
+    def _files(self, change: CommitChanges, files: pa.Table):
+        from deltaplane.engine.scan import Scan
+        from deltaplane.engine.snapshot import files_snapshot
+
+        if change.table_protocol is None:  # read by someone who did not follow the protocol
+            protocol, _ = load_table_config(self.store, change.version)
+        else:
+            protocol = change.table_protocol
+        snapshot = files_snapshot(self.store, change.version, protocol, change.table_metadata, files)
+        return Scan(snapshot, None, None)
+
+    def appended_rows(self, change: CommitChanges, columns: Sequence[str] | None = None) -> pa.Table:
+        """The rows ``change`` (an ``append``, or a commit that changed no rows: none) added."""
+        if change.kind not in (APPEND, NONE):
+            raise InvalidArgumentError(
+                f"version {change.version} of {self.store.root} ({change.operation}) is a {change.kind}, "
+                "not an append: its rows are the change data feed's (change_rows)"
+            )
+        files = change.new_files if change.kind == APPEND else change.new_files.slice(0, 0)
+        rows = self._files(change, files).to_table()
+        return rows.select(list(columns)) if columns is not None else rows
+
+    def file_uris(self, change: CommitChanges) -> list[str]:
+        """Locations of the files ``change`` added (not the files it re-added with a new DV)."""
+        return self._files(change, change.new_files).file_uris() if change.new_files.num_rows else []
+
+    def change_rows(self, change: CommitChanges) -> pa.Table:
+        """The change data feed rows of ``change`` (``_change_type``, ``_commit_version``,
+        ``_commit_timestamp``); needs ``delta.enableChangeDataFeed`` on the table."""
+        from deltaplane.engine.commands.changes import read_changes
+
+        return read_changes(self.store, change.version, change.version)
 
 
 def changes_between(
@@ -235,13 +382,16 @@ def changes_between(
     max_versions: int | None = None,
 ) -> Iterator[CommitChanges]:
     """The changes of every commit after ``after_version`` (up to ``until``), in order: the one
-    answer to "what happened since I last looked". ``metadata`` is the table's at or before the
-    first of them (read from the log when not given); a commit that changes it is read with the
-    new one from then on."""
-    versions = versions_after(store, after_version, until=until)
-    if max_versions is not None:
-        versions = versions[:max_versions]
-    yield from changes_of(store, versions, metadata)
+    answer to "what happened since I last looked" (``IncrementalScan``'s iteration).
+    ``metadata`` is the table's at or before the first of them (read from the log when not
+    given)."""
+    config = None
+    if metadata is not None:
+        config = (None, metadata)
+    scan = IncrementalScan(
+        store, after_version, until_version=until, max_versions=max_versions, config=config
+    )
+    yield from scan
 
 
 def changes_of(
@@ -250,13 +400,76 @@ def changes_of(
     """``changes_between`` for versions already listed (ascending, contiguous)."""
     if not versions:
         return
-    if metadata is None:
-        metadata = load_table_config(store, versions[0])[1]
-    for version in versions:
-        changes = commit_changes(store, version, metadata)
-        if changes.metadata is not None:
-            metadata = changes.metadata
-        yield changes
+    scan = IncrementalScan(store, versions[0] - 1, config=None if metadata is None else (None, metadata))
+    scan._versions = list(versions)
+    yield from scan
+
+
+# --- which commits a consumer cares about ----------------------------------------------------
+
+DEFAULT_MAX_VERSIONS = 1000
+
+
+def matching(scan: IncrementalScan, commit_filter: CommitFilter) -> Iterator[tuple[CommitChanges, bool]]:
+    """Every commit of ``scan`` with whether it matches ``commit_filter`` (non-matching ones too,
+    so that a consumer can move past them once it is safe)."""
+    from deltaplane.engine.expressions.bind import bind_predicate
+    from deltaplane.engine.expressions.parser import parse_predicate
+    from deltaplane.engine.scan import file_keep_mask
+
+    wanted = {o.upper() for o in commit_filter.operations} if commit_filter.operations else None
+    predicate = parse_predicate(commit_filter.partition_filter) if commit_filter.partition_filter else None
+    bound = bound_for = schema = None
+    for change in scan:
+        matched = (
+            (change.data_change or not commit_filter.data_change_only)
+            and (commit_filter.kinds is None or change.kind in commit_filter.kinds)
+            and (wanted is None or (change.operation or "").upper() in wanted)
+        )
+        if matched and predicate is not None:
+            metadata = change.table_metadata
+            if bound_for is not metadata:  # bound again only when a commit changes the schema
+                schema = parse_schema(metadata.schema_string)
+                bound, bound_for = bind_predicate(predicate, schema), metadata
+            matched = any(
+                pc.any(file_keep_mask(t, bound, schema, metadata, scan.store.root)).as_py()
+                for t in (change.added, change.removed)
+                if t.num_rows
+            )
+        yield change, matched
+
+
+def commit_summary(scan: IncrementalScan, change: CommitChanges) -> dict[str, Any]:
+    """``CommitChanges.summary()`` plus ``files``, the URIs of the commit's new files."""
+    return {**change.summary(), "files": scan.file_uris(change)}
+
+
+def find_new_commits(
+    table_uri: str,
+    after_version: int,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    max_versions: int = DEFAULT_MAX_VERSIONS,
+    commit_filter: CommitFilter | None = None,
+    **filters: Any,
+) -> dict[str, Any]:
+    """Commits after ``after_version`` (at most ``max_versions`` of them) matching the filter
+    (``commit_filter``, or its arguments). Each commit is its ``commit_summary`` (``version``,
+    ``operation``, ``kind``, ``rowsAdded``, ``rowsDeleted``, ``files``, ...).
+
+    ``latest_version`` is the newest version examined (matching or not): the watermark a consumer
+    moves to once it has handled ``commits``. Pure: it reads the log and changes nothing."""
+    commit_filter = commit_filter or CommitFilter.of(filters, owner="find_new_commits")
+    scan = IncrementalScan.of(
+        table_uri, int(after_version), storage_options=storage_options, max_versions=max_versions
+    )
+    commits = [commit_summary(scan, c) for c, matched in matching(scan, commit_filter) if matched]
+    return {
+        "table": table_uri,
+        "after_version": int(after_version),
+        "latest_version": scan.last_version,
+        "commits": commits,
+    }
 
 
 def _files(table: pa.Table) -> pa.Table:

@@ -26,7 +26,7 @@ _PUBLIC = {
     "DeltaVacuumOperator": "operators.maintenance",
     "DeltaManifestOperator": "operators.maintenance",
     "DeltaStageOperator": "operators.ingest",
-    "DeltaConsumeOperator": "operators.ingest",
+    "DeltaConsumeOperator": "operators.consume",
     "DeltaQualityGateOperator": "operators.quality",
     "DeltaSparkJobOperator": "operators.spark",
     "DeltaLogTailSensor": "sensors.log_tail",
@@ -37,6 +37,8 @@ _PUBLIC = {
     "SparkJobInputError": "exceptions",
     "BatchRejected": "exceptions",
     "QualityGateFailed": "exceptions",
+    "DeltaTriggerError": "exceptions",
+    "DeltaTriggerTimeout": "exceptions",
     "build_dags": "factory.dags",
     "table_asset": "operators.base",
 }

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 
 class SparkJobError(AirflowException):
@@ -42,9 +42,11 @@ class QualityGateFailed(AirflowFailException):
 
 
 class DeltaTriggerError(AirflowException):
-    """A trigger watching a table reported an error (the table or its storage failed while the
-    task was deferred). Retried: storage errors are usually transient."""
+    """A trigger watching a table reported an error event (``{"status": "error", "message"}``:
+    the table or its storage failed, or the table disappeared, while the task was deferred).
+    Retried: storage errors are usually transient."""
 
 
-class DeltaTriggerTimeout(AirflowException):
-    """A deferred sensor's ``timeout`` passed before its condition held."""
+class DeltaTriggerTimeout(AirflowSensorTimeout):
+    """A deferred sensor's ``timeout`` passed before its condition held (the trigger's
+    ``{"status": "timeout"}`` event). A sensor timeout: no retries, ``soft_fail`` skips."""

@@ -25,6 +25,7 @@ def get_provider_info() -> dict:
                     "deltaplane.operators.operators.dml",
                     "deltaplane.operators.operators.quality",
                     "deltaplane.operators.operators.spark",
+                    "deltaplane.operators.operators.consume",
                 ],
             }
         ],

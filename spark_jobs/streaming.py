@@ -44,7 +44,7 @@ from deltaplane.engine.log.segment import list_log
 from deltaplane.engine.portable import PortableSnapshot
 from deltaplane.engine.snapshot import Snapshot, files_snapshot, load_snapshot, load_table_config
 from deltaplane.engine.storage import open_store
-from deltaplane.engine.tail import FILE_COLUMNS, CommitChanges, commit_changes
+from deltaplane.engine.tail import FILE_COLUMNS, CommitChanges, IncrementalScan
 from deltaplane.spark_jobs.datasource import FilesPartition, FilesWritten, plan_for, read_partition
 from deltaplane.spark_jobs.options import DEFAULT_PARTITION_BYTES, StreamOptions, WriteOptions
 from deltaplane.spark_jobs.types import spark_schema
@@ -95,20 +95,16 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self._config = load_table_config(self.store)
         return self._config
 
-    def _latest_version(self, from_version: int) -> int:
-        """The newest commit version, listing only from ``from_version`` on."""
-        listed = list_log(self.store, max(from_version, 0)).max_version
-        return from_version - 1 if listed is None else listed
-
-    def _commit(self, version: int) -> CommitChanges:
-        changes = self._changes.get(version)
-        if changes is None:
-            protocol, metadata = self._table_config()
-            changes = commit_changes(self.store, version, metadata)
-            if changes.metadata is not None or changes.protocol is not None:
-                self._config = (changes.protocol or protocol, changes.metadata or metadata)
-            self._changes[version] = changes
-        return changes
+    def _commits(self, from_version: int) -> IncrementalScan:
+        """The commits from ``from_version`` on (up to the ``availableNow`` cap): the engine's
+        incremental reader, reusing the commits this reader already holds."""
+        return IncrementalScan(
+            self.store,
+            from_version - 1,
+            until_version=self._available_now,
+            config=self._table_config(),
+            known=self._changes,
+        )
 
     def _snapshot_files(self, version: int) -> pa.Table:
         snapshot = self._snapshots.get(version)
@@ -203,12 +199,12 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 yield position, sizes[i]
             version, index = version + 1, 0
             yield None, offset(table_id, version, 0, False)
-        cap = self._available_now
-        latest = self._latest_version(version) if cap is None else cap
-        for v in range(version, latest + 1):
+        commits = self._commits(version)
+        for change in commits:
+            v, self._config = change.version, commits.config
             if end is not None and not _before(offset(table_id, v, 0, False), end):
                 return
-            changes = self._follow(v)
+            changes = self._follow(change)
             sizes = changes.new_files.column("size").to_pylist() if changes is not None else []
             for i in range(index if v == version else 0, len(sizes)):
                 position = offset(table_id, v, i, False)
@@ -217,9 +213,9 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 yield position, sizes[i]
             yield None, offset(table_id, v + 1, 0, False)
 
-    def _follow(self, version: int) -> CommitChanges | None:
+    def _follow(self, changes: CommitChanges) -> CommitChanges | None:
         """The commit's changes if the stream reads them, ``None`` if it skips the commit."""
-        changes = self._commit(version)
+        version = changes.version
         if changes.metadata is not None and spark_schema(changes.metadata_schema()) != self.schema:
             raise StreamingSourceError(
                 f"version {version} of {self.options.uri} changed the table schema; restart the query "

@@ -14,7 +14,8 @@ from airflow.sdk import DAG, Asset, AssetWatcher
 from deltaplane.operators.factory.config import PlatformConfig, TableConfig, read_config
 from deltaplane.operators.operators.base import table_asset
 from deltaplane.operators.operators.commit import DeltaCommitOperator
-from deltaplane.operators.operators.ingest import DeltaConsumeOperator, DeltaStageOperator, batch_id
+from deltaplane.operators.operators.consume import DeltaConsumeOperator
+from deltaplane.operators.operators.ingest import DeltaStageOperator, batch_id
 from deltaplane.operators.operators.maintenance import (
     DeltaAutoOptimizeOperator,
     DeltaCheckpointOperator,

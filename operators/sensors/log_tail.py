@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
+from airflow.sdk import conf
 from airflow.sdk.bases.sensor import BaseSensorOperator, PokeReturnValue
 
 from deltaplane.operators.operators.base import DeltaTableOperator
-from deltaplane.operators.utils.conditions import CommitFilter, find_new_commits
+from deltaplane.operators.utils.conditions import CommitFilter, take_filter
 
 
 def default_watermark_key(dag_id: str, task_id: str) -> str:
@@ -20,13 +22,13 @@ class DeltaLogTailSensor(BaseSensorOperator):
     """Wait for commits after the watermark that match the filter; return them.
 
     The watermark is ``after_version`` when given (templated), else the one kept beside the table
-    under ``watermark_key`` (``deltaplane.operators.utils.watermarks``; default
-    ``<dag_id>.<task_id>``; ``-1``, the whole history, the first time). The filter (the same
-    arguments as the commit triggers):
-    ``data_change_only`` (default: OPTIMIZE and other rewrites do not count), ``kinds``
-    (``append``, ``delete``, ``update``), ``operations`` (``["WRITE", "MERGE"]``) and a
-    ``partition_filter``. The XCom is ``{"after_version", "latest_version", "commits": [{"version",
-    "operation", "kind", "rowsAdded", "rowsDeleted", "files", ...}]}``.
+    under ``watermark_key`` (``deltaplane.engine.watermarks``; default ``<dag_id>.<task_id>``;
+    ``-1``, the whole history, the first time). The filter takes the commit triggers' arguments
+    (``deltaplane.engine.commit_filter.FILTER_ARGS``): ``data_change_only`` (default: OPTIMIZE and
+    other rewrites do not count), ``kinds`` (``append``, ``delete``, ``update``), ``operations``
+    (``["WRITE", "MERGE"]``) and a ``partition_filter`` (templated). The XCom is
+    ``{"after_version", "latest_version", "commits": [{"version", "operation", "kind",
+    "rowsAdded", "rowsDeleted", "files", ...}]}``.
 
     The sensor does not move the watermark: the commits it found are not handled until the work
     downstream has succeeded. Put a ``DeltaWatermarkOperator`` after that work (the DAG factory
@@ -34,8 +36,13 @@ class DeltaLogTailSensor(BaseSensorOperator):
     again. ``advance_watermark=True`` moves it as soon as the sensor fires (at most once: a
     downstream failure loses those commits).
 
-    ``deferrable=True`` waits in the triggerer (``DeltaCommitTrigger``) with the sensor's own
-    ``timeout``; the poke and the trigger evaluate the same function, ``find_new_commits``.
+    ``deferrable`` (default: ``[operators] default_deferrable``) waits in the triggerer
+    (``DeltaCommitTrigger``) after one check in the worker; the poke and the trigger evaluate the
+    same engine function, ``find_new_commits``. The deferred wait keeps the sensor's ``timeout``:
+    the trigger reports a timeout event at the deadline (and the deferral itself carries the
+    timeout), which fails the task like a poking sensor's timeout (``DeltaTriggerTimeout``, an
+    ``AirflowSensorTimeout``: no retries, skipped with ``soft_fail``); a trigger's error event (the
+    table unreadable or gone) fails it with ``DeltaTriggerError``, which is retried.
     """
 
     template_fields = ("table_uri", "after_version", "partition_filter", "watermark_key")
@@ -49,29 +56,20 @@ class DeltaLogTailSensor(BaseSensorOperator):
         after_version: int | str | None = None,
         watermark_key: str | None = None,
         advance_watermark: bool = False,
-        data_change_only: bool = True,
-        kinds: list[str] | None = None,
-        operations: list[str] | None = None,
-        partition_filter: str | None = None,
-        deferrable: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ):
+        # The filter is checked here, at parse time: a wrong type fails the DAG file, not the run.
+        where = f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})"
+        commit_filter = take_filter(where, kwargs)
         super().__init__(**kwargs)
         self.table_uri = table_uri
         self.deltaplane_conn_id = deltaplane_conn_id
         self.after_version = after_version
         self.watermark_key = watermark_key
         self.advance_watermark = advance_watermark
-        # Checked here, at parse time: a wrong type fails the DAG file, not the run.
-        self.commit_filter = CommitFilter.of(
-            {
-                "data_change_only": data_change_only,
-                "kinds": kinds,
-                "operations": operations,
-                "partition_filter": partition_filter,
-            }
-        )
-        self.partition_filter = partition_filter
+        self.commit_filter = commit_filter
+        self.partition_filter = commit_filter.partition_filter
         self.deferrable = deferrable
 
     def _options(self) -> dict[str, str]:
@@ -83,17 +81,22 @@ class DeltaLogTailSensor(BaseSensorOperator):
         return self.watermark_key or default_watermark_key(self.dag_id, self.task_id)
 
     def _filter(self) -> CommitFilter:
-        return CommitFilter.of({**self.commit_filter.to_kwargs(), "partition_filter": self.partition_filter})
+        """The filter with the rendered ``partition_filter``."""
+        return CommitFilter.of(
+            {**self.commit_filter.to_kwargs(), "partition_filter": self.partition_filter}, owner=self.task_id
+        )
 
     def _start(self) -> int:
         if self.after_version not in (None, ""):
             return int(self.after_version)
-        from deltaplane.operators.utils.watermarks import read_watermark
+        from deltaplane.engine.watermarks import read_watermark
 
         known = read_watermark(self.table_uri, self._key(), self._options())
         return -1 if known is None else known
 
     def _check(self, after: int) -> dict[str, Any]:
+        from deltaplane.engine.tail import find_new_commits
+
         return find_new_commits(
             self.table_uri, after, storage_options=self._options(), commit_filter=self._filter()
         )
@@ -119,29 +122,40 @@ class DeltaLogTailSensor(BaseSensorOperator):
             return self._finish(result)
         from deltaplane.operators.triggers.commits import DeltaCommitTrigger
 
-        self.log.info("%s: nothing after version %d yet; deferring to the triggerer", self.table_uri, after)
+        timeout = float(self.timeout)
+        self.log.info(
+            "%s: nothing after version %d yet; deferring to the triggerer for at most %.0f s",
+            self.table_uri,
+            after,
+            timeout,
+        )
         self.defer(
             trigger=DeltaCommitTrigger(
                 table_uri=self.table_uri,
                 after_version=after,
                 deltaplane_conn_id=self.deltaplane_conn_id,
                 poke_interval=self.poke_interval,
+                deadline=time.time() + timeout,
                 **self._filter().to_kwargs(),
             ),
             method_name="execute_complete",
-            timeout=dt.timedelta(seconds=float(self.timeout)) if self.timeout is not None else None,
+            timeout=dt.timedelta(seconds=timeout),
         )
 
     def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
-        if not event or event.get("status") != "success":
-            message = (event or {}).get("message") or f"the commit trigger ended without a result: {event!r}"
-            raise RuntimeError(f"{self.table_uri}: {message}")
-        result = {k: v for k, v in event.items() if k != "status"}
-        return self._finish(result)
+        from deltaplane.operators.exceptions import DeltaTriggerError, DeltaTriggerTimeout
+
+        status = (event or {}).get("status")
+        if status == "success":
+            return self._finish({k: v for k, v in event.items() if k != "status"})
+        message = (event or {}).get("message") or f"the commit trigger ended without a result: {event!r}"
+        if status == "timeout":
+            raise DeltaTriggerTimeout(f"{self.table_uri}: {message}")
+        raise DeltaTriggerError(f"{self.table_uri}: {message}")
 
     def _finish(self, result: dict[str, Any]) -> dict[str, Any]:
         if self.advance_watermark and result and result.get("commits"):
-            from deltaplane.operators.utils.watermarks import write_watermark
+            from deltaplane.engine.watermarks import write_watermark
 
             write_watermark(self.table_uri, self._key(), int(result["latest_version"]), self._options())
         return result
@@ -170,7 +184,7 @@ class DeltaWatermarkOperator(DeltaTableOperator):
         return None  # only the watermark beside the table is written
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from deltaplane.operators.utils.watermarks import read_watermark, write_watermark
+        from deltaplane.engine.watermarks import read_watermark, write_watermark
 
         seen = context["ti"].xcom_pull(task_ids=self.sensor_task_id)
         if not seen or "latest_version" not in seen:

@@ -7,7 +7,7 @@
   the table's Asset runs for every new data commit (one ``TriggerEvent`` per matching commit).
 
 The event trigger never loses a commit. Its position in the log (the watermark, kept beside the
-table by ``deltaplane.operators.utils.watermarks``) moves only past commits whose events Airflow has
+table by ``deltaplane.engine.watermarks``) moves only past commits whose events Airflow has
 stored: it runs as an Airflow 3.3 shared stream in *ack mode*, where the triggerer tells the
 producer (``CommitLogProducer``, the log tail) which events were persisted to the metadata database,
 and only then does the producer write the watermark. A triggerer killed at any point restarts from
@@ -24,30 +24,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
-from deltaplane.operators.utils.conditions import CommitFilter, find_new_commits, scan_commits
+from deltaplane.operators.utils.conditions import FILTER_ARGS, CommitFilter, take_filter
 
 log = logging.getLogger(__name__)
-
-FILTER_ARGS = ("data_change_only", "kinds", "operations", "partition_filter")
 
 
 def _classpath(trigger) -> str:
     return f"{type(trigger).__module__}.{type(trigger).__qualname__}"
-
-
-def _commit_filter(owner: str, filters: dict[str, Any]) -> CommitFilter:
-    unknown = set(filters) - set(FILTER_ARGS)
-    if unknown:
-        raise TypeError(
-            f"{owner} got unexpected argument(s) {sorted(unknown)} (filters: {', '.join(FILTER_ARGS)})"
-        )
-    return CommitFilter.of(filters)
 
 
 def _storage_options(conn_id: str | None) -> dict[str, str]:
@@ -56,7 +46,17 @@ def _storage_options(conn_id: str | None) -> dict[str, str]:
     return DeltaHook(conn_id).settings.storage_options
 
 
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
 class DeltaCommitTrigger(BaseTrigger):
+    """Fires once: ``{"status": "success", "after_version", "latest_version", "commits"}`` when
+    commits after ``after_version`` match the filter; ``{"status": "timeout", "message"}`` when
+    ``deadline`` (epoch seconds, kept across triggerer restarts) passes first; ``{"status":
+    "error", "message"}`` when reading the table fails (the table gone, the log cleaned past the
+    watermark, storage refusing): the task decides (``execute_complete`` raises on the last two)."""
+
     def __init__(
         self,
         *,
@@ -64,14 +64,16 @@ class DeltaCommitTrigger(BaseTrigger):
         after_version: int,
         deltaplane_conn_id: str | None = None,
         poke_interval: float = 30.0,
+        deadline: float | None = None,
         **filters: Any,
     ):
         super().__init__()
         self.table_uri = table_uri
         self.after_version = int(after_version)
         self.deltaplane_conn_id = deltaplane_conn_id
-        self.commit_filter = _commit_filter(type(self).__name__, filters)
+        self.commit_filter = take_filter(type(self).__name__, filters, strict=True)
         self.poke_interval = float(poke_interval)
+        self.deadline = None if deadline is None else float(deadline)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return _classpath(self), {
@@ -79,10 +81,13 @@ class DeltaCommitTrigger(BaseTrigger):
             "after_version": self.after_version,
             "deltaplane_conn_id": self.deltaplane_conn_id,
             "poke_interval": self.poke_interval,
+            "deadline": self.deadline,
             **self.commit_filter.to_kwargs(),
         }
 
     def check(self) -> dict[str, Any]:
+        from deltaplane.engine.tail import find_new_commits
+
         return find_new_commits(
             self.table_uri,
             self.after_version,
@@ -95,12 +100,27 @@ class DeltaCommitTrigger(BaseTrigger):
             try:
                 result = await asyncio.to_thread(self.check)
             except Exception as e:  # the task decides: execute_complete raises on an error event
-                yield TriggerEvent({"status": "error", "message": f"{type(e).__name__}: {e}"})
+                log.warning("%s: reading the log failed: %s", self.table_uri, _describe(e))
+                yield TriggerEvent({"status": "error", "message": _describe(e)})
                 return
             if result["commits"]:
                 yield TriggerEvent({"status": "success", **result})
                 return
-            await asyncio.sleep(self.poke_interval)
+            wait = self.poke_interval
+            if self.deadline is not None:
+                left = self.deadline - time.time()
+                if left <= 0:
+                    yield TriggerEvent(
+                        {
+                            "status": "timeout",
+                            "message": f"no matching commit after version {self.after_version} before the "
+                            "sensor's timeout",
+                            "after_version": self.after_version,
+                        }
+                    )
+                    return
+                wait = min(wait, left)
+            await asyncio.sleep(wait)
 
 
 class DeltaCommitEventTrigger(BaseEventTrigger):
@@ -128,7 +148,7 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
         self.deltaplane_conn_id = deltaplane_conn_id
         self.watermark_key = watermark_key or "asset-watcher"
         self.start_after = None if start_after is None else int(start_after)
-        self.commit_filter = _commit_filter(type(self).__name__, filters)
+        self.commit_filter = take_filter(type(self).__name__, filters, strict=True)
         self.poke_interval = float(poke_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -153,16 +173,35 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
 
     async def filter_shared_stream(self, shared_stream):
         async for raw in shared_stream:  # the producer applied this trigger's filter
-            if raw.get("summary") is not None:
-                yield TriggerEvent({"table": self.table_uri, **raw["summary"]})
+            event = _event(self.table_uri, raw)
+            if event is not None:
+                yield event
 
     async def run(self):
         """Without a shared stream (a triggerer that runs ``run()``): the same events, but the
         watermark is never moved (nothing says what Airflow stored), so a restart repeats them."""
         producer = CommitLogProducer(self.serialize()[1])
         async for raw, _ in producer.open_stream():
-            if raw.get("summary") is not None:
-                yield TriggerEvent({"table": self.table_uri, **raw["summary"]})
+            event = _event(self.table_uri, raw)
+            if event is not None:
+                yield event
+
+
+def _event(table_uri: str, raw: dict[str, Any]) -> TriggerEvent | None:
+    """The event of one raw stream item: a matching commit's summary, or an error report."""
+    if raw.get("summary") is not None:
+        return TriggerEvent({"status": "success", "table": table_uri, **raw["summary"]})
+    if raw.get("error") is not None:
+        return TriggerEvent({"status": "error", "table": table_uri, "message": raw["error"]})
+    return None
+
+
+# Errors that polling again cannot cure until someone acts: the table is gone, or the log was
+# cleaned past the stream's position. Reported once as an error event, then polled quietly.
+def _lasting(error: BaseException) -> bool:
+    from deltaplane.engine.errors import CorruptLogError, TableNotFoundError
+
+    return isinstance(error, TableNotFoundError | CorruptLogError)
 
 
 class CommitLogProducer(SharedStreamProducer):
@@ -173,7 +212,12 @@ class CommitLogProducer(SharedStreamProducer):
     the last commit and Airflow can resolve it. ``advance`` writes the watermark to the last
     version of a batch that every subscriber resolved cleanly (its events stored); an unclean
     one rewinds the stream to announce that version again and ignores what was broadcast
-    before the rewind."""
+    before the rewind.
+
+    A table that disappears (or whose log was cleaned past the watermark) gives one error event
+    (``{"status": "error", "message"}``) and the stream keeps polling without moving the
+    watermark: a table restored in place is followed again, and the error is reported again
+    only when it changes. Other read errors (storage hiccups) are retried at the next poll."""
 
     def __init__(self, kwargs: dict[str, Any]):
         self.table_uri = kwargs["table_uri"]
@@ -181,15 +225,16 @@ class CommitLogProducer(SharedStreamProducer):
         self.watermark_key = kwargs.get("watermark_key") or "asset-watcher"
         self.start_after = kwargs.get("start_after")
         self.poke_interval = float(kwargs.get("poke_interval", 30.0))
-        self.commit_filter = CommitFilter.of(kwargs)
+        self.commit_filter = CommitFilter.of({k: kwargs[k] for k in FILTER_ARGS if k in kwargs})
         self._generation = 0
         self._rewind_to: int | None = None
         self._options: dict[str, str] | None = None
+        self._reported: str | None = None  # the lasting error last reported
 
     def _start(self) -> int:
         from deltaplane.engine.log.segment import list_log
         from deltaplane.engine.storage import open_store
-        from deltaplane.operators.utils.watermarks import read_watermark, write_watermark
+        from deltaplane.engine.watermarks import read_watermark, write_watermark
 
         known = read_watermark(self.table_uri, self.watermark_key, self._options)
         if known is not None:
@@ -203,11 +248,24 @@ class CommitLogProducer(SharedStreamProducer):
         return start
 
     def _scan(self, after: int) -> list[tuple[int, dict | None]]:
-        return list(scan_commits(self.table_uri, after, self.commit_filter, storage_options=self._options))
+        from deltaplane.engine.tail import IncrementalScan, commit_summary, matching
+
+        scan = IncrementalScan.of(self.table_uri, after, storage_options=self._options)
+        return [
+            (change.version, commit_summary(scan, change) if matched else None)
+            for change, matched in matching(scan, self.commit_filter)
+        ]
 
     async def open_stream(self):
         self._options = await asyncio.to_thread(_storage_options, self.conn_id)
-        position = await asyncio.to_thread(self._start)
+        position = None
+        while position is None:
+            try:
+                position = await asyncio.to_thread(self._start)
+            except Exception as e:
+                if self._report(e):
+                    yield {"error": _describe(e)}, (self._generation, None)
+                await asyncio.sleep(self.poke_interval)
         log.info("%s: announcing commits after version %d (%s)", self.table_uri, position, self.watermark_key)
         while True:
             if self._rewind_to is not None:
@@ -215,13 +273,12 @@ class CommitLogProducer(SharedStreamProducer):
                 self._generation += 1
             try:
                 found = await asyncio.to_thread(self._scan, position)
-            except Exception as e:  # a transient storage error: try again at the next poll
-                from deltaplane.engine.errors import MissingLogVersionError
-
-                if isinstance(e, MissingLogVersionError):
-                    raise  # the log was cleaned past this position: commits are gone for good
-                log.warning("%s: reading the log failed (%s); retrying", self.table_uri, e)
+            except Exception as e:
                 found = []
+                if self._report(e):
+                    yield {"error": _describe(e)}, (self._generation, None)
+            else:
+                self._reported = None
             for version, summary in found:
                 yield {"version": version, "summary": summary}, (self._generation, version)
                 position = version
@@ -231,8 +288,19 @@ class CommitLogProducer(SharedStreamProducer):
                 yield {"tick": True}, (self._generation, None)
                 await asyncio.sleep(self.poke_interval)
 
+    def _report(self, error: Exception) -> bool:
+        """Whether ``error`` is a new lasting error to announce (transient ones are logged)."""
+        if not _lasting(error):
+            log.warning("%s: reading the log failed (%s); retrying", self.table_uri, _describe(error))
+            return False
+        log.error("%s: %s", self.table_uri, _describe(error))
+        if self._reported == _describe(error):
+            return False
+        self._reported = _describe(error)
+        return True
+
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        from deltaplane.operators.utils.watermarks import write_watermark
+        from deltaplane.engine.watermarks import write_watermark
 
         done = None
         for item in batch:
@@ -240,7 +308,7 @@ class CommitLogProducer(SharedStreamProducer):
             if generation != self._generation or self._rewind_to is not None:
                 continue  # broadcast before a rewind: it will be announced again
             if version is None:
-                continue  # an idle tick: nothing to store
+                continue  # an idle tick or an error report: nothing to store
             if not item.outcome.is_clean:
                 log.warning(
                     "%s: the event for version %d was not stored (%s); announcing it again",

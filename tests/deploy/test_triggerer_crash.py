@@ -155,7 +155,7 @@ def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(
             f"""
             import pendulum
             from airflow.sdk import DAG, Asset, AssetWatcher
-            from deltaplane.operators.operators.ingest import DeltaConsumeOperator
+            from deltaplane.operators.operators.consume import DeltaConsumeOperator
             from deltaplane.operators.triggers.commits import DeltaCommitEventTrigger
 
             table = Asset({asset_uri!r}, watchers=[AssetWatcher(name="commits",

@@ -35,7 +35,7 @@ def consume_dag(name: str, source: str, target: str, on_change: str) -> str:
     return f"""
         import pendulum
         from airflow.sdk import DAG
-        from deltaplane.operators.operators.ingest import DeltaConsumeOperator
+        from deltaplane.operators.operators.consume import DeltaConsumeOperator
 
         with DAG({name!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
             DeltaConsumeOperator(task_id="consume", table_uri={target!r}, source_uri={source!r},

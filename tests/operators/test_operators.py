@@ -413,7 +413,7 @@ def test_gate_sensor_manifest_consumer_and_spark_on_s3(airflow_db, tmp_path, s3_
         import pendulum
         from airflow.sdk import DAG
         from deltaplane.operators.operators.commit import DeltaCommitOperator
-        from deltaplane.operators.operators.ingest import DeltaConsumeOperator
+        from deltaplane.operators.operators.consume import DeltaConsumeOperator
         from deltaplane.operators.operators.maintenance import DeltaCompactionOperator, DeltaManifestOperator
         from deltaplane.operators.operators.quality import DeltaQualityGateOperator
         from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor

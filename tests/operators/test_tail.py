@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from deltaplane.engine import DeltaTable, write_table
+from deltaplane.engine.tail import find_new_commits
+from deltaplane.engine.watermarks import read_watermark
 from deltaplane.operators.triggers.commits import DeltaCommitEventTrigger, DeltaCommitTrigger
-from deltaplane.operators.utils.conditions import find_new_commits
-from deltaplane.operators.utils.watermarks import read_watermark
 from tests.operators.conftest import run_dag, task_states, xcom
 
 pytestmark = pytest.mark.xdist_group("airflow")

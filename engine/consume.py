@@ -1,0 +1,161 @@
+"""Feed a downstream table from a source table's new commits, exactly once.
+
+``consume_appends(source_uri, target_uri)`` reads the source's commits after the last one the
+target has consumed (``IncrementalScan``), and appends their rows to the target in one commit
+that also records the last source version read as ``txn(appId="consume:<source>", version)``:
+the position moves atomically with the rows it covers, so a rerun, a retry or a duplicate
+trigger event finds it there and reads on from it (two racing consumers conflict instead of
+landing the rows twice).
+
+What a source commit did to rows decides (``deltaplane.engine.tail``'s kinds): an ``append``
+gives its new rows (never the rows of files a deletion-vector DELETE re-added); OPTIMIZE and
+other commits that change no rows give nothing; a ``delete`` or ``update`` follows
+``on_change``: ``"fail"`` (``ChangeNotConsumableError`` naming the version; nothing written),
+``"skip"`` (ignored), or ``"changes"`` (the source's change data feed rows for that commit; needs
+``delta.enableChangeDataFeed``). Rows get ``_source_version``, and with ``"changes"`` also
+``_change_type`` (``insert`` for appends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from deltaplane.engine.errors import DeltaError, InvalidArgumentError, TableNotFoundError
+from deltaplane.engine.tail import APPEND, IncrementalScan
+from deltaplane.engine.write_table import write_table
+
+ON_CHANGE = ("fail", "skip", "changes")
+SOURCE_VERSION, CHANGE_TYPE = "_source_version", "_change_type"
+
+
+class ChangeNotConsumableError(DeltaError, ValueError):
+    """A source commit removed or rewrote rows and the consumer's policy is ``fail``."""
+
+    def __init__(self, message: str, version: int):
+        super().__init__(message)
+        self.version = version
+
+
+@dataclass
+class ConsumeResult:
+    """What one ``consume_appends`` call did (JSON-able through ``to_dict``)."""
+
+    version: int | None  # the target commit made (None: nothing committed)
+    watermark: int  # the last source version consumed (recorded in the target's txn)
+    source_versions: list[int] = field(default_factory=list)  # versions whose rows were written
+    skipped_versions: list[int] = field(default_factory=list)  # changing commits skipped
+    rows: int = 0
+    skipped: bool = False  # the target already held this range (a concurrent or earlier try)
+    reason: str | None = None  # why nothing was written
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.reason is None:
+            out.pop("reason")
+        return out
+
+
+def consume_app_id(source_uri: str) -> str:
+    """The ``txn`` appId under which a target records how far it consumed ``source_uri``."""
+    return f"consume:{source_uri}"
+
+
+def consumed_version(
+    target_uri: str, source_uri: str, storage_options: Mapping[str, str] | None = None
+) -> int | None:
+    """The last version of ``source_uri`` the target holds (``None``: none, or no target yet)."""
+    from deltaplane.engine.table import DeltaTable
+
+    try:
+        table = DeltaTable(target_uri, storage_options=storage_options)
+    except TableNotFoundError:
+        return None
+    return table.snapshot.app_transaction_version(consume_app_id(source_uri))
+
+
+def consume_appends(
+    source_uri: str,
+    target_uri: str,
+    *,
+    on_change: str = "fail",
+    storage_options: Mapping[str, str] | None = None,
+    source_storage_options: Mapping[str, str] | None = None,
+    max_versions: int | None = None,
+    after_version: int | None = None,
+) -> ConsumeResult:
+    """Append the rows of ``source_uri``'s commits after the target's recorded position (or
+    ``after_version``, when the target has none) to ``target_uri`` (created by the first
+    write), at most ``max_versions`` source commits per call. ``source_storage_options``
+    default to ``storage_options``."""
+    if not isinstance(on_change, str) or on_change.lower() not in ON_CHANGE:
+        raise InvalidArgumentError(f"on_change must be one of {', '.join(ON_CHANGE)}, got {on_change!r}")
+    on_change = on_change.lower()
+    if source_storage_options is None:
+        source_storage_options = storage_options
+    done = consumed_version(target_uri, source_uri, storage_options)
+    watermark = done if done is not None else (-1 if after_version is None else int(after_version))
+    scan = IncrementalScan.of(
+        source_uri, watermark, storage_options=source_storage_options, max_versions=max_versions
+    )
+    pieces, consumed, skipped = [], [], []
+    for change in scan:
+        if not change.data_change:
+            continue
+        if change.kind == APPEND:
+            rows = scan.appended_rows(change)
+            rows = rows.append_column(
+                SOURCE_VERSION, pa.repeat(pa.scalar(change.version, pa.int64()), len(rows))
+            )
+            if on_change == "changes":
+                rows = rows.append_column(CHANGE_TYPE, pa.repeat(pa.scalar("insert"), rows.num_rows))
+        elif on_change == "skip":
+            skipped.append(change.version)
+            continue
+        elif on_change == "changes":
+            rows = _change_feed(scan.change_rows(change))
+        else:
+            raise ChangeNotConsumableError(
+                f"{source_uri} version {change.version} ({change.operation}) is a {change.kind}: "
+                f"{change.rows_deleted} row(s) removed; set on_change='skip' to ignore such commits "
+                "or on_change='changes' to consume the change data feed",
+                change.version,
+            )
+        if rows.num_rows:
+            pieces.append(rows)
+            consumed.append(change.version)
+    last = scan.last_version
+    if not pieces:
+        reason = (
+            "no new commits" if last == watermark else f"versions {watermark + 1}..{last} hold no new rows"
+        )
+        return ConsumeResult(version=None, watermark=watermark, skipped_versions=skipped, reason=reason)
+    data = pa.concat_tables(pieces, promote_options="permissive")
+    result = write_table(
+        target_uri,
+        data,
+        mode="append",
+        app_id=consume_app_id(source_uri),
+        app_version=last,
+        storage_options=storage_options,
+    )
+    return ConsumeResult(
+        version=None if result.skipped else result.version,
+        watermark=last,
+        source_versions=consumed,
+        skipped_versions=skipped,
+        rows=data.num_rows,
+        skipped=result.skipped,
+    )
+
+
+def _change_feed(rows: pa.Table) -> pa.Table:
+    from deltaplane.engine.commands.changes import COMMIT_TIMESTAMP, COMMIT_VERSION
+
+    rows = rows.drop_columns([COMMIT_TIMESTAMP])
+    rows = rows.rename_columns([SOURCE_VERSION if n == COMMIT_VERSION else n for n in rows.column_names])
+    order = [n for n in rows.column_names if n not in (SOURCE_VERSION, CHANGE_TYPE)]
+    return rows.select([*order, SOURCE_VERSION, CHANGE_TYPE])
