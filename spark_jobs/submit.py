@@ -9,8 +9,10 @@ a time limit and parses the job's JSON metrics line; ``start_submit`` starts it 
 
 * Storage options (``storage_options=``) go to the job in ``$DELTAPLANE_STORAGE_OPTIONS``, never
   on the command line: every user sees command lines (``ps``), and Spark copies its arguments
-  into its logs. ``--conf`` values reach the driver JVM's system properties and Spark's logs too:
-  keep secrets out of them.
+  into its logs. Spark settings (``conf=``) go in a ``--properties-file`` that only this user can
+  read (mode 0600 in a private folder), removed when ``spark-submit`` ends: no setting, secret or
+  not, is on any process's command line. (Spark itself still shows settings in its UI and event
+  log, redacted by ``spark.redaction.regex``.)
 * ``spark-submit`` runs in its own process group; a time limit (or ``stop()``) ends the whole
   tree (the JVM, the Python driver, PySpark's daemon and workers): SIGTERM, then SIGKILL after a
   grace period.
@@ -33,6 +35,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,19 +96,14 @@ def spark_submit_command(
     package: str | os.PathLike | None = None,
     python: str | None = None,
     name: str | None = None,
+    properties_file: str | os.PathLike | None = None,
 ) -> list[str]:
-    """The full ``spark-submit`` command line for one of ``JOBS``."""
+    """The full ``spark-submit`` command line for one of ``JOBS``: the settings
+    (``submit_settings``) as ``--conf`` arguments, or, with ``properties_file`` (a file holding
+    them, see ``write_properties``), ``--properties-file`` and no setting on the command line."""
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r} (jobs: {', '.join(JOBS)})")
-    python = python or sys.executable
     package = Path(package) if package is not None else build_package()
-    settings = {
-        "spark.pyspark.python": python,
-        "spark.pyspark.driver.python": python,
-        "spark.sql.session.timeZone": "UTC",
-        "spark.ui.enabled": "false",
-        **(conf or {}),
-    }
     command = [
         str(spark_home() / "bin" / "spark-submit"),
         "--master",
@@ -115,9 +113,62 @@ def spark_submit_command(
         "--py-files",
         str(package),
     ]
-    for key, value in settings.items():
-        command += ["--conf", f"{key}={value}"]
+    if properties_file is not None:
+        command += ["--properties-file", str(properties_file)]
+    else:
+        for key, value in submit_settings(conf, python).items():
+            command += ["--conf", f"{key}={value}"]
     return [*command, str(_ROOT / "spark_jobs" / f"{job}.py"), *job_args]
+
+
+def submit_settings(conf: Mapping[str, str] | None = None, python: str | None = None) -> dict[str, str]:
+    """The Spark settings of a submit: this interpreter for the driver and the workers, UTC, no
+    UI, then ``conf``."""
+    python = python or sys.executable
+    return {
+        "spark.pyspark.python": python,
+        "spark.pyspark.driver.python": python,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        **{str(k): str(v) for k, v in (conf or {}).items()},
+    }
+
+
+def _properties_escape(text: str, key: bool) -> str:
+    """``text`` in ``java.util.Properties`` file syntax (what Spark's ``--properties-file``
+    loads): backslash escapes for the separators, comment marks and control characters, and
+    ``\\uXXXX`` for everything outside printable ASCII (so the file's encoding does not matter)."""
+    out = []
+    for i, char in enumerate(text):
+        code = ord(char)
+        if char == "\\":
+            out.append("\\\\")
+        elif char in "=:#!":
+            out.append("\\" + char)
+        elif char == " " and (key or i == 0):
+            out.append("\\ ")
+        elif 0x20 <= code < 0x7F:
+            out.append(char)
+        else:  # UTF-16 code units, as Java strings hold them (a surrogate pair above U+FFFF)
+            raw = char.encode("utf-16-be")
+            out += [f"\\u{int.from_bytes(raw[j : j + 2], 'big'):04x}" for j in range(0, len(raw), 2)]
+    return "".join(out)
+
+
+def write_properties(settings: Mapping[str, str], directory: str | os.PathLike | None = None) -> Path:
+    """Write ``settings`` as a properties file readable only by this user: mode 0600, in a new
+    folder of mode 0700 (under ``directory`` or the temporary directory). Remove the folder when
+    done (``SparkSubmission`` does, when ``spark-submit`` ends)."""
+    folder = Path(tempfile.mkdtemp(prefix="deltaplane-submit-", dir=directory))  # mode 0700
+    path = folder / "spark.properties"
+    text = "".join(
+        f"{_properties_escape(str(k), True)}={_properties_escape(str(v), False)}\n"
+        for k, v in settings.items()
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(text)
+    return path
 
 
 @dataclass
@@ -135,6 +186,7 @@ class SubmitResult:
 
 STDERR_TAIL_LINES = 2000
 STOP_GRACE_SECONDS = 3.0  # under the 5 s Airflow's supervisor waits before SIGKILLing a task
+TREE_RECORD_SECONDS = 1.0  # how often a waiting submission notes the processes of its tree
 # Spark's default ``spark.redaction.regex`` and a few more words; an access key *id* is not secret.
 _SECRET = re.compile(
     r"secret|password|passwd|token|credential|private[._-]?key|access[._-]?key(?![._-]?id)", re.I
@@ -188,26 +240,39 @@ class SparkSubmission:
     calling thread as it arrives (so a caller can log it live) and returns a ``SubmitResult``.
     ``stop`` (safe from any thread and from a signal handler) sends SIGTERM to the process group
     and to every process of the tree that left it (PySpark's daemon makes its own group), then
-    SIGKILL to whatever is left after a grace period."""
+    SIGKILL to whatever is left after a grace period. ``cleanup``: folders removed once
+    ``spark-submit`` has ended (its properties file's); a job that ends leaving processes of its
+    tree behind (a driver killed with SIGKILL can orphan them) has them stopped too."""
 
-    def __init__(self, command: Sequence[str], *, env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cleanup: Sequence[str | os.PathLike] = (),
+    ):
         self.command = list(command)
+        self._cleanup = [Path(p) for p in cleanup]
         self._lines: queue.Queue = queue.Queue()
         self._stdout: list[str] = []
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self._stop_lock = threading.RLock()
         self.stopped_by: str | None = None  # "timeout" / "stop" when this side ended it
-        self.process = subprocess.Popen(
-            self.command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-            text=True,
-            errors="replace",
-            bufsize=1,
-            start_new_session=True,
-        )
+        try:
+            self.process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=dict(env) if env is not None else None,
+                text=True,
+                errors="replace",
+                bufsize=1,
+                start_new_session=True,
+            )
+        except BaseException:
+            self.close()
+            raise
         self.pid = self.process.pid
         # pid -> start time of every process seen in the tree (a pid is only ever signalled
         # while it still names the same process)
@@ -242,8 +307,13 @@ class SparkSubmission:
         Airflow task timeout) stops it too before it propagates."""
         deadline = None if timeout is None else time.monotonic() + timeout
         open_streams = 2
+        recorded = 0.0
         try:
             while open_streams:
+                if time.monotonic() - recorded > TREE_RECORD_SECONDS:  # who to stop if it dies
+                    with self._stop_lock:
+                        self._tree()
+                    recorded = time.monotonic()
                 if deadline is not None and time.monotonic() > deadline:
                     self.stopped_by = "timeout"
                     self.stop()
@@ -269,7 +339,10 @@ class SparkSubmission:
                 raise
         except BaseException:
             self.stop()
+            self.close()
             raise
+        self.stop()  # anything of the tree that outlived spark-submit (nothing, normally)
+        self.close()
         stdout = "\n".join(self._stdout)
         return SubmitResult(returncode, parse_metrics(stdout), stdout, "\n".join(self._stderr), self.command)
 
@@ -307,14 +380,21 @@ class SparkSubmission:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
 
+    def close(self) -> None:
+        """Remove the ``cleanup`` folders (the properties file). Safe to call again."""
+        for folder in self._cleanup:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
         """SIGTERM (and SIGCONT, so a stopped process can act on it) to the group and to every
         process of the tree, SIGKILL after ``grace`` seconds to whatever is left. Safe to call
-        again, from another thread or from a signal handler."""
+        again, from another thread or from a signal handler. ``stopped_by`` says "stop" only when
+        ``spark-submit`` itself was still running."""
         with self._stop_lock:
             self._tree()
-            if self.process.poll() is None or self._alive():
-                if self.stopped_by is None:
+            running = self.process.poll() is None
+            if running or self._alive():
+                if self.stopped_by is None and running:
                     self.stopped_by = "stop"
                 self._signal(signal.SIGTERM)
                 self._signal(signal.SIGCONT)
@@ -327,7 +407,8 @@ class SparkSubmission:
                     time.sleep(0.05)
                 self._tree()
                 self._signal(signal.SIGKILL)
-            self.process.poll()  # reap it if we can (the waiting thread reaps it otherwise)
+            if self.process.poll() is not None:  # reaped: the properties file is read and done with
+                self.close()
 
 
 def _processes() -> dict[int, tuple[int, int]]:
@@ -363,9 +444,21 @@ def start_submit(
     storage_options: Mapping[str, str] | None = None,
 ) -> SparkSubmission:
     """Start a job through ``spark-submit`` (see ``SparkSubmission``); ``storage_options`` reach
-    the job through its environment, never its command line."""
-    command = spark_submit_command(job, job_args, master=master, conf=conf, python=python)
-    return SparkSubmission(command, env=submission_environment(storage_options, env, python))
+    the job through its environment and ``conf`` through a private properties file, never its
+    command line."""
+    if job not in JOBS:
+        raise ValueError(f"unknown job {job!r} (jobs: {', '.join(JOBS)})")
+    properties = write_properties(submit_settings(conf, python))
+    try:
+        command = spark_submit_command(
+            job, job_args, master=master, python=python, properties_file=properties
+        )
+    except BaseException:
+        shutil.rmtree(properties.parent, ignore_errors=True)
+        raise
+    return SparkSubmission(
+        command, env=submission_environment(storage_options, env, python), cleanup=[properties.parent]
+    )
 
 
 def submit(

@@ -4,11 +4,14 @@ environment, never on the command line."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import stat
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -119,3 +122,69 @@ def test_redacted_command_lines():
     assert "V4LUE" not in " ".join(out)
     assert "spark.executor.memory=4g" in out and "endpoint_url=http://h" in out
     assert "aws_secret_access_key=***" in out
+
+
+def test_spark_conf_travels_in_a_private_properties_file_never_on_a_command_line(tmp_path):
+    """Every ``conf`` setting (a secret-looking one with a unique marker value among them) reaches
+    Spark through a ``--properties-file`` readable only by this user: no process of the submit's
+    tree ever has the value on its command line (``/proc/<pid>/cmdline``, sampled while the job
+    runs); the file is mode 0600 in a private folder while the job runs and gone afterwards; Spark
+    really got the settings (its event log, which the conf turns on, holds the probe value with
+    its awkward characters intact)."""
+    marker = f"conf-secret-{os.getpid()}-{time.time_ns()}"
+    probe = "a=b:c\\d #e !f é\tg"
+    events = tmp_path / "events"
+    events.mkdir()
+    uri = str(tmp_path / "t")
+    small_files(uri)
+    watcher = SubmitWatcher("compact")
+    seen: dict = {}
+
+    def look():
+        try:
+            top = watcher.wait_for(
+                lambda tree: next((p for p in tree.values() if "--properties-file" in p.cmdline), None)
+            )
+            path = Path(top.cmdline[top.cmdline.index("--properties-file") + 1])
+            seen["path"] = path
+            seen["mode"] = stat.S_IMODE(path.stat().st_mode)
+            seen["folder_mode"] = stat.S_IMODE(path.parent.stat().st_mode)
+            watcher.start_recording()
+        except BaseException as e:
+            seen["error"] = repr(e)
+
+    thread = threading.Thread(target=look, daemon=True)
+    thread.start()
+    conf = {
+        "spark.hadoop.fs.s3a.secret.key": marker,
+        "spark.deltaplane.probe": probe,
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.dir": events.as_uri(),
+    }
+    try:
+        with CmdlineSampler(marker) as sampler:
+            result = submit("compact", ["--table", uri], master="local[2]", timeout=300, conf=conf)
+    finally:
+        thread.join(5)
+        watcher.stop_recording()
+    assert result.ok, result.stderr[-3000:]
+    assert "error" not in seen, seen
+    assert sampler.samples > 10 and any("compact.py" in c for c in sampler.commands_seen)
+    assert sampler.hits == [], sampler.hits[:3]
+    assert len(watcher.seen) >= 2  # the JVM and the Python driver at least were watched
+    assert not [p for p in watcher.seen.values() if marker in p.text]
+    assert seen["mode"] == 0o600 and seen["folder_mode"] == 0o700, seen
+    assert not seen["path"].exists() and not seen["path"].parent.exists()
+    assert marker not in result.stdout and marker not in result.stderr
+    # Spark applied the settings: the event log exists and records the probe value exactly.
+    logs = [f for f in events.rglob("*") if f.is_file()]
+    assert logs, "spark.eventLog.enabled did not reach Spark"
+    environment = [
+        json.loads(line)
+        for f in logs
+        for line in f.read_text().splitlines()
+        if '"SparkListenerEnvironmentUpdate"' in line
+    ]
+    assert environment and dict(environment[0]["Spark Properties"])["spark.deltaplane.probe"] == probe
+    assert DeltaTable(uri).version == 3
