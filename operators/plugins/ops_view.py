@@ -1,20 +1,32 @@
-"""The ops view: table health inside the Airflow UI (a FastAPI app the plugin mounts under
-``/deltaplane``).
+"""The ops view: where an ops person looks first, inside Airflow's own UI.
 
-JSON: ``GET /deltaplane/api/tables`` (every configured table: version, files, bytes, small files,
-DV-hidden row ratio, versions since the last checkpoint, last OPTIMIZE and VACUUM, the
-auto-optimize decision and why, the last quality-gate result) and
-``GET /deltaplane/api/tables/{name}`` (per-partition health, the file-size histogram, recent
-commits with the DAG run that made each). Pages: ``/deltaplane/`` and
-``/deltaplane/tables/{name}``, with charts drawn on the server as SVG (no request leaves the
-Airflow server: air-gapped installs work). Every route requires an authenticated Airflow user
-(a bearer token or the UI's session cookie): Airflow does not protect plugin routes by itself.
+A FastAPI app the plugin mounts under ``/deltaplane``, shown by Airflow 3's external views: a
+top-level nav entry ("Delta tables", ``/plugin/deltaplane``) and a "Delta table" tab on every
+DAG (``/deltaplane/dags/{dag_id}`` sends the table's DAGs to the table's page). An Asset event's
+``extra["ops_view"]`` links the commit's table (``/deltaplane/table?uri=...``).
 
-Commits are written by anyone (this engine, Delta Spark, delta-rs, Databricks, a hostile
-writer), so their commitInfo is data of any shape: ``commit_row`` turns it into typed fields in
-one place and never raises, and a table the engine cannot read is a row with an error. Pages are
-Jinja2 templates (``operators/templates``) with autoescaping on for every template, SVG
-included: no value reaches the markup unescaped, and data in links is URL-quoted as well.
+Per table (the configured tables and the tables their consumers write): health now (rows,
+files, bytes, small files, rows hidden by deletion vectors, checkpoint lag, last OPTIMIZE and
+VACUUM with their times), the commit timeline (time, operation, parameters, the DAG run that made
+it), titled charts with axes and units (file sizes on a log scale), schema, properties and
+protocol, and the quality-gate history: every result of the gate's XComs and every rejected
+batch found in the table's ``_quarantine/<batch>/rejection.json`` with its time, reason and path.
+
+JSON: ``GET /deltaplane/api/tables`` and ``GET /deltaplane/api/tables/{name}``. Pages:
+``/deltaplane/`` and ``/deltaplane/tables/{name}``, server-rendered (Jinja2, autoescaped for
+every template, SVG included; data in links URL-quoted) with charts drawn as SVG: no request
+leaves the Airflow server. Every route requires an authenticated Airflow user (a bearer token or
+the UI's session cookie): Airflow does not protect plugin routes by itself.
+
+The pages run inside Airflow's iframe, whose sandbox has no ``allow-top-navigation``: links to
+Airflow's own pages (DAGs, runs) carry ``target="_top"`` (right when the page is opened on its
+own) and ``static/ops.js`` moves Airflow's own router to them, so they leave the frame instead
+of opening a second Airflow inside the first.
+
+Commits are written by anyone (this engine, Delta Spark, delta-rs, a hostile writer), so their
+commitInfo is data of any shape: ``commit_row`` turns it into typed fields in one place and never
+raises; XComs and ``rejection.json`` records are typed the same way, and a table the engine
+cannot read is a row with an error.
 """
 
 from __future__ import annotations
@@ -22,29 +34,53 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, HTTPException
-from fastapi.responses import HTMLResponse
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from deltaplane.operators.plugins.charts import Bar, bar_chart, log_size_buckets, size_label
 
 RECENT_COMMITS = 50
 MAX_TEXT = 1000  # characters kept of any string from a commit, an XCom or an error
 MAX_ITEMS = 20  # failed expectations, kwargs, examples shown per gate result
 _LONG = (1 << 63) - 1  # Delta's metrics and versions are longs
+# One colour per operation, every one distinct (a colour-blind-safe palette first); operations
+# not named here take the next free colour of EXTRA_COLORS in the order they appear.
 COLORS = {
-    "WRITE": "#2f80ed",
-    "CREATE TABLE AS SELECT": "#2f80ed",
-    "STREAMING UPDATE": "#56ccf2",
-    "MERGE": "#9b51e0",
-    "DELETE": "#eb5757",
-    "UPDATE": "#f2994a",
-    "OPTIMIZE": "#27ae60",
-    "VACUUM START": "#828282",
-    "VACUUM END": "#828282",
+    "CREATE TABLE": "#e69f00",
+    "CREATE TABLE AS SELECT": "#d55e00",
+    "WRITE": "#0072b2",
+    "STREAMING UPDATE": "#56b4e9",
+    "MERGE": "#cc79a7",
+    "DELETE": "#c0392b",
+    "UPDATE": "#f0c419",
+    "OPTIMIZE": "#009e73",
+    "VACUUM START": "#7f8c8d",
+    "VACUUM END": "#34495e",
+    "RESTORE": "#8e44ad",
 }
-OTHER_COLOR = "#bdbdbd"
+EXTRA_COLORS = ("#16a085", "#a0522d", "#2c3e50", "#ff6f61", "#6b8e23", "#4b0082", "#b8860b", "#708090")
+OTHER_COLOR = "#bdbdbd"  # once EXTRA_COLORS are used up, and for commits without an operation
+CONSUMER_SUFFIX = ".consumer"  # a consumer target's page name: "<source>.consumer" (no config name has a dot)
+GATE_TASKS = ("quality_gate", "stage")  # the ingest tasks whose XComs report rejected batches
+GATE_HISTORY = 200  # XComs read per table
+
+
+def operation_colors(operations) -> dict[str, str]:
+    """A distinct colour for each of ``operations`` (in their order)."""
+    out: dict[str, str] = {}
+    spare = [c for c in EXTRA_COLORS]
+    for op in operations:
+        if op is None or op in out:
+            continue
+        out[op] = COLORS.get(op) or (spare.pop(0) if spare else OTHER_COLOR)
+    return out
 
 
 def _auth():
@@ -53,26 +89,47 @@ def _auth():
     return [Depends(requires_authenticated())]
 
 
-def _configured():
-    """The valid tables and the invalid ones' errors: one bad table is a row with its error,
-    never a page that fails for every table."""
-    from deltaplane.operators.factory.config import read_config
+@dataclass(frozen=True)
+class Entry:
+    """A table the view shows: a configured table, or the table a configured consumer writes
+    (``consumer_of``: the source table's name; its settings are the defaults)."""
+
+    name: str
+    config: Any  # TableConfig
+    dags: tuple[str, ...]
+    consumer_of: str | None = None
+
+
+def _entries() -> tuple[dict[str, Entry], dict[str, list[str]]]:
+    """Every table to show, and the invalid tables' errors: one bad table is a row with its
+    error, never a page that fails for every table."""
+    from deltaplane.operators.factory.config import TableConfig, read_config
 
     report = read_config()
-    return report.config.tables, report.errors
+    entries: dict[str, Entry] = {}
+    for name, config in report.config.tables.items():
+        kinds = ["maintenance"] + ["ingest"] * bool(config.ingest) + ["consumer"] * bool(config.consumer)
+        entries[name] = Entry(name, config, tuple(f"deltaplane_{name}_{kind}" for kind in kinds))
+    for name, config in report.config.tables.items():
+        if config.consumer is not None:
+            target = TableConfig(uri=config.consumer.target, conn_id=config.conn_id)
+            entries[name + CONSUMER_SUFFIX] = Entry(
+                name + CONSUMER_SUFFIX, target, (f"deltaplane_{name}_consumer",), consumer_of=name
+            )
+    return entries, report.errors
 
 
 def _invalid(name: str, lines: list[str]) -> dict[str, Any]:
     return {"name": name, "uri": "", "error": "invalid configuration: " + "; ".join(lines)}
 
 
-def _table(name: str):
-    tables, errors = _configured()
+def _entry(name: str) -> tuple[Entry | None, dict | None]:
+    entries, errors = _entries()
     if name in errors:
         return None, _invalid(name, errors[name])
-    if name not in tables:
-        raise HTTPException(404, f"no table {name!r} in the configuration (tables: {', '.join(tables)})")
-    return tables[name], None
+    if name not in entries:
+        raise HTTPException(404, f"no table {name!r} in the configuration (tables: {', '.join(entries)})")
+    return entries[name], None
 
 
 def _open(config):
@@ -188,11 +245,23 @@ def commit_row(info: Any) -> dict[str, Any]:
         "rows_removed": _metric(metrics, "numDeletedRows", "numTargetRowsDeleted"),
         "bytes_added": _metric(metrics, "numOutputBytes", "numAddedBytes"),
         "dag_run": _dag_run(info.get("airflow")),
+        "parameters": _parameters(info.get("operationParameters")),
     }
 
 
-def gate_result(dag_id: str, run_id: Any, value: Any) -> dict[str, Any] | None:
-    """A quality-gate XCom (``DeltaQualityGateOperator``'s summary) typed like ``commit_row``."""
+def _parameters(value: Any) -> dict[str, Any]:
+    """``operationParameters``: an object of any values (Delta Spark writes them as JSON text)."""
+    if not isinstance(value, Mapping):
+        return {}
+    out = _plain(value)
+    return {k: v for k, v in out.items() if k is not None}
+
+
+def gate_result(
+    dag_id: str, run_id: Any, value: Any, *, task_id: Any = None, time: Any = None
+) -> dict[str, Any] | None:
+    """A quality-gate XCom (``DeltaQualityGateOperator``'s summary, or a stage's rejection
+    report) typed like ``commit_row``; ``time`` in ms."""
     if isinstance(value, str | bytes):
         try:
             value = json.loads(value)
@@ -202,9 +271,17 @@ def gate_result(dag_id: str, run_id: Any, value: Any) -> dict[str, Any] | None:
         return None
     failed = value.get("failed")
     success = value.get("success")
+    if not isinstance(success, bool) and value.get("rejected") is True:
+        success = False  # a stage's rejection report
+    reason = value.get("message")
+    if reason is None:
+        reason = value.get("reason")
     return {
         "dag_id": dag_id,
         "run_id": _text(run_id),
+        "task_id": _text(task_id),
+        "time": _count(time),
+        "reason": _text(reason),
         "success": success if isinstance(success, bool) else None,
         "rows": _count(value.get("rows")),
         "batch": _text(value.get("batch")),
@@ -228,64 +305,169 @@ def _failure(failure: Mapping) -> dict[str, Any]:
     }
 
 
-def _last_gate(name: str) -> dict | None:
-    """The newest quality-gate XCom of the table's ingest DAG (None if there is none)."""
-    dag_id = f"deltaplane_{name}_ingest"
+# --- the quality gate's history ----------------------------------------------------------------
+
+
+def _ms(when: Any) -> int | None:
+    if isinstance(when, datetime):
+        return int(when.timestamp() * 1000)
+    return None
+
+
+def _gate_xcoms(dag_id: str) -> list[dict]:
+    """Every quality-gate result and stage rejection in the ingest DAG's XComs, newest first
+    (empty without a metadata DB: the view still renders)."""
     try:
         from airflow.models.xcom import XComModel
         from airflow.utils.session import create_session
 
         with create_session() as session:
-            row = (
+            rows = (
                 session.query(XComModel)
-                .filter_by(dag_id=dag_id, task_id="quality_gate", key="return_value")
+                .filter(
+                    XComModel.dag_id == dag_id,
+                    XComModel.task_id.in_(GATE_TASKS),
+                    XComModel.key == "return_value",
+                )
                 .order_by(XComModel.timestamp.desc())
-                .first()
+                .limit(GATE_HISTORY)
+                .all()
             )
-            return None if row is None else gate_result(dag_id, row.run_id, row.value)
-    except Exception:  # the view must still render without a metadata DB
-        return None
+            found = [(r.run_id, r.task_id, r.timestamp, r.value) for r in rows]
+    except Exception:
+        return []
+    out = []
+    for run_id, task_id, when, value in found:
+        result = gate_result(dag_id, run_id, value, task_id=task_id, time=_ms(when))
+        if result is None or (task_id != "quality_gate" and result["success"] is not False):
+            continue  # a stage's XCom is a gate result only when it rejected the batch
+        out.append(result)
+    return out
+
+
+def _quarantined(uri: str, options) -> list[dict]:
+    """Every ``rejection.json`` under the table's ``_quarantine/`` (records anyone may have
+    written: typed here), or one row with the error when the folder cannot be listed."""
+    from deltaplane.engine.quarantine import list_rejections
+
+    try:
+        records = list_rejections(uri, options)
+    except Exception as e:
+        return [{"error": _text(f"cannot list the quarantine: {type(e).__name__}: {e}")}]
+    out = []
+    for r in records:
+        if not isinstance(r, Mapping):
+            continue
+        reason = r.get("message")
+        if reason is None:
+            reason = r.get("reason") if r.get("reason") is not None else r.get("error")
+        out.append(
+            {
+                "batch": _text(r.get("batch")),
+                "quarantine": _text(r.get("location")),
+                "time": _count(r.get("rejected_at")),
+                "reason": _text(reason),
+                "task_id": _text(r.get("task")),
+            }
+        )
+    return out
+
+
+def gate_history(entry: Entry, options) -> dict[str, Any]:
+    """The gate's results (XComs) and every rejected batch (XComs and the quarantine, one row
+    per batch), newest first; ``status`` is the newest result's, so a rejection newer than the
+    last pass shows as ``rejected``."""
+    dag_id = f"deltaplane_{entry.name}_ingest"
+    # The ingest DAG's XComs even when the configuration no longer has an ingest: history stays.
+    results = _gate_xcoms(dag_id) if entry.consumer_of is None else []
+    quarantined = _quarantined(entry.config.uri, options)
+    errors = [q["error"] for q in quarantined if "error" in q]
+    by_batch = {r["batch"]: r for r in results if r["success"] is False and r["batch"] is not None}
+    for q in quarantined:
+        if "error" in q:
+            continue
+        known = by_batch.get(q["batch"])
+        if known is not None:  # the XCom and the record of one rejection
+            for key in ("quarantine", "reason", "time"):
+                if known[key] is None:
+                    known[key] = q[key]
+            known["quarantine_found"] = True
+            continue
+        row = {
+            "dag_id": dag_id if entry.consumer_of is None else None,
+            "run_id": None,
+            "success": False,
+            "rows": None,
+            "failed": [],
+            "quarantine_found": True,
+            **q,
+        }
+        results.append(row)
+    results.sort(key=lambda r: -1 if r["time"] is None else r["time"], reverse=True)
+    rejections = [r for r in results if r["success"] is False]
+    last_pass = next((r for r in results if r["success"] is True), None)
+    newest = results[0] if results else None
+    return {
+        "status": None if newest is None else ("passed" if newest["success"] else "rejected"),
+        "last_pass": last_pass,
+        "last_rejection": rejections[0] if rejections else None,
+        "rejected": len(rejections),
+        "rejected_since_pass": sum(
+            1 for r in rejections if last_pass is None or (r["time"] or 0) > (last_pass["time"] or 0)
+        ),
+        "history": results,
+        "rejections": rejections,
+        "errors": errors,
+    }
 
 
 # --- the JSON ----------------------------------------------------------------------------------
 
 
-def _error_row(name: str, config, error: Exception) -> dict[str, Any]:
-    return {"name": name, "uri": config.uri, "error": _text(f"{type(error).__name__}: {error}")}
+def _error_row(entry: Entry, error: Exception) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "uri": entry.config.uri,
+        "dags": list(entry.dags),
+        "consumer_of": entry.consumer_of,
+        "error": _text(f"{type(error).__name__}: {error}"),
+    }
 
 
-def _read(config, *, history: bool):
-    table = _open(config)
-    health = table.health(small_file_size=config.auto_optimize.small_file_size)
-    return health, (table.history(RECENT_COMMITS) if history else [])
-
-
-def table_summary(name: str, config) -> dict[str, Any]:
+def table_summary(entry: Entry) -> dict[str, Any]:
     try:
-        health, _ = _read(config, history=False)
+        table = _open(entry.config)
+        health = table.health(small_file_size=entry.config.auto_optimize.small_file_size)
     except Exception as e:  # missing, unreachable or unreadable: a row with an error, not a 500
-        return _error_row(name, config, e)
-    return _summary(name, config, health)
+        return _error_row(entry, e)
+    return _summary(entry, table, health)
 
 
-def _summary(name: str, config, health) -> dict[str, Any]:
+def _summary(entry: Entry, table, health) -> dict[str, Any]:
     from deltaplane.engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
 
+    config = entry.config
     policy = AutoOptimizePolicy(
         min_num_small_files=config.auto_optimize.min_small_files,
         small_file_size=config.auto_optimize.small_file_size,
         max_deleted_rows_ratio=config.auto_optimize.max_deleted_rows_ratio,
     )
     decision = decide_auto_optimize(health, policy)
+    gate = gate_history(entry, table.storage_options)
+    history = gate["history"]
     return {
-        "name": name,
+        "name": entry.name,
         "uri": config.uri,
+        "consumer_of": entry.consumer_of,
         "version": health.version,
+        "timestamp": health.timestamp,
         "files": health.num_files,
         "bytes": health.size_bytes,
         "rows": health.num_rows,
         "small_files": health.num_small_files,
         "small_file_size": health.small_file_size,
+        "dv_hidden_rows": health.num_deleted_rows,
+        "files_with_dvs": health.num_files_with_deletion_vectors,
         "deleted_rows_ratio": health.deleted_rows_ratio,
         "versions_since_checkpoint": health.versions_since_checkpoint,
         "last_checkpoint_version": health.last_checkpoint_version,
@@ -295,14 +477,12 @@ def _summary(name: str, config, health) -> dict[str, Any]:
             "action": ("zorder" if config.zorder_by else "compact") if decision.compact else "skip",
             "reasons": list(decision.reasons)
             or [f"no partition has {policy.min_num_small_files}+ small files or too many deleted rows"],
+            "scheduled": entry.consumer_of is None,  # a consumer's target has no maintenance DAG
         },
-        "quality_gate": _last_gate(name),
-        "dags": [f"deltaplane_{name}_{kind}" for kind in _kinds(config)],
+        "quality_gate": history[0] if history else None,  # the newest result
+        "gate": {k: v for k, v in gate.items() if k not in ("history", "rejections")},
+        "dags": list(entry.dags),
     }
-
-
-def _kinds(config) -> list[str]:
-    return ["maintenance"] + (["ingest"] if config.ingest else []) + (["consumer"] if config.consumer else [])
 
 
 def _event(event) -> dict | None:
@@ -313,12 +493,63 @@ def _event(event) -> dict | None:
     )
 
 
-def table_detail(name: str, config) -> dict[str, Any]:
+def _schema(schema_string: Any) -> list[dict[str, Any]]:
+    """The top-level fields of Delta's schema JSON (of any shape: another writer's)."""
     try:
-        health, history = _read(config, history=True)
+        schema = json.loads(schema_string) if isinstance(schema_string, str) else None
+    except ValueError:
+        return []
+    fields = schema.get("fields") if isinstance(schema, Mapping) else None
+    out = []
+    for f in fields if isinstance(fields, list) else []:
+        if not isinstance(f, Mapping):
+            continue
+        kind = f.get("type")
+        metadata = f.get("metadata") if isinstance(f.get("metadata"), Mapping) else {}
+        out.append(
+            {
+                "name": _text(f.get("name")),
+                "type": _text(kind) if isinstance(kind, str) else _plain(kind),
+                "nullable": f.get("nullable") if isinstance(f.get("nullable"), bool) else None,
+                "comment": _text(metadata.get("comment")),
+            }
+        )
+    return out
+
+
+def _shape(table) -> dict[str, Any]:
+    metadata, protocol = table.metadata, table.protocol
+    configuration = metadata.configuration if isinstance(metadata.configuration, Mapping) else {}
+    return {
+        "schema": _schema(metadata.schema_string),
+        "partition_columns": [_text(c) for c in metadata.partition_columns or []],
+        "properties": {
+            _text(str(k)): _text(v) if isinstance(v, str) else _plain(v) for k, v in configuration.items()
+        },
+        "description": _text(metadata.description),
+        "created_time": _count(metadata.created_time),
+        "protocol": {
+            "min_reader_version": _count(protocol.min_reader_version),
+            "min_writer_version": _count(protocol.min_writer_version),
+            "reader_features": [_text(f) for f in protocol.reader_features or []],
+            "writer_features": [_text(f) for f in protocol.writer_features or []],
+        },
+    }
+
+
+def table_detail(entry: Entry) -> dict[str, Any]:
+    try:
+        table = _open(entry.config)
+        health = table.health(small_file_size=entry.config.auto_optimize.small_file_size)
+        history = table.history(RECENT_COMMITS)
+        files = table.snapshot.files
+        sizes = files.column("size").to_pylist() if files.num_rows else []
+        shape = _shape(table)
     except Exception as e:
-        return _error_row(name, config, e)
-    detail = _summary(name, config, health)
+        return _error_row(entry, e)
+    detail = _summary(entry, table, health)
+    detail["gate_history"] = gate_history(entry, table.storage_options)["history"]
+    detail.update(shape)
     detail["partitions"] = [
         {
             "partition": p.partition or "(table)",
@@ -326,11 +557,13 @@ def table_detail(name: str, config) -> dict[str, Any]:
             "bytes": p.size_bytes,
             "small_files": p.num_small_files,
             "rows": p.num_rows,
+            "dv_hidden_rows": p.num_deleted_rows,
             "deleted_rows_ratio": p.deleted_rows_ratio,
         }
         for p in health.partitions
     ]
     detail["file_size_histogram"] = health.file_size_histogram
+    detail["file_size_buckets"] = log_size_buckets(sizes)
     detail["commits"] = [commit_row(info) for info in history]
     return detail
 
@@ -338,41 +571,15 @@ def table_detail(name: str, config) -> dict[str, Any]:
 # --- the pages ---------------------------------------------------------------------------------
 
 
-def bar_chart(
-    values: list[tuple[str, float, str]], *, width: int = 720, height: int = 180, title: str
-) -> dict[str, Any]:
-    """A bar chart's geometry, ``(label, value, color)`` per bar; ``charts.html`` draws it as SVG
-    (labels and title escaped there like every other value)."""
-    top = max((v for _, v, _ in values), default=0) or 1
-    n = max(len(values), 1)
-    bar = (width - 40) / n
-    bars = []
-    for i, (label, value, color) in enumerate(values):
-        h = (value / top) * (height - 20)
-        x = 30 + i * bar
-        bars.append(
-            {
-                "x": f"{x + 1:.1f}",
-                "y": f"{height - h:.1f}",
-                "width": f"{max(bar - 2, 1):.1f}",
-                "height": f"{h:.1f}",
-                "color": color,
-                "tip": f"{label}: {value:g}",
-                "label": label[:10] if n <= 24 else None,
-                "label_x": f"{x + bar / 2:.1f}",
-            }
-        )
-    return {"width": width, "height": height, "title": title, "bars": bars, "top": f"{top:g}"}
+def _when(ms: Any) -> str:
+    """A commit's or an event's time (ms since the epoch) as people read it, in UTC."""
+    if isinstance(ms, bool) or not isinstance(ms, int) or not 0 <= ms < 253402300800000:
+        return "?"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _human(n: float | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
+    return "?" if n is None else size_label(n)
 
 
 def _shown(value: Any) -> str:
@@ -391,7 +598,9 @@ def _templates() -> Environment:
     )
     env.filters.update(
         human=_human,
+        count=lambda n: "?" if n is None else f"{n:,}",
         pct=lambda ratio: "?" if ratio is None else f"{ratio:.1%}",
+        when=_when,
         urlpart=lambda value: quote(str(value), safe=""),  # one path segment; HTML-escaped after
         shown=_shown,
     )
@@ -401,46 +610,103 @@ def _templates() -> Environment:
 TEMPLATES = _templates()
 
 
-def _render(template: str, **context: Any) -> HTMLResponse:
-    return HTMLResponse(TEMPLATES.get_template(template).render(**context))
+def _render(template: str, root: str = "/deltaplane", **context: Any) -> HTMLResponse:
+    """``root``: where the app is mounted (``/deltaplane`` under Airflow's base path);
+    ``airflow``: Airflow's own base path, for links to its pages."""
+    airflow = root.removesuffix("/deltaplane")
+    return HTMLResponse(TEMPLATES.get_template(template).render(root=root, airflow=airflow, **context))
 
 
-def list_page(rows: list[dict]) -> HTMLResponse:
-    return _render("tables.html", rows=rows)
+def list_page(rows: list[dict], root: str = "/deltaplane") -> HTMLResponse:
+    return _render("tables.html", root, rows=rows)
 
 
-def detail_page(d: dict) -> HTMLResponse:
-    if "error" in d:
-        return _render("table.html", d=d, charts=[], legend=[])
-    commits = list(reversed(d["commits"]))
+def _commit_charts(commits: list[dict], colors: dict[str, str]) -> list[dict]:
+    oldest_first = list(reversed(commits))
+    every = max(1, -(-len(oldest_first) // 12))  # at most about 12 x tick labels
 
-    def color(c: dict) -> str:
-        return COLORS.get(c["operation"] or "", OTHER_COLOR)
+    def bars(value, fmt) -> list[Bar]:
+        out = []
+        for i, c in enumerate(oldest_first):
+            op = c["operation"]
+            labelled = i % every == 0 or i == len(oldest_first) - 1
+            out.append(
+                Bar(
+                    value=value(c),
+                    color=colors.get(op, OTHER_COLOR) if op is not None else OTHER_COLOR,
+                    tip=f"v{c['version']} {op or '?'} at {_when(c['timestamp'])}: {fmt(value(c))}",
+                    label=f"v{c['version']}" if labelled else None,
+                    sublabel=_when(c["timestamp"])[11:16] if labelled else None,
+                )
+            )
+        return out
 
-    charts = [
+    x_label = "commit version (time of day, UTC), oldest to newest"
+    return [
         bar_chart(
-            [
-                (f"v{c['version']} {c['operation'] or '?'}", max(c["files_added"], 1), color(c))
-                for c in commits
-            ],
-            title="commits: files added per version, colored by operation",
+            bars(lambda c: c["rows_added"], lambda n: f"{n:,} rows"),
+            title="Rows added per commit",
+            x_label=x_label,
+            y_label="rows added",
         ),
         bar_chart(
-            [(f"v{c['version']}", c["bytes_added"], color(c)) for c in commits],
-            title="bytes added per version",
+            bars(lambda c: c["bytes_added"], size_label),
+            title="Data added per commit",
+            x_label=x_label,
+            y_label="bytes added",
+            unit="bytes",
         ),
     ]
-    histogram = bar_chart(
+
+
+def _histogram_chart(buckets: list[dict]) -> dict:
+    return bar_chart(
         [
-            (_human(b["min_bytes"]), b["num_files"], "#2f80ed")
-            for b in d["file_size_histogram"]
-            if b["num_files"]
+            Bar(
+                value=b["num_files"],
+                color="#0072b2",
+                tip=f"{b['num_files']:,} files of {size_label(b['min_bytes'])} "
+                f"to {size_label(b['max_bytes'] + 1)}",
+                label=size_label(b["min_bytes"]),
+            )
+            for b in buckets
         ],
-        title="file-size histogram (files per size bucket)",
+        title="File sizes of the live files",
+        x_label="file size (log scale: each bar is a doubling, from its label to the next)",
+        y_label="files",
     )
-    seen = {c["operation"] for c in commits}
-    legend = [(op, c) for op, c in COLORS.items() if op in seen]
-    return _render("table.html", d=d, charts=charts, histogram=histogram, legend=legend)
+
+
+def detail_page(d: dict, root: str = "/deltaplane") -> HTMLResponse:
+    if "error" in d:
+        return _render("table.html", root, d=d, charts=[], histogram=None, legend=[])
+    colors = operation_colors(c["operation"] for c in reversed(d["commits"]))
+    return _render(
+        "table.html",
+        root,
+        d=d,
+        charts=_commit_charts(d["commits"], colors),
+        histogram=_histogram_chart(d["file_size_buckets"]),
+        legend=sorted(colors.items()),
+        colors=colors,
+        other_color=OTHER_COLOR,
+    )
+
+
+STATIC = {"ops.js": "text/javascript; charset=utf-8", "icon.svg": "image/svg+xml"}
+
+
+def _root(request: Request) -> str:
+    return request.scope.get("root_path", "").rstrip("/") or "/deltaplane"
+
+
+def find_by_uri(uri: str) -> str | None:
+    """The page name of the table at ``uri`` (configured or a consumer's target), if any."""
+    from deltaplane.operators.utils.runs import asset_uri
+
+    wanted = asset_uri(uri)
+    entries, _ = _entries()
+    return next((name for name, e in entries.items() if asset_uri(e.config.uri) == wanted), None)
 
 
 def create_app(*, authenticated: bool = True) -> FastAPI:
@@ -449,21 +715,46 @@ def create_app(*, authenticated: bool = True) -> FastAPI:
 
     @app.get("/api/tables")
     def api_tables() -> list[dict[str, Any]]:
-        tables, errors = _configured()
-        rows = [table_summary(name, config) for name, config in tables.items()]
+        entries, errors = _entries()
+        rows = [table_summary(entry) for entry in entries.values()]
         return rows + [_invalid(name, lines) for name, lines in errors.items()]
 
     @app.get("/api/tables/{name}")
     def api_table(name: str) -> dict[str, Any]:
-        config, invalid = _table(name)
-        return invalid if invalid is not None else table_detail(name, config)
+        entry, invalid = _entry(name)
+        return invalid if invalid is not None else table_detail(entry)
 
     @app.get("/", response_class=HTMLResponse)
-    def index() -> HTMLResponse:
-        return list_page(api_tables())
+    def index(request: Request) -> HTMLResponse:
+        return list_page(api_tables(), _root(request))
 
     @app.get("/tables/{name}", response_class=HTMLResponse)
-    def table_page(name: str) -> HTMLResponse:
-        return detail_page(api_table(name))
+    def table_page(name: str, request: Request) -> HTMLResponse:
+        return detail_page(api_table(name), _root(request))
+
+    @app.get("/dags/{dag_id}", response_class=HTMLResponse)
+    def dag_page(dag_id: str, request: Request) -> Response:
+        """The "Delta table" tab of a DAG: the page of the table the DAG maintains, ingests
+        into or consumes (a consumer DAG: the table it writes links its source)."""
+        entries, _ = _entries()
+        found = next((e for e in entries.values() if dag_id in e.dags and e.consumer_of is None), None)
+        if found is None:
+            return _render("no_table.html", _root(request), dag_id=dag_id, names=sorted(entries))
+        return RedirectResponse(f"{_root(request)}/tables/{quote(found.name, safe='')}", status_code=303)
+
+    @app.get("/table", response_class=HTMLResponse)
+    def by_uri(uri: str, request: Request) -> Response:
+        """The link in an Asset event's extra: the page of the table at ``uri``."""
+        name = find_by_uri(uri)
+        if name is None:
+            raise HTTPException(404, "no configured table (or consumer target) at that URI")
+        return RedirectResponse(f"{_root(request)}/tables/{quote(name, safe='')}", status_code=303)
+
+    @app.get("/static/{name}")
+    def static(name: str) -> Response:
+        if name not in STATIC:
+            raise HTTPException(404, "no such file")
+        body = (Path(__file__).parent / "static" / name).read_bytes()
+        return Response(body, media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})
 
     return app

@@ -66,8 +66,19 @@ def asset_uri(table_uri: str) -> str:
 
 def commit_event(table, version: int) -> dict[str, Any]:
     """The Asset event ``extra`` for one commit: what a consumer decides on (``deltaplane.engine.tail``'s
-    summary: ``kind`` append/delete/update/none, ``rowsAdded``, ``rowsDeleted``, files)."""
+    summary: ``kind`` append/delete/update/none, ``rowsAdded``, ``rowsDeleted``, files), and
+    ``ops_view``: the table's page in Airflow's UI (Airflow has no plugin tab on assets), a path
+    under Airflow's ``[api] base_url`` that opens the ops view inside Airflow's frame."""
+    from urllib.parse import quote, urlsplit
+
     from deltaplane.engine.tail import commit_changes
 
     changes = commit_changes(table.snapshot.store, version, table.snapshot.metadata)
-    return {"table": table.uri, **changes.summary()}
+    try:
+        from airflow.configuration import conf
+
+        base = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
+    except Exception:  # no Airflow configuration here: the UI at the server's root
+        base = ""
+    link = f"{base}/plugin/deltaplane/deltaplane/table?uri={quote(table.uri, safe='')}"
+    return {"table": table.uri, **changes.summary(), "ops_view": link}

@@ -186,6 +186,52 @@ def _gate_xcom() -> None:
     assert run.state == "success", run.state
 
 
+def _gated_history(table: str) -> None:
+    """The ingest DAG of `gated`, as its gate and stages leave it: run 1's gate rejects batch
+    b1 (XCom and quarantine), run 2's gate passes b2; then a Spark stage refuses b3, which is
+    recorded only in the quarantine (its XCom gone: a cleared run), newer than the pass."""
+    from deltaplane.engine.quarantine import move_to_quarantine, quarantine_location
+
+    write_table(table, pa.table({"id": [1]}))
+    for batch, passed in (("b1", False), ("b2", True)):
+        where = quarantine_location(table, batch)
+        result = {"success": passed, "rows": 4, "evaluated": 1, "batch": batch, "failed": []}
+        if not passed:
+            result.update(
+                rejected=True,
+                message=f"batch {batch} failed 1 of 1 expectations; quarantined at {where}",
+                quarantine=where,
+            )
+        run = run_dag(
+            "deltaplane_gated_ingest",
+            f"""
+            import json
+            import pendulum
+            from airflow.sdk import DAG, task
+            from deltaplane.engine.quarantine import move_to_quarantine
+
+            with DAG("deltaplane_gated_ingest", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+                @task(task_id="quality_gate")
+                def quality_gate():
+                    result = json.loads({json.dumps(result)!r})
+                    if not result["success"]:
+                        move_to_quarantine({where!r}, None, {{"batch": {batch!r}, "message": result["message"],
+                                           "rejected_at": {int(time.time() * 1000)}}})
+                    return result
+
+                quality_gate()
+            """,
+        )
+        assert run.state == "success", run.state
+        time.sleep(0.01)  # the next result's time is later
+    move_to_quarantine(
+        quarantine_location(table, "b3"),
+        None,
+        {"batch": "b3", "task": "stage", "message": "batch b3 rejected: column 'id' is not a long",
+         "rejected_at": int(time.time() * 1000) + 1000},
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def ops_server(airflow_db, tmp_path_factory):
     work = tmp_path_factory.mktemp("ops")
@@ -224,12 +270,21 @@ def ops_server(airflow_db, tmp_path_factory):
     write_table(unreadable, pa.table({"id": [1]}))
     (Path(unreadable) / "_delta_log" / f"{1:020d}.json").write_text("  \n")
     _gate_xcom()
+    trips_out = str(work / "trips_by_day")
+    write_table(trips_out, pa.table({"id": [1, 2], "_source_version": [0, 1]}))
+    gated = str(work / "gated")
+    _gated_history(gated)
     config = work / "tables.yaml"
     config.write_text(  # JSON is YAML: every URI quoted as it is
         json.dumps(
             {
                 "tables": {
-                    "trips": {"uri": trips, "auto_optimize": {"min_small_files": 2}},
+                    "trips": {
+                        "uri": trips,
+                        "auto_optimize": {"min_small_files": 2},
+                        "consumer": {"target": trips_out},
+                    },
+                    "gated": {"uri": gated, "ingest": {"landing": str(work / "landing")}},
                     "missing": {"uri": str(hostile / "nope")},
                     "stamped": {"uri": stamped},
                     "foreign": {"uri": foreign},
@@ -300,6 +355,9 @@ def test_anonymous_requests_are_refused(ops_server):
         "/deltaplane/api/tables/trips",
         "/deltaplane/",
         "/deltaplane/tables/trips",
+        "/deltaplane/dags/deltaplane_trips_ingest",
+        "/deltaplane/table?uri=x",
+        "/deltaplane/static/ops.js",
     ):
         status, _ = request(base + path)
         assert status in (401, 403), path
@@ -345,8 +403,8 @@ def test_pages_render_svg_without_outside_requests(ops_server):
     assert not re.search(r"""(src|href)=["']https?://""", page)  # nothing fetched from elsewhere
     health = DeltaTable(trips).health(small_file_size=32 << 20)
     assert (
-        f"<b data-k=files>{health.num_files}</b>" in page
-        and f"<b data-k=version>{health.version}</b>" in page
+        f"<div class=v data-k=files>{health.num_files}</div>" in page
+        and f"<div class=v data-k=version>{health.version}</div>" in page
     )
     run = _links(page)["/dags/deltaplane_trips_ingest/runs/r0"]
     assert run["target"] == "_top" and "deltaplane_trips_ingest.commit" in run["text"]
@@ -360,8 +418,116 @@ def test_the_plugin_is_registered_with_its_nav_entry(ops_server):
     status, body = request(base + "/api/v2/plugins", token=token)
     assert status == 200, body
     plugins = {p["name"]: p for p in json.loads(body)["plugins"]}
-    views = plugins["deltaplane"]["external_views"]
-    assert views[0]["href"] == "/deltaplane/" and views[0]["destination"] == "nav"
+    views = {v["destination"]: v for v in plugins["deltaplane"]["external_views"]}
+    # A top-level nav entry (no category: not under Browse) and a tab on every DAG.
+    assert views["nav"]["href"] == "/deltaplane/" and views["nav"].get("category") is None
+    assert views["dag"]["href"] == "/deltaplane/dags/{DAG_ID}" and views["dag"]["url_route"]
+    status, _ = request(base + views["nav"]["icon"], token=token)
+    assert status == 200
+
+
+WHEN = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+
+
+def test_every_rejected_batch_is_listed_with_its_quarantine_path(ops_server):
+    """Run 1 rejected b1, run 2 passed b2, a stage then refused b3 (recorded only in the
+    quarantine): the list says "rejected" (newer than the last pass), the page lists b3 and b1
+    with their times, reasons and quarantine paths, and the pass between them."""
+    base, token, _ = ops_server
+    status, body = request(base + "/deltaplane/api/tables", token=token)
+    rows = {r["name"]: r for r in json.loads(body)}
+    gate = rows["gated"]["gate"]
+    assert gate["status"] == "rejected" and gate["last_rejection"]["batch"] == "b3", gate
+    assert gate["last_pass"]["batch"] == "b2" and (gate["rejected"], gate["rejected_since_pass"]) == (2, 1)
+    status, body = request(base + "/deltaplane/api/tables/gated", token=token)
+    history = json.loads(body)["gate_history"]
+    assert [(h["batch"], h["success"]) for h in history] == [("b3", False), ("b2", True), ("b1", False)]
+    b3, _, b1 = history
+    assert b3["quarantine"].endswith("/_quarantine/b3") and "not a long" in b3["reason"]
+    assert b1["quarantine"].endswith("/_quarantine/b1") and b1["run_id"] and b1["quarantine_found"]
+    assert all(type(h["time"]) is int for h in history)
+    status, page = request(base + "/deltaplane/tables/gated", token=token)
+    parsed = assert_inert(page, [b1["quarantine"], b3["quarantine"], b3["reason"]])
+    text = "".join(parsed.text)
+    assert text.count("rejected") >= 3 and len(WHEN.findall(text)) >= 4
+    run = _links(page)[f"/dags/deltaplane_gated_ingest/runs/{quote(b1['run_id'], safe='')}"]
+    assert run["target"] == "_top"
+    status, page = request(base + "/deltaplane/", token=token)
+    assert status == 200
+    row = next(r for r in page.split("<tr>") if '/deltaplane/tables/gated"' in r)
+    assert "rejected" in row and "b3" in row and "last pass" in row
+
+
+def test_tables_the_consumer_writes_are_listed(ops_server):
+    base, token, _ = ops_server
+    status, body = request(base + "/deltaplane/api/tables", token=token)
+    rows = {r["name"]: r for r in json.loads(body)}
+    target = rows["trips.consumer"]
+    assert target["consumer_of"] == "trips" and target["version"] == 0 and target["rows"] == 2
+    assert target["dags"] == ["deltaplane_trips_consumer"] and not target["auto_optimize"]["scheduled"]
+    status, page = request(base + "/deltaplane/tables/trips.consumer", token=token)
+    assert status == 200 and "written by the consumer of" in page
+    status, page = request(base + "/deltaplane/", token=token)
+    assert 'href="/deltaplane/tables/trips.consumer"' in page
+
+
+def test_table_page_health_timeline_charts_and_shape(ops_server):
+    base, token, trips = ops_server
+    health = DeltaTable(trips).health(small_file_size=32 << 20)
+    status, body = request(base + "/deltaplane/api/tables/trips", token=token)
+    detail = json.loads(body)
+    assert detail["dv_hidden_rows"] == health.num_deleted_rows and detail["rows"] == health.num_rows
+    assert all(type(c["timestamp"]) is int for c in detail["commits"])
+    assert detail["commits"][-1]["parameters"]  # what the writer said it did
+    buckets = detail["file_size_buckets"]
+    assert sum(b["num_files"] for b in buckets) == health.num_files
+    assert all(
+        b["min_bytes"] & (b["min_bytes"] - 1) == 0 and b["max_bytes"] == 2 * b["min_bytes"] - 1
+        for b in buckets
+    )
+    assert {f["name"] for f in detail["schema"]} == {"id", "day"} and detail["partition_columns"] == ["day"]
+    assert detail["properties"]["delta.enableDeletionVectors"] == "true"
+    assert "deletionVectors" in detail["protocol"]["reader_features"]
+    status, page = request(base + "/deltaplane/tables/trips", token=token)
+    assert status == 200
+    parsed = assert_inert(page, [])
+    text = "".join(parsed.text)
+    for title in ("Rows added per commit", "Data added per commit", "File sizes of the live files"):
+        assert text.count(title) >= 2  # the SVG's <title> and its visible heading
+    for label in ("rows added", "bytes added", "files", "file size (log scale"):
+        assert label in text
+    assert len(WHEN.findall(text)) >= len(detail["commits"])  # every commit has its time
+    legend = re.findall(
+        r'<span class=item data-color="(#[0-9a-f]{6})"><span class=swatch[^>]*></span>([^<]+)<', page
+    )
+    ops = dict((op, color) for color, op in legend)
+    assert {"CREATE TABLE AS SELECT", "WRITE", "DELETE"} <= set(ops) and len(set(ops.values())) == len(ops)
+    assert "deletionVectors" in text and "delta.enableDeletionVectors" in text
+
+
+def test_dag_tabs_and_asset_events_lead_to_the_table_page(ops_server):
+    """The DAG tab's URL (Airflow fills in {DAG_ID}) and the link in a commit's Asset event
+    extra both land on the table's page."""
+    from deltaplane.operators.utils.runs import commit_event
+
+    base, token, trips = ops_server
+
+    def final(path):
+        req = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=60) as response:
+            return response.geturl().removeprefix(base), response.read().decode()
+
+    for dag in ("deltaplane_trips_maintenance", "deltaplane_trips_consumer", "deltaplane_gated_ingest"):
+        where, _ = final(f"/deltaplane/dags/{dag}")
+        assert where == f"/deltaplane/tables/{dag.split('_')[1]}", (dag, where)
+    where, page = final("/deltaplane/dags/" + quote(URI_PAYLOAD, safe=""))
+    assert where.startswith("/deltaplane/dags/") and "No Delta table for this DAG" in page
+    assert_inert(page, [URI_PAYLOAD])
+    extra = commit_event(DeltaTable(trips), 0)
+    link = extra["ops_view"]
+    assert link.startswith("/plugin/deltaplane/deltaplane/table?uri=")
+    where, page = final(link.removeprefix("/plugin/deltaplane"))  # what Airflow's frame loads
+    assert where == "/deltaplane/tables/trips" and "<h1>trips</h1>" in page
 
 
 # --- data from anyone: escaped, typed, never a 500 ----------------------------------------------
@@ -407,8 +573,10 @@ def _links(page: str) -> dict[str, dict]:
 # What the view's own templates emit; an element of any other kind came from data.
 OWN_ELEMENTS = {
     "html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "a", "b", "code", "span",
-    "table", "tr", "th", "td", "ul", "li", "svg", "line", "rect", "text",
+    "table", "tr", "th", "td", "ul", "li", "svg", "line", "rect", "text", "div", "br", "script",
 }  # fmt: skip
+# The one script of the view: its own file, loaded from the Airflow server.
+OWN_SCRIPT = '<script src="/deltaplane/static/ops.js" defer></script>'
 # hrefs built from data are URL-quoted: nothing but unreserved characters, "%" and "/".
 QUOTED_HREF = re.compile(r"[A-Za-z0-9%/._~-]*")
 
@@ -416,9 +584,11 @@ QUOTED_HREF = re.compile(r"[A-Za-z0-9%/._~-]*")
 def assert_inert(page: str, shown: list[str]) -> _Page:
     """No element or attribute of ``page`` comes from a payload, and every string of ``shown``
     is there as text (escaped, so the browser shows it instead of running it)."""
+    assert page.count(OWN_SCRIPT) == 1
+    page = page.replace(OWN_SCRIPT, "")
     parsed = _Page(page)
     for tag, attributes in parsed.elements:
-        assert tag in OWN_ELEMENTS, (tag, attributes)
+        assert tag in OWN_ELEMENTS and tag != "script", (tag, attributes)
         for name, value in attributes.items():
             assert not name.startswith("on") and name not in ("src", "srcdoc", "formaction"), (tag, name)
             if name == "href":
@@ -537,7 +707,7 @@ def test_fields_the_config_cannot_carry_are_escaped_too():
         page = response.body.decode()
         parsed = assert_inert(page, [name, payload("error")])
         if "<h1>Delta tables</h1>" in page:
-            assert f"tables/{quote(name, safe='')}" in {link["href"] for link in parsed.links}
+            assert f"/deltaplane/tables/{quote(name, safe='')}" in {link["href"] for link in parsed.links}
     summary = {
         "name": name,
         "uri": payload("uri"),
@@ -552,8 +722,48 @@ def test_fields_the_config_cannot_carry_are_escaped_too():
         "last_checkpoint_version": None,
         "last_optimize": None,
         "last_vacuum": None,
-        "auto_optimize": {"action": payload("action"), "reasons": [payload("reason")]},
+        "auto_optimize": {"action": payload("action"), "reasons": [payload("reason")], "scheduled": False},
         "quality_gate": None,
+        "timestamp": 1,
+        "consumer_of": payload("source"),
+        "dv_hidden_rows": 1,
+        "files_with_dvs": 1,
+        "gate": {
+            "status": "rejected",
+            "last_pass": None,
+            "last_rejection": {"time": 2, "batch": payload("batch")},
+            "rejected": 1,
+            "rejected_since_pass": 1,
+            "errors": [payload("quarantine-error")],
+        },
+        "gate_history": [
+            {
+                "dag_id": payload("gate-dag"),
+                "run_id": payload("gate-run"),
+                "task_id": payload("gate-task"),
+                "time": 2,
+                "reason": payload("gate-reason"),
+                "success": False,
+                "rows": 1,
+                "batch": payload("batch"),
+                "quarantine": payload("quarantine"),
+                "failed": [],
+            }
+        ],
+        "schema": [
+            {"name": payload("column"), "type": {"type": payload("type")}, "nullable": None, "comment": None}
+        ],
+        "partition_columns": [payload("pcol")],
+        "properties": {payload("key"): payload("value")},
+        "description": payload("description"),
+        "created_time": None,
+        "protocol": {
+            "min_reader_version": 3,
+            "min_writer_version": 7,
+            "reader_features": [payload("rf")],
+            "writer_features": [payload("wf")],
+        },
+        "file_size_buckets": [{"min_bytes": 1024, "max_bytes": 2047, "num_files": 2}],
         "dags": [payload("dag")],
         "partitions": [
             {
@@ -562,6 +772,7 @@ def test_fields_the_config_cannot_carry_are_escaped_too():
                 "bytes": 2048,
                 "small_files": 2,
                 "rows": 5,
+                "dv_hidden_rows": 1,
                 "deleted_rows_ratio": 0.25,
             }
         ],
@@ -577,16 +788,17 @@ def test_fields_the_config_cannot_carry_are_escaped_too():
                 "rows_removed": 0,
                 "bytes_added": 10,
                 "dag_run": {"dag_id": payload("d"), "run_id": payload("r"), "task_id": None, "try_number": 1},
+                "parameters": {payload("pk"): payload("pv")},
             }
         ],
     }
     page = detail_page(summary).body.decode()
-    assert_inert(
-        page,
-        [name, *map(payload, ("uri", "action", "reason", "dag", "partition", "op", "d"))],
-    )
+    shown = ("uri", "action", "reason", "dag", "partition", "op", "d", "source", "quarantine-error")
+    shown += ("gate-run", "gate-task", "gate-reason", "batch", "quarantine", "column", "pcol", "description")
+    shown += ("key", "value", "rf", "wf", "pk", "pv")
+    assert_inert(page, [name, *map(payload, shown)])
     page = list_page([summary]).body.decode()
-    assert_inert(page, [name, payload("action")])
+    assert_inert(page, [name, payload("action"), payload("batch"), payload("source")])
 
 
 def test_any_commit_info_becomes_a_typed_row():
