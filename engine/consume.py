@@ -13,7 +13,8 @@ other commits that change no rows give nothing; a ``delete`` or ``update`` follo
 ``on_change``: ``"fail"`` (``ChangeNotConsumableError`` naming the version; nothing written),
 ``"skip"`` (ignored), or ``"changes"`` (the source's change data feed rows for that commit; needs
 ``delta.enableChangeDataFeed``). Rows get ``_source_version``, and with ``"changes"`` also
-``_change_type`` (``insert`` for appends).
+``_change_type`` (``insert`` for appends). Columns the source adds are added to the target
+(``schema_mode="merge"``); other schema changes fail the write (``SchemaMismatchError``).
 """
 
 from __future__ import annotations
@@ -141,6 +142,7 @@ def consume_appends(
         app_id=consume_app_id(source_uri),
         app_version=last,
         storage_options=storage_options,
+        schema_mode="merge",  # columns the source added (an ALTER between runs) are added here too
     )
     return ConsumeResult(
         version=None if result.skipped else result.version,

@@ -203,3 +203,136 @@ def test_event_producer_advances_only_what_airflow_stored(tmp_path):
         await stream.aclose()
 
     asyncio.run(scenario())
+
+
+def test_commit_trigger_reports_its_deadline_and_a_vanished_table_as_events(tmp_path):
+    """A timeout event at the deadline (kept in the serialized kwargs, so a triggerer restart does
+    not reset the clock); an error event, not an endless wait, when the table disappears."""
+    import shutil
+
+    uri = str(tmp_path / "t")
+    make_table(uri)  # latest v3
+
+    async def first(trigger):
+        return await asyncio.wait_for(anext(trigger.run()), 30)
+
+    deadline = time.time() + 0.5
+    trigger = DeltaCommitTrigger(table_uri=uri, after_version=3, poke_interval=0.1, deadline=deadline)
+    restarted = DeltaCommitTrigger(**trigger.serialize()[1])
+    assert restarted.deadline == deadline
+    event = asyncio.run(first(restarted))
+    assert event.payload["status"] == "timeout" and "version 3" in event.payload["message"]
+    shutil.rmtree(uri)
+    event = asyncio.run(first(DeltaCommitTrigger(table_uri=uri, after_version=3, poke_interval=0.1)))
+    assert event.payload["status"] == "error" and "TableNotFoundError" in event.payload["message"]
+
+
+def test_event_trigger_reports_a_vanished_table_once_and_keeps_polling(tmp_path):
+    import shutil
+
+    uri = str(tmp_path / "t")
+    make_table(uri)
+
+    async def scenario():
+        events = DeltaCommitEventTrigger(table_uri=uri, poke_interval=0.05, watermark_key="gone").run()
+        waiting = asyncio.ensure_future(anext(events))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()  # nothing new yet
+        shutil.rmtree(uri)
+        error = await asyncio.wait_for(waiting, 10)
+        with pytest.raises(TimeoutError):  # reported once, not once per poll
+            await asyncio.wait_for(anext(events), 1)
+        await events.aclose()
+        return error
+
+    error = asyncio.run(scenario())
+    assert error.payload["status"] == "error" and error.payload["table"] == uri
+    assert "TableNotFoundError" in error.payload["message"]
+
+
+def test_the_sensor_and_both_triggers_take_one_set_of_filter_arguments(tmp_path):
+    from deltaplane.engine.commit_filter import FILTER_ARGS
+    from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor
+
+    given = {"data_change_only": False, "kinds": ["append"], "operations": ["WRITE"], "partition_filter": "x"}
+    assert set(given) == set(FILTER_ARGS)
+    sensor = DeltaLogTailSensor(task_id="w", table_uri="/x", **given)
+    commit = DeltaCommitTrigger(table_uri="/x", after_version=0, **given)
+    event = DeltaCommitEventTrigger(table_uri="/x", **given)
+    assert sensor.commit_filter == commit.commit_filter == event.commit_filter
+    for build in (
+        lambda **k: DeltaLogTailSensor(task_id="w", table_uri="/x", **k),
+        lambda **k: DeltaCommitTrigger(table_uri="/x", after_version=0, **k),
+        lambda **k: DeltaCommitEventTrigger(table_uri="/x", **k),
+    ):
+        with pytest.raises(ValueError, match="unknown commit kind"):
+            build(kinds=["apend"])
+        with pytest.raises((TypeError, ValueError), match="kind"):
+            build(kind=["append"])  # a misspelt filter is refused, never ignored
+
+
+def test_default_deferrable_comes_from_airflow_config():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor;"
+        "print(DeltaLogTailSensor(task_id='w', table_uri='/x').deferrable)"
+    )
+    for value, expected in (("True", "True"), ("False", "False")):
+        env = {**os.environ, "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": value}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert out.stdout.strip().splitlines()[-1] == expected, out.stderr[-2000:]
+
+
+def test_deferred_sensor_fails_at_its_timeout_and_soft_fail_skips(airflow_db, tmp_path):
+    """``timeout=2``: the deferred sensor ends at its own timeout (a sensor timeout: failed without
+    retries; skipped with soft_fail), not after the trigger's default wait."""
+    uri = str(tmp_path / "t")
+    make_table(uri)
+    run = run_dag(
+        "tail_timeout",
+        f"""
+        import pendulum
+        from airflow.sdk import DAG
+        from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor
+
+        with DAG("tail_timeout", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+            DeltaLogTailSensor(task_id="hard", table_uri={uri!r}, after_version=3, deferrable=True,
+                               poke_interval=0.5, timeout=2, retries=2)
+            DeltaLogTailSensor(task_id="soft", table_uri={uri!r}, after_version=3, deferrable=True,
+                               poke_interval=0.5, timeout=2, soft_fail=True)
+        """,
+    )
+    assert task_states(run) == {"hard": "failed", "soft": "skipped"}
+
+
+def test_deferred_sensor_fails_when_its_table_disappears(airflow_db, tmp_path):
+    import shutil
+
+    uri = str(tmp_path / "t")
+    make_table(uri)
+
+    def later():
+        time.sleep(3)
+        shutil.rmtree(uri)
+
+    thread = threading.Thread(target=later)
+    thread.start()
+    run = run_dag(
+        "tail_gone",
+        f"""
+        import pendulum
+        from airflow.sdk import DAG
+        from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor
+
+        with DAG("tail_gone", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+            DeltaLogTailSensor(task_id="wait", table_uri={uri!r}, after_version=3, deferrable=True,
+                               poke_interval=0.5, timeout=600)
+        """,
+    )
+    thread.join()
+    assert task_states(run) == {"wait": "failed"}
