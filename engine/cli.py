@@ -4,7 +4,9 @@ Every command takes ``--json`` for machine-readable output. A user error (a bad 
 missing table, unreachable storage, anything the engine raises on purpose) prints one line on
 stderr and exits with status 2; an interrupt exits 130; a reader that closes the pipe early
 (``deltaplane read T | head``) ends the command quietly. Anything else is a bug and shows a
-traceback.
+traceback. Errors name the command's flags (``--no-enforce-retention``), never the keyword
+arguments of the Python calls behind them: flag values are checked here, and the engine's
+messages are reworded per verb (``cli_wording``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
+import re
 import sys
 from decimal import Decimal
 from typing import Any
@@ -47,6 +51,82 @@ def _storage_options(pairs: list[str] | None) -> dict[str, str]:
             raise InvalidArgumentError(f"--storage-option expects KEY=VALUE, got {pair!r}")
         out[key] = value
     return out
+
+
+# --- the CLI's own argument checks: errors name the flag, never a Python keyword -----------------
+
+
+def _count(text: str) -> int:
+    """A non-negative integer flag (versions, limits)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _hours(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of hours: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative number of hours, got {text!r}")
+    return value
+
+
+def _columns(text: str, flag: str) -> list[str]:
+    """A comma-separated column list: no empty names, no name twice."""
+    names = [c.strip() for c in text.split(",")]
+    if any(not n for n in names):
+        raise InvalidArgumentError(f"{flag} has an empty column name: {text!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidArgumentError(f"{flag} lists {', '.join(map(repr, twice))} more than once")
+    return names
+
+
+# Engine messages are written for Python callers and name keyword arguments; the same errors,
+# raised for a command line, name the flags instead. Each verb lists the spellings its engine
+# calls can produce (checked by tests/engine/test_cli_flags.py, which runs the CLI).
+_COMMON_WORDING = [
+    (re.compile(r"\bversion must be\b"), "--version must be"),
+    (re.compile(r", a datetime, or milliseconds since the epoch"), " or milliseconds since the epoch"),
+]
+_WORDING = {
+    "history": [(re.compile(r"\blimit must be\b"), "--limit must be")],
+    "optimize": [
+        (re.compile(r"\btarget_file_size must\b"), "--target-file-size must"),
+        (re.compile(r"\bmin_num_files must\b"), "--min-num-files must"),
+        (re.compile(r"\bin zorder_by\b"), "in --zorder-by"),
+    ],
+    "vacuum": [
+        (re.compile(r"\b(?:pass )?enforce_retention=False\b"), "pass --no-enforce-retention"),
+        (re.compile(r"\bUse a retention of at least ([^,]+?) hours"), r"Use --retention-hours \1 or more"),
+        (re.compile(r"\bretention_hours must\b"), "--retention-hours must"),
+    ],
+    "restore": [(re.compile(r"\ba version to restore must\b"), "--to-version must")],
+}
+
+
+def cli_wording(command: str | None, message: str) -> str:
+    """``message`` with the Python keyword arguments of ``command``'s engine calls replaced by the
+    command's flags (``enforce_retention=False`` -> ``--no-enforce-retention``)."""
+    for pattern, flag in _WORDING.get(command or "", []) + _COMMON_WORDING:
+        message = pattern.sub(flag, message)
+    return message
 
 
 def _open(args) -> DeltaTable:
@@ -108,7 +188,7 @@ def cmd_history(args) -> int:
 
 def cmd_read(args) -> int:
     table = _open(args)
-    columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
+    columns = _columns(args.columns, "--columns") if args.columns else None
     if args.limit is not None and args.limit < 0:
         raise InvalidArgumentError(f"--limit must not be negative, got {args.limit}")
     reader = table.to_batches(columns=columns, filter=args.filter)
@@ -154,9 +234,10 @@ def _progress_logging() -> None:
 def cmd_optimize(args) -> int:
     _progress_logging()
     table = _open(args)
-    zorder = [c.strip() for c in args.zorder_by.split(",")] if args.zorder_by else None
+    zorder = _columns(args.zorder_by, "--zorder-by") if args.zorder_by else None
+    size = parse_size(args.target_file_size, "--target-file-size") if args.target_file_size else None
     result = table.optimize(
-        target_file_size=parse_size(args.target_file_size) if args.target_file_size else None,
+        target_file_size=size,
         zorder_by=zorder,
         filter=args.filter,
         dry_run=args.dry_run,
@@ -384,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if time_travel:
             group = p.add_mutually_exclusive_group()
-            group.add_argument("--version", type=int, help="read this version")
+            group.add_argument("--version", type=_count, help="read this version")
             group.add_argument(
                 "--timestamp",
                 help="read the version current at this time (ISO-8601, UTC if no zone)",
@@ -396,7 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("history", help="commits, newest first")
     common(p, time_travel=False)
-    p.add_argument("--limit", type=int, help="at most this many commits")
+    p.add_argument("--limit", type=_count, help="at most this many commits")
     p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("read", help="print rows")
@@ -411,9 +492,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-file-size", help="e.g. 128MB or 1GB (default: delta.targetFileSize, else 1GB)")
     p.add_argument("--zorder-by", help="comma-separated columns to Z-order by")
     p.add_argument("--filter", help="partition predicate, e.g. \"date >= '2026-01-01'\"")
-    p.add_argument("--min-num-files", type=int, default=2, help="rewrite a bin only with this many files")
+    p.add_argument(
+        "--min-num-files", type=_positive, default=2, help="rewrite a bin only with this many files"
+    )
     p.add_argument("--purge", action="store_true", help="rewrite every file that has a deletion vector")
-    p.add_argument("--max-concurrent-bins", type=int, help="bins rewritten at once (default: CPU count)")
+    p.add_argument(
+        "--max-concurrent-bins", type=_positive, help="bins rewritten at once (default: CPU count)"
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.set_defaults(func=cmd_optimize)
 
@@ -427,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(p, time_travel=False)
     p.add_argument(
-        "--retention-hours", type=float, help="default: delta.deletedFileRetentionDuration (7 days)"
+        "--retention-hours", type=_hours, help="default: delta.deletedFileRetentionDuration (7 days)"
     )
     p.add_argument(
         "--mode", choices=["full", "lite"], default="full", help="lite: from the log only, no listing"
@@ -452,7 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("restore", help="make an earlier version current again (a new commit)")
     common(p, time_travel=False)
     target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--to-version", type=int, help="the version to restore")
+    target.add_argument("--to-version", type=_count, help="the version to restore")
     target.add_argument("--to-timestamp", help="restore the version current at this time (ISO-8601)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.set_defaults(func=cmd_restore)
@@ -494,6 +579,7 @@ def _fail(message: str, status: int = 2) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = None
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -510,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except (DeltaError, ValueError) as e:  # ValueError: malformed arguments, e.g. a timestamp
-        return _fail(str(e))
+        return _fail(cli_wording(getattr(args, "command", None), str(e)))
     except OSError as e:  # the machine, not the table: a full disk, a closed terminal
         return _fail(f"{e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None) else ""))
 
