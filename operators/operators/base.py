@@ -1,10 +1,12 @@
 """What every deltaplane operator shares: the table, the run's stamp, exactly-once, Asset events.
 
 Subclasses implement ``run(context, hook, table, stamp)`` (one engine call or one Spark job) and
-return a JSON-able dict of metrics; a ``"version"`` key names the commit made (``None``: nothing
-committed). A writing operator names the work it commits with ``work_key`` (the identity of its
-source files, its staged batch, or its statement and run; ``None`` for work that is idempotent
-by nature, such as OPTIMIZE, VACUUM or a checkpoint). The base class:
+return a JSON-able dict: ``"version"`` names the commit made (``None``: nothing committed),
+``"already_applied"`` (or the older ``"skipped"``) says the work was found already in the table,
+``"reason"`` says why nothing was committed; any other key is the operator's own. A writing
+operator names the work it commits with ``work_key`` (the identity of its source files, its
+staged batch, or its statement and run; ``None`` for work that is idempotent by nature, such as
+OPTIMIZE, VACUUM or a checkpoint). The base class:
 
 1. opens the table through ``DeltaHook``;
 2. asks the engine whether the table already holds that work (``deltaplane.engine.work.find_applied``: one
@@ -14,9 +16,15 @@ by nature, such as OPTIMIZE, VACUUM or a checkpoint). The base class:
 3. otherwise runs the work inside ``commit_metadata_scope`` (the run's stamp in commitInfo) and
    ``app_transaction_scope`` (the first commit records ``txn(work key)``, atomically with the
    data; a concurrent duplicate conflicts instead of landing twice);
-4. pushes the metrics to XCom (the return value) and, for a commit, adds an event to the table's
-   Asset (through the operator's ``AssetAlias`` outlet, so only a real commit makes one) whose
-   ``extra`` holds version, operation, the kind of change, files and rows.
+4. shapes what ``run`` returned into the one XCom shape (``deltaplane.operators.utils.results``:
+   ``table``, ``operation``, ``version``, ``read_version``, ``committed``, ``already_applied``,
+   ``metrics`` read from the commit itself, ``reason``, ``engine``, ``work``, ``event``, then the
+   operator's own keys), pushes it to XCom (the return value) and, for a commit, adds an event
+   to the table's Asset (through the operator's ``AssetAlias`` outlet, so only a real commit
+   makes one) whose ``extra`` holds version, operation, the kind of change, files and rows;
+5. answers Airflow's OpenLineage provider (``get_openlineage_facets_on_start/complete/failure``)
+   from the datasets the operator names (``lineage_datasets``) and what the run learnt of the
+   table (``deltaplane.operators.utils.lineage``); lineage never fails a task.
 
 An input error raised by the work (a bad predicate, a schema mismatch, a constraint violation,
 an invalid argument or configuration: ``input_error``), and a Spark job that exited with the
@@ -36,9 +44,11 @@ from airflow.sdk.exceptions import AirflowFailException
 from deltaplane.operators.utils.runs import asset_uri
 
 
-def table_asset(table_uri: str) -> Asset:
+def table_asset(table_uri: str, **asset_kwargs: Any) -> Asset:
+    """The table's Asset (the one the writing operators publish events on), e.g.
+    ``table_asset(uri, watchers=[AssetWatcher(...)])`` as a consumer DAG's schedule."""
     uri = asset_uri(table_uri)
-    return Asset(name=uri, uri=uri)
+    return Asset(name=uri, uri=uri, **asset_kwargs)
 
 
 def commit_alias(table_uri: str) -> AssetAlias:
@@ -68,6 +78,8 @@ class DeltaTableOperator(BaseOperator):
     template_fields: tuple[str, ...] = ("table_uri",)
     writes = True  # whether the operator may commit (and so emits Asset events)
     creates_table = False  # whether a missing table is created by the operator (else an error)
+    operation_name: str | None = None  # the XCom's operation when no commit names one
+    default_engine = "in-process"  # where the work runs, unless run() says otherwise
     ui_color = "#cfe8ff"
 
     def __init__(
@@ -96,15 +108,18 @@ class DeltaTableOperator(BaseOperator):
         from deltaplane.operators.hooks.delta import DeltaHook
         from deltaplane.operators.utils.runs import run_stamp
 
+        self._lineage_result = self._lineage_facts = None
         hook = DeltaHook(self.deltaplane_conn_id)
         stamp = run_stamp(context)
         table = self.open_table(hook)
+        self._flow = {"hook": hook, "table": table, "key": None}
         key = self.work_key(context, hook, table) if self.writes and self.idempotent else None
+        self._flow["key"] = key
         if key is not None and table is not None:
             applied = find_applied(table.snapshot, key)
             if applied is not None:
                 self.log.info("%s: %s; nothing to do", self.table_uri, applied.describe())
-                result = {"version": applied.version, "skipped": True, "reason": applied.describe()}
+                result = {"version": applied.version, "already_applied": True, "reason": applied.describe()}
                 return self._report(context, hook, result, key)
         try:
             with (
@@ -119,13 +134,14 @@ class DeltaTableOperator(BaseOperator):
             if applied is None:
                 raise
             self.log.info("%s: %s while this try ran", self.table_uri, applied.describe())
-            result = {"version": applied.version, "skipped": True, "reason": applied.describe()}
+            result = {"version": applied.version, "already_applied": True, "reason": applied.describe()}
         except Exception as e:
             if isinstance(e, AirflowFailException) or not input_error(e):
                 raise  # already final (e.g. a Spark job's input error), or worth retrying
             self.log.error("%s: input error, failing without retries: %s", self.table_uri, e)
             raise AirflowFailException(f"{type(e).__name__}: {e}") from e
-        if key is not None and result.get("skipped") and result.get("version") is None:
+        applied_already = result.get("already_applied") or result.get("skipped")
+        if key is not None and applied_already and result.get("version") is None:
             # The commit found the key already there: a first try landed while this one worked.
             applied = find_applied(hook.get_table(self.table_uri).snapshot, key)
             if applied is not None:
@@ -133,10 +149,48 @@ class DeltaTableOperator(BaseOperator):
         return self._report(context, hook, result, key)
 
     def _report(self, context, hook, result: dict[str, Any], key) -> dict[str, Any]:
-        if key is not None:
-            result["work"] = key.app_id
-        self.publish(context, hook, result)
-        return result
+        out = self.shape(result)
+        self.publish(context, hook, out)
+        return out
+
+    def default_operation(self) -> str:
+        """The XCom's ``operation`` when there is no commit to name it: ``operation_name``, a
+        Spark job operator's job, else ``WRITE``."""
+        return self.operation_name or str(getattr(self, "job", None) or "write").upper()
+
+    def shape(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """``raw`` (what ``run`` returned, or a report pushed before failing) in the one XCom
+        shape (``deltaplane.operators.utils.results``); the commit of its ``version`` is read
+        once, for the metrics, the operation and lineage. Also kept for lineage."""
+        from deltaplane.operators.utils.results import shape_result
+
+        flow = getattr(self, "_flow", None) or {}
+        table, key = flow.get("table"), flow.get("key")
+        commit = None
+        if raw.get("version") is not None:
+            from deltaplane.engine.tail import commit_changes
+
+            fresh = flow["hook"].get_table(self.table_uri)
+            flow["fresh"] = fresh
+            commit = commit_changes(fresh.snapshot.store, int(raw["version"]), fresh.snapshot.metadata)
+        out = shape_result(
+            raw,
+            table=self.table_uri,
+            operation=self.default_operation(),
+            read_version=table.version if table is not None else None,
+            engine=self.default_engine,
+            work=key.app_id if key is not None else None,
+            commit=commit,
+        )
+        self._lineage_result = out
+        try:
+            from deltaplane.operators.utils.lineage import table_facts
+
+            metadata = table.snapshot.metadata if table is not None else None
+            self._lineage_facts = table_facts(commit, metadata)
+        except Exception:  # lineage never fails a task
+            self.log.warning("%s: no lineage facts", self.table_uri, exc_info=True)
+        return out
 
     def work_key(self, context, hook, table):
         """The ``deltaplane.engine.work.WorkKey`` of what this task commits (``None``: idempotent by nature).
@@ -172,9 +226,44 @@ class DeltaTableOperator(BaseOperator):
             return
         from deltaplane.operators.utils.runs import commit_event
 
-        extra = commit_event(hook.get_table(self.table_uri), int(version))
+        fresh = (getattr(self, "_flow", None) or {}).get("fresh") or hook.get_table(self.table_uri)
+        extra = commit_event(fresh, int(version))
         result["event"] = extra
         context["outlet_events"][commit_alias(self.table_uri)].add(table_asset(self.table_uri), extra=extra)
         self.log.info(
             "%s: version %s (%s) -> Asset event %s", self.table_uri, version, extra["operation"], extra
         )
+
+    # --- OpenLineage (Airflow's OpenLineage provider calls these) -------------------------------
+
+    def lineage_datasets(self, result: dict[str, Any] | None, facts: dict[str, Any]):
+        """``(inputs, outputs)``: ``deltaplane.operators.utils.lineage.Ref`` values. ``result`` is
+        the XCom (``None`` before the run), ``facts`` what the run learnt of the table. By
+        default a writing operator outputs its table and any other reads it."""
+        from deltaplane.operators.utils.lineage import table_ref
+
+        ref = table_ref(self.table_uri, result, facts, output=self.writes)
+        return ([], [ref]) if self.writes else ([ref], [])
+
+    def _lineage(self, ran: bool):
+        try:
+            from deltaplane.operators.utils.lineage import operator_lineage
+        except ImportError:  # the OpenLineage provider is not installed
+            return None
+        if not ran:
+            return operator_lineage(self, None, None)
+        return operator_lineage(
+            self, getattr(self, "_lineage_result", None), getattr(self, "_lineage_facts", None)
+        )
+
+    def get_openlineage_facets_on_start(self):
+        """The datasets, by name only: nothing has run yet."""
+        return self._lineage(ran=False)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """The datasets with their schema, version and what the commit changed."""
+        return self._lineage(ran=True)
+
+    def get_openlineage_facets_on_failure(self, task_instance):
+        """The datasets, with whatever the task reported before failing (a rejected batch)."""
+        return self._lineage(ran=True)

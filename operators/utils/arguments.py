@@ -40,11 +40,20 @@ class Arguments:
         return value
 
     def integer(self, name: str, value: Any, *, minimum: int, optional: bool = False, unit: str = "") -> Any:
-        """An int (never a bool, a float or a string such as ``"128m"``) of at least ``minimum``."""
+        """An int (never a bool or a float) of at least ``minimum``; with ``unit="bytes"`` also a
+        size string (``"128MiB"``, ``"1g"``: ``deltaplane.engine.units``, the CLI's and the
+        configuration's parser)."""
         if value is None and optional:
             return None
+        if unit == "bytes" and isinstance(value, str):
+            from deltaplane.engine.units import parse_size
+
+            try:
+                value = parse_size(value, name)
+            except ValueError as e:
+                raise self.value_error(name, str(e).removeprefix(f"{name} ")) from None
         if isinstance(value, bool) or not isinstance(value, int):
-            hint = " (bytes, e.g. 128 << 20 for 128 MiB)" if unit == "bytes" else ""
+            hint = " (bytes, or a size such as '128MiB')" if unit == "bytes" else ""
             raise self.type_error(name, f"an int{'' if not optional else ' or None'}{hint}", value)
         if value < minimum:
             raise self.value_error(name, f"must be at least {minimum}, got {value}")

@@ -216,9 +216,9 @@ def construct(operator: str, **kwargs):
     import pendulum
     from airflow.sdk import DAG
 
-    from deltaplane.operators import dml, maintenance
+    import deltaplane.operators
 
-    cls = getattr(maintenance, operator, None) or getattr(dml, operator)
+    cls = getattr(deltaplane.operators, operator)
     with DAG("args", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
         return cls(task_id="t", **{"table_uri": "/lake/t", **kwargs})
 
@@ -293,8 +293,8 @@ BAD_ARGUMENTS = [
     ),
     (
         "DeltaDMLOperator",
-        {"operation": "delete", "predicate": "id = 1", "spark_threshold_bytes": "8g"},
-        TypeError,
+        {"operation": "delete", "predicate": "id = 1", "spark_threshold_bytes": "eight gigs"},
+        ValueError,
         "spark_threshold_bytes",
     ),
     (
@@ -325,7 +325,9 @@ BAD_ARGUMENTS = [
     ("DeltaCompactionOperator", {"zorder_by": 7}, TypeError, "zorder_by"),
     ("DeltaCompactionOperator", {"zorder_by": ["a", ""]}, ValueError, "zorder_by"),
     ("DeltaCompactionOperator", {"zorder_by": "a, a"}, ValueError, "zorder_by"),
-    ("DeltaCompactionOperator", {"target_file_size": "128m"}, TypeError, "target_file_size"),
+    ("DeltaCompactionOperator", {"target_file_size": "128 apples"}, ValueError, "target_file_size"),
+    ("DeltaCompactionOperator", {"target_file_size": "0MiB"}, ValueError, "target_file_size"),
+    ("DeltaAutoOptimizeOperator", {"small_file_size": "-5m"}, ValueError, "small_file_size"),
     ("DeltaCompactionOperator", {"target_file_size": True}, TypeError, "target_file_size"),
     ("DeltaCompactionOperator", {"target_file_size": 0}, ValueError, "target_file_size"),
     ("DeltaCompactionOperator", {"partition_filter": 5}, TypeError, "partition_filter"),
@@ -364,6 +366,9 @@ def test_arguments_are_normalized():
     assert construct("DeltaCompactionOperator", zorder_by=("a",)).zorder_by == ["a"]
     assert construct("DeltaAutoOptimizeOperator", zorder_by="user_id").zorder_by == ["user_id"]
     assert construct("DeltaCompactionOperator", target_file_size=128 << 20).target_file_size == 128 << 20
+    for spelling in ("128MiB", "128m", "128 MB", "0.125g"):  # the CLI's and the config's sizes
+        assert construct("DeltaCompactionOperator", target_file_size=spelling).target_file_size == 128 << 20
+    assert construct("DeltaAutoOptimizeOperator", small_file_size="32MiB").small_file_size == 32 << 20
     for spelling in ("DELETE", "Delete", " delete "):
         assert construct("DeltaDMLOperator", operation=spelling, predicate="id = 1").operation == "delete"
     merge = construct(
