@@ -240,8 +240,7 @@ def main(args) -> dict:
     large = [t for t in tasks if t.zorder_by and t.bin.size > max_task_bytes]
     adds: list[dict] = []
     if small:
-        rdd = spark.sparkContext.parallelize(small, len(small))
-        adds += [a for group in rdd.map(_rewrite).collect() for a in group]
+        adds += [a for group in job.run_tasks(spark, small, _rewrite) for a in group]
     if large:
         from deltaplane.spark_jobs.zorder import zorder_partition
 

@@ -43,6 +43,11 @@ def build_parser():
     p.add_argument(
         "--task-bytes", default=str(DEFAULT_TASK_BYTES), help="candidate bytes per task, e.g. 256m"
     )
+    p.add_argument(
+        "--plan",
+        metavar="LOCATION",
+        help="carry out this plan (version, candidate files, strategy: spark_jobs.dml_plan), not a new one",
+    )
     return p
 
 
@@ -65,14 +70,27 @@ def main(args) -> dict:
     skipped = job.already_done(table, job.work_key(args))
     if skipped is not None:
         return skipped
-    snapshot = table.snapshot
-    plan = plan_row_level(
-        snapshot,
-        predicate=args.delete if args.delete is not None else args.update,
-        updates=updates,
-        strategy=args.strategy,
-        threshold=args.rewrite_threshold,
-    )
+    if args.plan:  # the operator's plan, at its version: nothing is decided again here
+        from deltaplane.spark_jobs.dml_plan import load_row_level_plan
+
+        snapshot, plan = load_row_level_plan(
+            args.table,
+            args.plan,
+            options,
+            predicate=args.delete if args.delete is not None else args.update,
+            updates=updates,
+            strategy=args.strategy,
+            threshold=args.rewrite_threshold,
+        )
+    else:
+        snapshot = table.snapshot
+        plan = plan_row_level(
+            snapshot,
+            predicate=args.delete if args.delete is not None else args.update,
+            updates=updates,
+            strategy=args.strategy,
+            threshold=args.rewrite_threshold,
+        )
     sets = []
     tasks = 0
     if not plan.partition_only and plan.candidates.num_rows:
@@ -82,7 +100,7 @@ def main(args) -> dict:
         tasks = len(groups)
         spark = job.spark_session(args, "dml")
         task_plan = plan.for_tasks()
-        sets = spark.sparkContext.parallelize([(g, task_plan) for g in groups], tasks).map(_change).collect()
+        sets = job.run_tasks(spark, [(g, task_plan) for g in groups], _change)
     with commit_metadata_scope(job.commit_metadata(args)), app_transaction_scope(*job.app_transaction(args)):
         result = commit_row_level(snapshot.store, snapshot, plan, sets, seconds=time.perf_counter() - start)
     return {

@@ -99,7 +99,7 @@ def main(args) -> dict:
         reader = reader.schema(args.schema)
     df = reader.load(args.source)
     if key is None and not args.reprocess:
-        files = source_identities(spark, df)
+        files = source_identities(spark, df, args.source)
         key = WorkKey.named("files", {"files": files, "mode": args.mode, "replaceWhere": args.replace_where})
     if key is not None and not args.stage:  # a stage writes its (empty) manifest either way
         done = job.already_done(_table_or_none(args.table, options), key)
@@ -176,21 +176,77 @@ def local_matches(sources: list[str]) -> list[str]:
     return sorted(found)
 
 
-def source_identities(spark, df) -> list[list]:
+def source_identities(spark, df, sources: list[str] | None = None) -> list[list]:
     """``deltaplane.engine.work.file_identities`` of the files Spark reads for ``df`` (size and modification
-    time from the file system Spark reads them with)."""
+    time from the file system Spark reads them with).
+
+    Files are named as ``df.inputFiles()`` names them, on a classic session and on Spark Connect
+    alike, so the same files make the same work key either way. A classic session asks the
+    driver's Hadoop file system; a Connect session has no JVM to ask, so it lists ``sources``
+    (``df``'s own paths and globs) with Spark's ``binaryFile`` source, which reports every file's
+    length and modification time without reading it.
+    """
     from deltaplane.engine.work import file_identities
 
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    out = []
-    for uri in df.inputFiles():
-        path = jvm.org.apache.hadoop.fs.Path(uri)
-        status = path.getFileSystem(conf).getFileStatus(path)
-        out.append((uri, status.getLen(), status.getModificationTime()))
+    inputs = df.inputFiles()
+    if _is_connect(spark):
+        out = _listed_identities(spark, inputs, sources or inputs)
+    else:
+        jvm = spark.sparkContext._jvm
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        out = []
+        for uri in inputs:
+            path = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(uri))  # a URI: "a%20b" is "a b"
+            status = path.getFileSystem(conf).getFileStatus(path)
+            out.append((uri, status.getLen(), status.getModificationTime()))
     if not out:
         raise job.JobError("the sources matched no files")
     return file_identities(out)
+
+
+def _is_connect(spark) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _listed_identities(spark, inputs: list[str], sources: list[str]) -> list[tuple[str, int, int]]:
+    """``(uri, size, modification ms)`` of every file of ``inputs`` (URIs, as ``inputFiles()``
+    gives them), listed through the ``binaryFile`` source (which names files by Hadoop path,
+    not encoded)."""
+    from pyspark.sql import functions as F
+
+    listed = (
+        spark.read.format("binaryFile")
+        .load(sources)
+        .select("path", "length", F.unix_millis("modificationTime").alias("modified"))
+        .collect()
+    )
+    found = {_hadoop_path_key(r["path"]): (int(r["length"]), int(r["modified"])) for r in listed}
+    out = []
+    for uri in inputs:
+        status = found.get(_uri_key(uri))
+        if status is None:
+            raise job.JobError(f"cannot find the size and modification time of {uri}", job.EXIT_TABLE)
+        out.append((uri, *status))
+    return out
+
+
+def _uri_key(uri: str) -> tuple[str, str, str]:
+    """A file URI (percent-encoded) as (scheme, authority, decoded path)."""
+    parts = urlsplit(uri)
+    return parts.scheme.lower(), parts.netloc, unquote(parts.path)
+
+
+def _hadoop_path_key(path: str) -> tuple[str, str, str]:
+    """A Hadoop ``Path`` string (``scheme:[//authority]/path``, not encoded: ``#``, ``%`` and
+    ``?`` are part of the name) as (scheme, authority, path)."""
+    scheme, sep, rest = path.partition(":")
+    if not sep or "/" in scheme:
+        return "", "", path
+    authority = ""
+    if rest.startswith("//"):
+        authority, slash, tail = rest[2:].partition("/")
+        rest = slash + tail
+    return scheme.lower(), authority, rest
 
 
 def _braces(pattern: str) -> list[str]:

@@ -78,6 +78,11 @@ def parser(name: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"deltaplane.spark_jobs.{name}", description=description)
     p.add_argument("--table", required=True, help="the Delta table's URI (a path, file:, s3://)")
     p.add_argument("--master", help="Spark master URL (default: spark-submit's, $SPARK_MASTER or local[2])")
+    p.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run on a Spark Connect server, e.g. sc://127.0.0.1:15002 (default: $SPARK_REMOTE if set)",
+    )
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration (repeatable)")
     p.add_argument(
         "--storage-option",
@@ -187,7 +192,49 @@ def run(name: str, argparser: argparse.ArgumentParser, main: Callable[[Any], dic
 def spark_session(args, name: str):
     from deltaplane.spark_jobs.session import get_spark
 
-    return get_spark(args.master, app_name=f"deltaplane-{name}", conf=key_values(args.conf, "--conf"))
+    if args.remote and args.master:
+        raise JobError("give --master or --remote (a Spark Connect server), not both", EXIT_USAGE)
+    return get_spark(
+        args.master, app_name=f"deltaplane-{name}", conf=key_values(args.conf, "--conf"), remote=args.remote
+    )
+
+
+def run_tasks(spark, items: list, fn: Callable[[Any], Any]) -> list:
+    """``fn(item)`` for every item, each item in a Spark task of its own; the results in item order.
+
+    DataFrame API only, so it runs on a Spark Connect session (which has no ``SparkContext``) as on
+    a classic one. ``spark.range`` with one partition per item gives every item a task of its own
+    (a range is split evenly); the items (pickled) reach the tasks through a broadcast join, which
+    keeps the range's partitioning, so each executor receives the items once rather than every
+    task receiving all of them in its closure. Items and results are pickled, as an RDD would.
+    """
+    import pickle
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    if not items:
+        return []
+    payload = spark.createDataFrame(
+        [(i, pickle.dumps(item)) for i, item in enumerate(items)], "task long, item binary"
+    )
+    ids = spark.range(0, len(items), 1, len(items)).withColumnRenamed("id", "task")
+    out_schema = pa.schema([("task", pa.int64()), ("result", pa.binary())])
+
+    def run(batches):
+        for batch in batches:
+            tasks = batch.column("task").to_pylist()
+            blobs = batch.column("item").to_pylist()
+            for task, blob in zip(tasks, blobs, strict=True):
+                result = pickle.dumps(fn(pickle.loads(blob)))
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([task], pa.int64()), pa.array([result], pa.binary())], schema=out_schema
+                )
+
+    rows = ids.join(F.broadcast(payload), "task").mapInArrow(run, "task long, result binary").collect()
+    if len(rows) != len(items):
+        raise JobError(f"{len(items)} Spark tasks were run, {len(rows)} results came back", EXIT_FAILED)
+    return [pickle.loads(r["result"]) for r in sorted(rows, key=lambda r: r["task"])]
 
 
 def storage_options(args) -> dict[str, str]:

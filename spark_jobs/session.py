@@ -10,9 +10,20 @@ DEFAULT_MASTER = "local[2]"
 
 
 def get_spark(
-    master: str | None = None, *, app_name: str = "deltaplane", conf: Mapping[str, str] | None = None
+    master: str | None = None,
+    *,
+    app_name: str = "deltaplane",
+    conf: Mapping[str, str] | None = None,
+    remote: str | None = None,
 ):
     """A session with the ``deltaplane`` data source registered.
+
+    ``remote`` (default ``$SPARK_REMOTE`` when no ``master`` is given), e.g.
+    ``sc://127.0.0.1:15002``, is a Spark Connect server: the session is a Connect client with
+    the session time zone set to UTC and ``conf`` applied as session settings; the server's own
+    configuration (its master, its Python workers, which must import pyarrow and deltaplane) is
+    the server's. ``deltaplane`` is registered on that session (a Python data source is
+    registered per Connect session, and the server's Python workers import it by name).
 
     ``master`` defaults to ``$SPARK_MASTER`` or ``local[2]``. Python workers run this
     interpreter (``PYSPARK_PYTHON``), so they can import pyarrow and the project; the session
@@ -21,6 +32,16 @@ def get_spark(
     """
     from pyspark.sql import SparkSession
 
+    remote = remote or (None if master else os.environ.get("SPARK_REMOTE"))
+    if remote:
+        builder = SparkSession.builder.remote(remote)
+        for key, value in {"spark.sql.session.timeZone": "UTC", **(conf or {})}.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        from deltaplane.spark_jobs import register
+
+        register(spark)
+        return spark
     # Under spark-submit the JVM is already up with spark-submit's master and settings: keep them.
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ and master is None
     master = master or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
