@@ -22,32 +22,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceReader,
-    InputPartition,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader
 from pyspark.sql.types import StructType as SparkStructType
 
 from deltaplane.engine.actions import Add
-from deltaplane.engine.commands.staged import (
-    StagedWrite,
-    commit_write,
-    plan_write,
-    write_files,
-    write_manifest,
-)
+from deltaplane.engine.commands.staged import StagedWrite, commit_write, write_files, write_manifest
 from deltaplane.engine.errors import DeltaError
-from deltaplane.engine.expressions.tree import Expr
 from deltaplane.engine.portable import PortableSnapshot
-from deltaplane.engine.scan import Scan
+from deltaplane.spark_jobs.files import FilesPartition, FilesWritten, plan_for, read_partition
 from deltaplane.spark_jobs.options import ReadOptions, StreamOptions, WriteOptions
-from deltaplane.spark_jobs.types import arrow_schema, as_nullable, conform_batch, spark_schema
+from deltaplane.spark_jobs.streaming import DeltaplaneStreamReader, DeltaplaneStreamWriter
+from deltaplane.spark_jobs.types import spark_schema
 
 log = logging.getLogger(__name__)
 
@@ -79,39 +66,14 @@ class DeltaplaneDataSource(DataSource):
     def writer(self, schema: SparkStructType, overwrite: bool) -> DeltaplaneWriter:
         return DeltaplaneWriter(WriteOptions.parse(self.options), schema, overwrite)
 
-    def streamReader(self, schema: SparkStructType):
-        from deltaplane.spark_jobs.streaming import DeltaplaneStreamReader
-
+    def streamReader(self, schema: SparkStructType) -> DeltaplaneStreamReader:
         return DeltaplaneStreamReader(StreamOptions.parse(self.options), schema)
 
-    def streamWriter(self, schema: SparkStructType, overwrite: bool):
-        from deltaplane.spark_jobs.streaming import DeltaplaneStreamWriter
-
+    def streamWriter(self, schema: SparkStructType, overwrite: bool) -> DeltaplaneStreamWriter:
         return DeltaplaneStreamWriter(WriteOptions.parse(self.options), schema, overwrite)
 
 
 # --- reading ----------------------------------------------------------------------------------
-
-
-class FilesPartition(InputPartition):
-    """One task's files: a portable snapshot of them and the pushed predicate."""
-
-    def __init__(self, index: int, files: PortableSnapshot, predicate: Expr | None):
-        super().__init__(index)
-        self.files = files
-        self.predicate = predicate
-
-
-def read_partition(partition: FilesPartition, schema: SparkStructType) -> Iterator[pa.RecordBatch]:
-    """The rows of one partition's files, shaped exactly as ``schema`` (deletion vectors applied)."""
-    if partition.files.num_files == 0:
-        return
-    snapshot = partition.files.snapshot()
-    scan = Scan(snapshot, list(schema.names), partition.predicate)
-    target = arrow_schema(schema)
-    for batch in scan.to_batches():
-        if batch.num_rows:
-            yield conform_batch(batch, target)
 
 
 class DeltaplaneReader(DataSourceReader):
@@ -141,33 +103,6 @@ class DeltaplaneReader(DataSourceReader):
 
 
 # --- writing ----------------------------------------------------------------------------------
-
-
-@dataclass
-class FilesWritten(WriterCommitMessage):
-    """What one task wrote: ``add`` actions as JSON, and the streaming query it belongs to."""
-
-    adds: list[dict]
-    query_id: str | None = None
-
-
-def plan_for(options: WriteOptions, schema: SparkStructType, overwrite: bool, **extra):
-    schema_mode = (
-        "overwrite" if overwrite and options.overwrite_schema else "merge" if options.merge_schema else None
-    )
-    return plan_write(
-        options.uri,
-        as_nullable(arrow_schema(schema)),
-        mode="overwrite" if overwrite else "append",
-        partition_by=options.partition_by,
-        schema_mode=schema_mode,
-        replace_where=options.replace_where if overwrite else None,
-        dynamic_partitions=options.dynamic_partitions if overwrite else False,
-        target_file_size=options.target_file_size,
-        user_metadata=options.user_metadata,
-        storage_options=options.storage_options,
-        **extra,
-    )
 
 
 class DeltaplaneWriter(DataSourceArrowWriter):

@@ -38,14 +38,14 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType as SparkStructType
 
-from deltaplane.engine.commands.staged import commit_write, write_files
+from deltaplane.engine.commands.staged import WriteSpec, commit_write, write_files
 from deltaplane.engine.errors import DeltaError
 from deltaplane.engine.log.segment import list_log
 from deltaplane.engine.portable import PortableSnapshot
 from deltaplane.engine.snapshot import Snapshot, files_snapshot, load_snapshot, load_table_config
 from deltaplane.engine.storage import open_store
 from deltaplane.engine.tail import FILE_COLUMNS, CommitChanges, IncrementalScan
-from deltaplane.spark_jobs.datasource import FilesPartition, FilesWritten, plan_for, read_partition
+from deltaplane.spark_jobs.files import FilesPartition, FilesWritten, plan_for, read_partition
 from deltaplane.spark_jobs.options import DEFAULT_PARTITION_BYTES, StreamOptions, WriteOptions
 from deltaplane.spark_jobs.types import spark_schema
 
@@ -292,12 +292,30 @@ def _before(position: dict, end: dict) -> bool:
 
 
 class DeltaplaneStreamWriter(DataSourceStreamArrowWriter):
-    """Append (or, in complete mode, overwrite) each micro-batch exactly once."""
+    """Append (or, in complete mode, overwrite) each micro-batch exactly once.
+
+    PySpark builds a writer for every micro-batch, and another one to commit it, so the
+    constructor reads nothing. The plan (``plan_write``: the log listed, the snapshot loaded) is
+    made once per batch, on the driver, when the writer is pickled for the batch's tasks; every
+    task writes by it and hands it back with its files, and the commit follows the plan the files
+    were written by instead of planning again.
+    """
 
     def __init__(self, options: WriteOptions, schema: SparkStructType, overwrite: bool):
         self.options = options
+        self.schema = schema
         self.overwrite = overwrite
-        self.spec = plan_for(options, schema, overwrite)
+        self._spec: WriteSpec | None = None
+
+    @property
+    def spec(self) -> WriteSpec:
+        if self._spec is None:
+            self._spec = plan_for(self.options, self.schema, self.overwrite)
+        return self._spec
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Leaving the driver for the tasks: plan here, once, rather than in every task.
+        return {**self.__dict__, "_spec": self.spec}
 
     def write(self, iterator) -> FilesWritten:
         from pyspark import TaskContext
@@ -305,7 +323,7 @@ class DeltaplaneStreamWriter(DataSourceStreamArrowWriter):
         context = TaskContext.get()
         query_id = context.getLocalProperty("sql.streaming.queryId") if context is not None else None
         adds = write_files(self.spec, iterator)
-        return FilesWritten([a.to_json() for a in adds], query_id)
+        return FilesWritten([a.to_json() for a in adds], query_id, self.spec)
 
     def commit(self, messages, batchId: int) -> None:
         written = [m for m in messages if m is not None]
@@ -315,7 +333,8 @@ class DeltaplaneStreamWriter(DataSourceStreamArrowWriter):
             return  # an empty micro-batch: nothing to make visible
         if query_id is None:
             raise DeltaError(f"streaming write to {self.options.uri}: the tasks did not see the query id")
-        spec = replace(self.spec, app_id=query_id, app_version=int(batchId), skip=False)
+        planned = next((m.spec for m in written if m.spec is not None), None) or self.spec
+        spec = replace(planned, app_id=query_id, app_version=int(batchId), skip=False)
         result = commit_write(
             spec,
             adds,

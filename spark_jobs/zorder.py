@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from deltaplane.engine.commands.optimize import BinTask, write_rows_for_bin
 from deltaplane.engine.commands.zorder import bits_per_column, interleave, scale_ranks
-from deltaplane.spark_jobs.datasource import FilesPartition, read_partition
+from deltaplane.spark_jobs.files import FilesPartition, read_partition
 from deltaplane.spark_jobs.types import spark_schema
 
 KEY = "__deltaplane_zkey"

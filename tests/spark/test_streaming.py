@@ -191,3 +191,73 @@ def test_the_initial_offset_does_not_move_with_the_table(tmp_path):
     assert len(reader.partitions(first, end)) == 1
     with pytest.raises(StreamingSourceError, match="ends"):
         reader.partitions(end, first)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens on it once the socket is closed
+
+
+def test_the_stream_writer_constructor_reads_no_storage(tmp_path):
+    """PySpark builds a stream writer for every micro-batch and another one to commit it: neither
+    may list the log or load a snapshot. Against storage that cannot answer, building one (directly
+    or through the data source) succeeds; the plan is made when the writer is pickled for the
+    tasks, and that is where the storage error shows."""
+    import pickle
+
+    from deltaplane.engine.errors import DeltaError
+    from deltaplane.spark_jobs.datasource import DeltaplaneDataSource
+    from deltaplane.spark_jobs.options import WriteOptions
+    from deltaplane.spark_jobs.streaming import DeltaplaneStreamWriter
+    from deltaplane.spark_jobs.types import spark_schema
+
+    write_table(str(tmp_path / "t"), rows(0, 3))
+    schema = spark_schema(DeltaTable(str(tmp_path / "t")).snapshot.schema)
+    unreachable = {
+        "path": "s3://no-such-bucket/t",
+        "storage.endpoint_url": f"http://127.0.0.1:{_closed_port()}",
+        "storage.aws_access_key_id": "k",
+        "storage.aws_secret_access_key": "s",
+        "storage.aws_region": "us-east-1",
+        "storage.max_attempts": "1",
+        "storage.connect_timeout": "1",
+    }
+    writer = DeltaplaneStreamWriter(WriteOptions.parse(unreachable), schema, False)
+    DeltaplaneDataSource(unreachable).streamWriter(schema, True)
+    with pytest.raises(DeltaError):
+        pickle.dumps(writer)
+
+
+def test_a_batch_is_planned_once_and_committed_by_the_plan_its_files_were_written_by(tmp_path):
+    """The flow PySpark runs per micro-batch, in-process: a writer is built and pickled for the
+    tasks (the one plan), the tasks write by the plan they received, and a second writer, built
+    fresh to commit, commits by the plan the messages carry; it plans nothing itself (its own
+    options name storage that does not exist), and a replayed batch commits nothing."""
+    import pickle
+
+    from deltaplane.spark_jobs.files import FilesWritten
+    from deltaplane.spark_jobs.options import WriteOptions
+    from deltaplane.spark_jobs.streaming import DeltaplaneStreamWriter
+    from deltaplane.spark_jobs.types import spark_schema
+
+    uri = str(tmp_path / "t")
+    write_table(uri, rows(0, 3))
+    schema = spark_schema(DeltaTable(uri).snapshot.schema)
+    planner = DeltaplaneStreamWriter(WriteOptions.parse({"path": uri}), schema, False)
+    shipped = pickle.dumps(planner)
+    messages = []
+    for start in (10, 20):  # two tasks, each with its own unpickled copy
+        task = pickle.loads(shipped)
+        out = task.write(iter([rows(start, 4).to_batches()[0]]))
+        assert out.spec is not None and out.spec.read_version == 0
+        messages.append(FilesWritten(out.adds, "query-1", out.spec))
+    nowhere = WriteOptions.parse({"path": "nostore://nowhere/t"})  # open_store would refuse it
+    committer = DeltaplaneStreamWriter(nowhere, schema, False)
+    committer.commit([*messages, None], 0)
+    assert ids(uri) == Counter([*range(3), *range(10, 14), *range(20, 24)])
+    assert DeltaTable(uri).snapshot.app_transaction_version("query-1") == 0
+    DeltaplaneStreamWriter(nowhere, schema, False).commit(messages, 0)  # replayed: nothing new
+    assert DeltaTable(uri).version == 1
