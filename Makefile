@@ -20,14 +20,15 @@ run: $(STAMP)
 	$(BIN)/python -m deltaplane.devstack.demo --demo ./demo
 
 # The Airflow UI on the same DAGs and home (http://127.0.0.1:8080; user admin, password in
-# demo/airflow/simple_auth_manager_passwords.json.generated). Note: `airflow standalone` starts a
-# scheduler and triggerer whose log servers bind 0.0.0.0:8793/8794 (Airflow has no setting for
-# their host); run it on a trusted network only.
+# demo/airflow/simple_auth_manager_passwords.json.generated): api-server, scheduler, dag-processor
+# and triggerer started one by one, every socket on 127.0.0.1 (no log servers on 0.0.0.0, unlike
+# `airflow standalone`). Ctrl-C stops them by PID; they stop themselves after AIRFLOW_MINUTES.
+AIRFLOW_ROOT    ?= $(CURDIR)/demo/airflow
+AIRFLOW_PORT    ?= 8080
+AIRFLOW_MINUTES ?= 240
 airflow: $(STAMP)
-	AIRFLOW_HOME=$(CURDIR)/demo/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
-	AIRFLOW__CORE__LOAD_EXAMPLES=False DELTAPLANE_CONFIG=$(CURDIR)/config/tables.yaml \
-	AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=8080 AIRFLOW__CORE__PARALLELISM=4 \
-	$(BIN)/airflow standalone
+	$(BIN)/python -m deltaplane.devstack.stack airflow --root $(AIRFLOW_ROOT) --port $(AIRFLOW_PORT) \
+	  --dags $(CURDIR)/dags --config $(CURDIR)/config/tables.yaml --max-minutes $(AIRFLOW_MINUTES)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -9,14 +9,27 @@ server binds 0.0.0.0), is recorded in ``<root>/pids.json`` and stopped by exactl
 
     python -m deltaplane.devstack.stack up [--root demo/stack] [--ports auto] [--max-minutes 240]
     python -m deltaplane.devstack.stack down [--root demo/stack]
+
+``airflow`` (``make airflow``) starts only Airflow, the same way and on 127.0.0.1, in the
+foreground, on a home of its own (``--root`` is the ``AIRFLOW_HOME``; default ``demo/airflow``,
+which ``make run`` fills): the api-server, the scheduler and triggerer with
+``--skip-serve-logs``, and the dag-processor, where ``airflow standalone`` would bind its log
+servers to 0.0.0.0:8793/8794. Ctrl-C, SIGTERM, ``--max-minutes`` or any component exiting stops
+them all by the PIDs recorded in ``<root>/pids.json`` (``down --root`` does the same from
+another shell):
+
+    python -m deltaplane.devstack.stack airflow [--root demo/airflow] [--port 8080]
+        [--dags dags] [--config config/tables.yaml] [--max-minutes 240]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -106,6 +119,176 @@ def environment(root: Path, ports: dict[str, int], config: Path) -> dict[str, st
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
     }
+
+
+def airflow_environment(
+    home: Path, port: int, config: Path, dags: Path, *, parallelism: int = 2, jwt_secret: str
+) -> dict[str, str]:
+    """Airflow alone (``make airflow``): the components of :func:`airflow_up`, on 127.0.0.1."""
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__API_AUTH__JWT_SECRET": jwt_secret,  # shared by the components, new per start
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "DELTAPLANE_CONFIG": str(config),
+    }
+
+
+def _start(root: Path, logs: Path, record: dict, processes: dict, env: dict, name: str, command: list[str]):
+    with open(logs / f"{name}.log", "ab") as log:
+        processes[name] = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    record["pids"][name] = processes[name].pid
+    (root / "pids.json").write_text(json.dumps(record, indent=1))
+
+
+def _start_watchdog(root: Path, record: dict, max_minutes: float) -> None:
+    watchdog = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "deltaplane.devstack.stack",
+            "watchdog",
+            "--root",
+            str(root),
+            "--after",
+            str(max_minutes * 60),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    record["pids"]["watchdog"] = watchdog.pid
+    (root / "pids.json").write_text(json.dumps(record, indent=1))
+
+
+def airflow_up(
+    root: Path,
+    *,
+    port: int | str = DEFAULT_PORTS["airflow"],
+    config: Path | None = None,
+    dags: Path | None = None,
+    max_minutes: float = 240,
+    parallelism: int = 2,
+) -> dict:
+    """Start Airflow's api-server, scheduler, dag-processor and triggerer with ``root`` as their
+    ``AIRFLOW_HOME``, every socket on 127.0.0.1 (no log servers), recorded in ``root/pids.json``
+    and stopped by :func:`down` (a watchdog calls it after ``max_minutes``). ``port="auto"``
+    picks a free port. Returns the record (``ports``, ``pids``)."""
+    root = root.resolve()
+    if (root / "pids.json").exists():
+        raise RuntimeError(
+            f"an Airflow is already recorded in {root / 'pids.json'}; stop it first: "
+            f"python -m deltaplane.devstack.stack down --root {root}"
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    logs = root / "launcher-logs"
+    logs.mkdir(exist_ok=True)
+    port = _free_port(set()) if port == "auto" else int(port)
+    config = (config or ROOT / "config" / "tables.yaml").resolve()
+    dags = (dags or ROOT / "dags").resolve()
+    from deltaplane.operators.factory.config import read_config
+
+    read_config(config)  # a file that is not a tables file fails here (invalid tables show in the UI)
+    secret = secrets.token_urlsafe(32)
+    env = {
+        **os.environ,
+        **airflow_environment(root, port, config, dags, parallelism=parallelism, jwt_secret=secret),
+    }
+    processes: dict[str, subprocess.Popen] = {}
+    record = {"root": str(root), "ports": {"airflow": port}, "pids": {}, "started": time.time()}
+    (root / "pids.json").write_text(json.dumps(record, indent=1))
+    try:
+        migrate = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if migrate.returncode:
+            raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-2000:]}")
+        airflow = [sys.executable, "-m", "airflow"]
+        start = functools.partial(_start, root, logs, record, processes, env)
+        start(
+            "api-server",
+            [*airflow, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        )
+        start("scheduler", [*airflow, "scheduler", "--skip-serve-logs"])
+        start("dag-processor", [*airflow, "dag-processor"])
+        start("triggerer", [*airflow, "triggerer", "--skip-serve-logs"])
+        _start_watchdog(root, record, max_minutes)
+        _wait("Airflow", lambda: _http_ok(f"http://127.0.0.1:{port}/api/v2/monitor/health"), 180, processes)
+    except BaseException:
+        down(root)
+        raise
+    return record
+
+
+def airflow_foreground(root: Path, **options) -> int:
+    """``make airflow``: :func:`airflow_up`, then wait for Ctrl-C, SIGTERM, the time limit or a
+    component that exits; everything started is stopped by PID on the way out."""
+    max_minutes = options.get("max_minutes", 240)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    status = 0
+    try:
+        record = airflow_up(root, **options)
+        port = record["ports"]["airflow"]
+        passwords = root.resolve() / "simple_auth_manager_passwords.json.generated"
+        print(f"Airflow on http://127.0.0.1:{port} (user admin, password in {passwords})", flush=True)
+        print(
+            f"  home {record['root']}; logs in {record['root']}/launcher-logs; every socket on 127.0.0.1",
+            flush=True,
+        )
+        print(f"  Ctrl-C stops it (it stops itself after {max_minutes:g} minutes)", flush=True)
+        deadline = time.time() + max_minutes * 60
+        watched = {k: v for k, v in record["pids"].items() if k != "watchdog"}
+        while time.time() < deadline:
+            gone = [name for name, pid in watched.items() if not _alive(pid)]
+            if gone:
+                print(f"stopping: {', '.join(gone)} exited (see {record['root']}/launcher-logs)", flush=True)
+                status = 1
+                break
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stopped = down(root)
+        signal.signal(signal.SIGTERM, previous)
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"), flush=True)
+    return status
+
+
+def _reap(pid: int) -> bool:
+    """Collect ``pid``'s exit status if it is an exited child of this process."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:  # not our child (or already collected)
+        return False
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process ``pid`` still runs (a zombie child of ours counts as gone)."""
+    if _reap(pid):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def up(
@@ -298,6 +481,7 @@ def down(root: Path) -> list[str]:
             continue
         deadline = time.time() + 20
         while time.time() < deadline:
+            _reap(pid)  # a child of this process (``make airflow``) stays a zombie until reaped
             try:
                 os.killpg(pid, 0)
             except ProcessLookupError:
@@ -317,14 +501,29 @@ def main(argv=None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("command", choices=("up", "down", "status", "watchdog"))
-    p.add_argument("--root", default=str(ROOT / "demo" / "stack"))
+    p.add_argument("command", choices=("up", "down", "status", "watchdog", "airflow"))
+    p.add_argument("--root", help="the stack's folder (default demo/stack; airflow: demo/airflow)")
     p.add_argument("--ports", choices=("fixed", "auto"), default="fixed")
+    p.add_argument("--port", default=str(DEFAULT_PORTS["airflow"]), help="airflow: the UI's port, or auto")
+    p.add_argument("--dags", help="airflow: the DAGs folder (default dags/)")
+    p.add_argument("--parallelism", type=int, default=2, help="airflow: tasks at once")
     p.add_argument("--max-minutes", type=float, default=240)
-    p.add_argument("--config", help="tables file for the stack (default config/tables.stack.yaml)")
+    p.add_argument(
+        "--config",
+        help="tables file (default config/tables.stack.yaml; airflow: config/tables.yaml)",
+    )
     p.add_argument("--after", type=float, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    root = Path(args.root)
+    if args.command == "airflow":
+        return airflow_foreground(
+            Path(args.root or ROOT / "demo" / "airflow"),
+            port=args.port,
+            config=Path(args.config) if args.config else None,
+            dags=Path(args.dags) if args.dags else None,
+            max_minutes=args.max_minutes,
+            parallelism=args.parallelism,
+        )
+    root = Path(args.root or ROOT / "demo" / "stack")
     if args.command == "up":
         record = up(
             root,
