@@ -1,0 +1,81 @@
+"""README.md's shell and text blocks agree with the code: every ``make`` target exists, every
+Spark job command line parses with that job's own parser, every flag of the CLI synopsis is a
+flag of that verb, and the layout names folders that exist. (The Python blocks are run:
+tests/engine/test_readme_snippets.py, tests/spark/test_readme_spark.py,
+tests/operators/test_readme.py.)"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shlex
+from pathlib import Path
+
+from deltaplane.engine.cli import build_parser
+from tests.readme import blocks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sh_lines(marker: str) -> list[str]:
+    (block,) = [b for b in blocks() if b.language == "sh" and marker in b.source]
+    text = block.source.replace("\\\n", " ")
+    return [line.split("  #")[0].strip() for line in text.splitlines() if line.strip()]
+
+
+def test_every_block_is_known():
+    """Each block is Python (run), shell (checked below) or text (the demo's output, the layout)."""
+    for block in blocks():
+        assert block.language in ("python", "sh", ""), block
+        if block.language == "sh":
+            assert block.source.lstrip().startswith(("make ", "python -m deltaplane.", "deltaplane ")), block
+
+
+def test_make_targets_exist():
+    makefile = (ROOT / "Makefile").read_text()
+    lines = _sh_lines("make run")
+    assert lines
+    for line in lines:
+        target = line.split()[1]
+        assert re.search(rf"^{re.escape(target)}:", makefile, re.M), f"make {target}: no such target"
+
+
+def test_spark_job_command_lines_parse():
+    lines = _sh_lines("python -m deltaplane.spark_jobs.ingest")
+    assert len(lines) >= 5
+    for line in lines:
+        words = shlex.split(line)
+        assert words[:2] == ["python", "-m"], line
+        module = importlib.import_module(words[2])
+        module.build_parser().parse_args(words[3:])  # exits (a test failure) on a flag it lacks
+
+
+def test_cli_synopsis_flags_exist():
+    parser = build_parser()
+    verbs = {
+        a.dest: a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"
+    }  # one subparsers action
+    (subparsers,) = verbs.values()
+    lines = _sh_lines("deltaplane describe")
+    assert len(lines) >= 10
+    for line in lines:
+        words = line.split()
+        if words[1].startswith("--"):
+            assert words[1] in parser.format_help(), line
+            continue
+        verb = subparsers.choices.get(words[1])
+        assert verb is not None, f"{line}: no verb {words[1]}"
+        known = verb.format_help()
+        for flag in re.findall(r"--[a-z][a-z-]*", line):
+            assert flag in known, f"{line}: {words[1]} has no {flag}"
+
+
+def test_layout_names_existing_folders():
+    (layout,) = [b for b in blocks() if b.language == "" and "tests/" in b.source and "docs/" in b.source]
+    named = set()
+    for line in layout.source.splitlines():
+        for name in re.findall(r"(?:^|,\s*)([\w.-]+/)", line.split("  ")[0]):
+            assert (ROOT / name).is_dir(), f"README layout names {name}, which does not exist"
+            named.add(name)
+    packages = {f"{p.parent.name}/" for p in ROOT.glob("*/__init__.py")} - {"tests/"}
+    assert packages <= named, f"the README's layout misses {sorted(packages - named)}"
