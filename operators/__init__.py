@@ -18,6 +18,7 @@ import importlib
 
 _PUBLIC = {
     "DeltaHook": "hooks.delta",
+    "DeltaSparkSubmitHook": "hooks.spark",
     "DeltaCommitOperator": "operators.commit",
     "DeltaDMLOperator": "operators.dml",
     "DeltaAutoOptimizeOperator": "operators.maintenance",

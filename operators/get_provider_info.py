@@ -35,7 +35,12 @@ def get_provider_info() -> dict:
         "triggers": [
             {"integration-name": "Deltaplane", "python-modules": ["deltaplane.operators.triggers.commits"]}
         ],
-        "hooks": [{"integration-name": "Deltaplane", "python-modules": ["deltaplane.operators.hooks.delta"]}],
+        "hooks": [
+            {
+                "integration-name": "Deltaplane",
+                "python-modules": ["deltaplane.operators.hooks.delta", "deltaplane.operators.hooks.spark"],
+            }
+        ],
         "integrations": [{"integration-name": "Deltaplane", "external-doc-url": "https://delta.io/"}],
         "plugins": [
             {"name": "deltaplane", "plugin-class": "deltaplane.operators.plugins.plugin.DeltaplanePlugin"}

@@ -1,165 +1,65 @@
-"""Running ``spark_jobs`` from Airflow: ``DeltaSparkJobOperator`` and the submit call the other
-operators use for work above their in-process threshold.
+"""Running ``spark_jobs`` from Airflow: ``DeltaSparkJobOperator``, and ``run_spark_job``, the call
+the other operators use for work above their in-process threshold. Both go through
+``deltaplane.operators.hooks.spark.DeltaSparkSubmitHook`` (settings from the connection, the
+job's stderr streamed into the task log, no secret on a command line, exit codes mapped to
+retry or not, the whole process tree stopped on kill).
 
-The command line is built by ``deltaplane.spark_jobs.submit`` (the same one users run by hand) with the
-connection's Spark master and conf, this run's commit metadata and its txn
-(``--app-id``/``--app-version``), so a retried Spark job is as safe as an in-process commit.
-The connection's storage options (its secret included) reach the job through its environment
-(``$DELTAPLANE_STORAGE_OPTIONS``), never its command line, which ``ps`` shows to every user and
-Spark copies into its logs; the command line that is logged has secret-looking values masked.
-
-The job's stderr is streamed into the task log line by line while it runs; its JSON metrics line
-becomes the task's XCom. A non-zero exit fails the task with the job's own message, the exit code
-and the error's name: exit codes 2 (usage) and 3 (bad input) raise ``AirflowFailException`` (no
-retry: the same input fails the same way), the others (1 other, 4 commit conflict, 5 table or
-storage) a retryable ``SparkJobError``.
-
-``spark-submit`` runs in its own process group. A time limit, an exception while waiting (an
-Airflow task timeout), ``on_kill`` and a SIGTERM to the task process (what Airflow's supervisor
-sends a task it kills) all stop the whole tree: SIGTERM, then SIGKILL after a grace period.
+What an operator decided before submitting travels with the job, which never decides it again:
+the compaction operator hands over its OPTIMIZE plan (``compact --plan``), the DML operator its
+row-level plan (``dml --plan``: the version read, the candidate files, the strategy), and
+``DeltaSparkJobOperator``'s ``ingest --stage`` the very files it found in the landing folder.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import subprocess
-import threading
 from typing import Any
 
 from airflow.sdk.bases.skipmixin import SkipMixin
 from airflow.sdk.exceptions import AirflowFailException
 
 from deltaplane.operators.exceptions import SparkJobError, SparkJobInputError
+from deltaplane.operators.hooks.spark import DeltaSparkSubmitHook
+from deltaplane.operators.hooks.spark import spark_job_error as job_error
 from deltaplane.operators.operators.base import DeltaTableOperator
 
-_RUNNING: set = set()  # the SparkSubmissions this process is waiting for
-_RUNNING_LOCK = threading.RLock()  # re-entrant: stop_spark_jobs may run in a signal handler
+__all__ = ["DeltaSparkJobOperator", "job_error", "run_spark_job", "stop_spark_jobs"]
 
 
 def stop_spark_jobs() -> int:
     """Stop every ``spark-submit`` this process started and still waits for (``on_kill``); how
     many there were."""
-    with _RUNNING_LOCK:
-        running = list(_RUNNING)
-    for submission in running:
-        submission.stop()
-    return len(running)
-
-
-@contextlib.contextmanager
-def _tracked(submission):
-    """Register ``submission`` for ``stop_spark_jobs`` and, in the main thread, stop it on SIGTERM
-    before handing the signal on to the handler that was there (Airflow's task runner calls the
-    task's ``on_kill`` from it): so the job of any operator stops with its task, whether or not
-    the operator's ``on_kill`` knows about Spark."""
-    with _RUNNING_LOCK:
-        _RUNNING.add(submission)
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.getsignal(signal.SIGTERM)
-
-        def on_sigterm(signum, frame):
-            submission.stop()
-            if callable(previous):
-                previous(signum, frame)
-            else:  # the default action: end this process, as it would have without us
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        if callable(previous) or previous == signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, on_sigterm)
-        else:  # ignored, or set outside Python: leave it alone
-            previous = None
-    try:
-        yield submission
-    finally:
-        with _RUNNING_LOCK:
-            _RUNNING.discard(submission)
-        if previous is not None and signal.getsignal(signal.SIGTERM) is on_sigterm:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def job_error(
-    job: str, returncode: int, metrics: dict, stderr_tail: list[str], stopped_by: str | None = None
-) -> SparkJobError:
-    """The exception for a job that exited with ``returncode``: ``SparkJobInputError`` (no retry)
-    for usage (2) and bad input (3), ``SparkJobError`` (retry) for anything else."""
-    from deltaplane.spark_jobs import job as jobs
-
-    error = metrics.get("error")
-    message = metrics.get("message") or (stderr_tail[-1] if stderr_tail else "no output")
-    if stopped_by is not None or returncode < 0:
-        if returncode < 0:
-            try:
-                how = f"killed by {signal.Signals(-returncode).name}"
-            except ValueError:
-                how = f"killed by signal {-returncode}"
-        else:
-            how = "stopped with SIGTERM"
-        why = {"timeout": "its time limit", "stop": "the task being killed"}.get(stopped_by or "", "a signal")
-        text = f"deltaplane.spark_jobs.{job} was {how} after {why} (exit code {returncode})"
-        return SparkJobError(text, job=job, returncode=returncode, error="stopped", job_message=message)
-    kind = jobs.EXIT_NAMES.get(returncode, "failed")
-    what = f"{error}, {kind}" if error else kind
-    retry = "retrying will not help" if returncode in jobs.NOT_RETRYABLE else "retryable"
-    text = f"deltaplane.spark_jobs.{job} failed with exit code {returncode} ({what}; {retry}): {message}"
-    cls = SparkJobInputError if returncode in jobs.NOT_RETRYABLE else SparkJobError
-    return cls(text, job=job, returncode=returncode, error=error, job_message=message)
+    return DeltaSparkSubmitHook.kill_all()
 
 
 def run_spark_job(job: str, args: list[str], *, hook, stamp, timeout: float, log, conf=None) -> dict:
-    """Submit ``job`` with the connection's settings, this run's stamp and the work key of the
-    operator's scope (``--app-id``/``--app-version``: the job commits it with its work); its
-    metrics."""
-    from deltaplane.engine.transaction import current_app_transaction
-    from deltaplane.operators.hooks.delta import mask_secrets
-    from deltaplane.spark_jobs.submit import is_secret_name, redact_command, start_submit
+    """Submit ``job`` through a ``DeltaSparkSubmitHook`` on ``hook``'s connection (a ``DeltaHook``)
+    with this run's stamp and the work key of the operator's scope; its metrics."""
+    spark = DeltaSparkSubmitHook.for_hook(hook, timeout=timeout, task_log=log)
+    return spark.submit(job, args, stamp=stamp, conf=conf)
 
-    full = [*args, "--commit-metadata", json.dumps(stamp.commit_metadata())]
-    scope = current_app_transaction()
-    if scope is not None:
-        full += ["--app-id", scope[0], "--app-version", str(scope[1])]
-    settings = hook.settings
-    conf = {**settings.spark_conf, **(conf or {})}
-    mask_secrets(v for k, v in conf.items() if is_secret_name(k))  # the connection's are masked already
-    exposed = sorted(k for k in conf if is_secret_name(k))
-    if exposed:
-        log.warning(
-            "Spark conf %s looks secret: --conf values are on spark-submit's command line and in "
-            "Spark's logs; give object-store credentials as the connection's login/password or "
-            "extra.storage_options instead",
-            exposed,
-        )
-    submission = start_submit(
-        job, full, master=settings.spark_master, conf=conf, storage_options=settings.storage_options
-    )
+
+def run_row_level_plan(plan, uri: str, store, *, hook, stamp, timeout: float, log) -> dict:
+    """Hand a DELETE/UPDATE plan the operator made (``engine.commands.dml.plan_row_level``) to
+    ``deltaplane.spark_jobs.dml`` as a file beside the table (``dml --plan``): the job works on
+    exactly the plan's version, candidate files and strategy, and refuses a plan that does not
+    fit the table; the file is deleted afterwards. ``store``: the table's (its snapshot's)."""
+    from deltaplane.spark_jobs.dml_plan import job_arguments, save_row_level_plan
+
+    key = save_row_level_plan(plan, store)
     log.info(
-        "submitting spark_jobs.%s to %s (pid %d; storage options %s in the environment): %s",
-        job,
-        settings.spark_master,
-        submission.pid,
-        sorted(settings.storage_options),
-        " ".join(redact_command(submission.command)),
+        "%s: %s with Spark, plan %s (version %d)", uri, plan.operation, store.uri(key), plan.read_version
     )
-    with _tracked(submission):
-        try:
-            result = submission.wait(timeout, on_stderr=lambda line: log.info("spark: %s", line))
-        except subprocess.TimeoutExpired:
-            raise SparkJobError(
-                f"deltaplane.spark_jobs.{job} did not finish in {timeout:g} s: "
-                "its spark-submit process group was stopped",
-                job=job,
-                returncode=None,
-                error="timeout",
-            ) from None
-    if not result.ok:
-        tail = result.stderr.strip().splitlines()[-1:]
-        raise job_error(job, result.returncode, result.metrics, tail, submission.stopped_by)
-    log.info("spark_jobs.%s: %s", job, json.dumps(result.metrics, default=str)[:2000])
-    return result.metrics
+    try:
+        return run_spark_job(
+            "dml",
+            ["--table", uri, *job_arguments(plan), "--plan", store.uri(key)],
+            hook=hook,
+            stamp=stamp,
+            timeout=timeout,
+            log=log,
+        )
+    finally:
+        store.delete(key)
 
 
 class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
@@ -186,6 +86,7 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
 
     template_fields = ("table_uri", "job_args", "quarantine_uri")
     creates_table = True  # ingest may create it
+    default_engine = "spark"  # the XCom's engine (deltaplane.operators.utils.results)
 
     def __init__(
         self,
@@ -207,6 +108,18 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         self.timeout = timeout
         self.quarantine_uri = quarantine_uri
 
+    _spark_hook: DeltaSparkSubmitHook | None = None  # the hook of the running try
+
+    def on_kill(self) -> None:
+        """Stop the job through the hook that submitted it (with everything under
+        ``spark-submit``); an operator object that did not run it (a copy) stops this process's
+        jobs."""
+        hook = self._spark_hook
+        if hook is None:
+            super().on_kill()
+        elif hook.on_kill():
+            self.log.info("%s: stopped the running Spark job", self.table_uri)
+
     def work_key(self, context, hook, table):
         """``dml``: the statement (its arguments) as issued by this task of this run. ``ingest``
         names its work itself, by the identity of the files it loads; ``compact`` is
@@ -221,9 +134,10 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         args = ["--table", self.table_uri, *self.job_args]
         manifest = _arg_values(self.job_args, "--stage")
+        self._spark_hook = DeltaSparkSubmitHook.for_hook(hook, timeout=self.timeout, task_log=self.log)
         if self.job == "ingest" and manifest:
             return self._stage(context, hook, stamp, args, manifest[-1])
-        metrics = run_spark_job(self.job, args, hook=hook, stamp=stamp, timeout=self.timeout, log=self.log)
+        metrics = self._spark_hook.submit(self.job, args, stamp=stamp)
         if manifest:
             metrics["version"] = None  # staged: nothing committed yet
         return metrics
@@ -252,10 +166,10 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         if not files and all(_is_local(s) for s in sources):
             out = {"version": None, "batch": batch, "files": 0, "reason": f"no files match {sources}"}
             return skip_downstream(self, context, out, f"{sources}: nothing to ingest")
+        if files:  # the batch is what was listed here: the job must not glob the folder again
+            args = ["--table", self.table_uri, *pin_sources(self.job_args, files)]
         try:
-            metrics = run_spark_job(
-                self.job, args, hook=hook, stamp=stamp, timeout=self.timeout, log=self.log
-            )
+            metrics = self._spark_hook.submit(self.job, args, stamp=stamp)
         except SparkJobInputError as e:
             if e.returncode != EXIT_INPUT or not files:
                 raise
@@ -351,6 +265,28 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         }
         recorded = {"sources": _arg_values(self.job_args, "--source"), "landing_files": list(files)}
         return reject(self, context, report, destination, options, recorded=recorded, landing=list(files))
+
+
+def pin_sources(job_args: list[str], files: list[str]) -> list[str]:
+    """``job_args`` with its local ``--source`` paths and globs replaced by ``files`` (what they
+    matched when the operator listed them), each escaped for Hadoop's glob syntax so Spark reads
+    that one file; sources on other file systems are kept."""
+    out, i = [], 0
+    while i < len(job_args):
+        arg = str(job_args[i])
+        if arg == "--source" and i + 1 < len(job_args):
+            value, i = str(job_args[i + 1]), i + 2
+        elif arg.startswith("--source="):
+            value, i = arg.split("=", 1)[1], i + 1
+        else:
+            out.append(arg)
+            i += 1
+            continue
+        if not _is_local(value):
+            out += ["--source", value]
+    for path in files:
+        out += ["--source", "".join("\\" + c if c in "\\{}[]*?" else c for c in path)]
+    return out
 
 
 def _arg_values(args: list[str], name: str) -> list[str]:
