@@ -207,15 +207,17 @@ class DeltaDMLOperator(DeltaTableOperator):
             int(sum(plan.candidates.column("size").to_pylist())) if plan.candidates.num_rows else 0
         )
         if candidate_bytes > self.spark_threshold_bytes and not plan.partition_only:
-            from deltaplane.operators.operators.spark import run_spark_job
+            from deltaplane.operators.operators.spark import run_row_level_plan
 
-            args = ["--table", self.table_uri, f"--{self.operation}", predicate or "true"]
-            for column, expr in (self.updates or {}).items() if self.operation == "update" else ():
-                args += ["--set", f"{column}={expr}"]
-            if self.strategy:
-                args += ["--strategy", self.strategy]
-            metrics = run_spark_job(
-                "dml", args, hook=hook, stamp=stamp, timeout=self.spark_timeout, log=self.log
+            # the plan itself goes to the job (its version, candidates, strategy): never re-derived
+            metrics = run_row_level_plan(
+                plan,
+                self.table_uri,
+                table.snapshot.store,
+                hook=hook,
+                stamp=stamp,
+                timeout=self.spark_timeout,
+                log=self.log,
             )
             metrics["engine"] = "spark"
             return metrics
