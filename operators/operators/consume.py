@@ -23,11 +23,15 @@ class DeltaConsumeOperator(DeltaTableOperator):
     it), or ``"changes"`` (the source's change data feed rows for that commit; needs
     ``delta.enableChangeDataFeed`` on the source). Rows get ``_source_version``, and with
     ``"changes"`` also ``_change_type`` (``insert`` for appends). ``max_versions`` bounds the
-    source commits one run reads (the next run reads on). The XCom: ``version`` (the target
-    commit), ``source_versions``, ``skipped_versions``, ``watermark``, ``rows``, ``skipped``."""
+    source commits one run reads (the next run reads on). The XCom is the operators' one shape
+    (``version``: the target commit; ``already_applied``: a concurrent or earlier try holds this
+    range) plus ``source_versions`` (read and written), ``skipped_versions``, ``watermark`` (the
+    last source version consumed) and ``rows``. OpenLineage: the source table (at
+    ``watermark``) in, the target out."""
 
     template_fields = ("table_uri", "source_uri")
     creates_table = True
+    operation_name = "CONSUME"  # the XCom's operation when nothing was committed
 
     def __init__(
         self,
@@ -79,4 +83,15 @@ class DeltaConsumeOperator(DeltaTableOperator):
             self.log.info(
                 "%s: nothing to consume from %s (%s)", self.table_uri, self.source_uri, result.reason
             )
-        return result.to_dict()
+        out = result.to_dict()
+        out["already_applied"] = out.pop("skipped")
+        return out
+
+    def lineage_datasets(self, result, facts):
+        from deltaplane.operators.utils.lineage import Ref, table_ref
+
+        source = Ref(self.source_uri, table=True)
+        if result is not None:
+            source.version = result.get("watermark")
+            source.rows = result.get("rows")
+        return [source], [table_ref(self.table_uri, result, facts, output=True)]

@@ -28,7 +28,10 @@ class DeltaLogTailSensor(BaseSensorOperator):
     other rewrites do not count), ``kinds`` (``append``, ``delete``, ``update``), ``operations``
     (``["WRITE", "MERGE"]``) and a ``partition_filter`` (templated). The XCom is
     ``{"after_version", "latest_version", "commits": [{"version", "operation", "kind",
-    "rowsAdded", "rowsDeleted", "files", ...}]}``.
+    "rowsAdded", "rowsDeleted", "files", ...}]}`` in the operators' one XCom shape
+    (``deltaplane.operators.utils.results``: ``operation`` ``LOG TAIL``, ``read_version`` the
+    latest version examined, ``committed`` false, ``engine`` ``in-process`` or ``triggerer``).
+    OpenLineage: the table, at the latest version examined, as the task's input.
 
     The sensor does not move the watermark: the commits it found are not handled until the work
     downstream has succeeded. Put a ``DeltaWatermarkOperator`` after that work (the DAG factory
@@ -47,6 +50,7 @@ class DeltaLogTailSensor(BaseSensorOperator):
 
     template_fields = ("table_uri", "after_version", "partition_filter", "watermark_key")
     ui_color = "#d4edda"
+    operation_name = "LOG TAIL"  # the XCom's operation (a sensor commits nothing)
 
     def __init__(
         self,
@@ -115,11 +119,11 @@ class DeltaLogTailSensor(BaseSensorOperator):
     def execute(self, context) -> Any:
         if not self.deferrable:
             result = super().execute(context)
-            return self._finish(result)
+            return self._finish(result, engine="in-process")
         after = self._start()
         result = self._check(after)
         if result["commits"]:
-            return self._finish(result)
+            return self._finish(result, engine="in-process")
         from deltaplane.operators.triggers.commits import DeltaCommitTrigger
 
         timeout = float(self.timeout)
@@ -147,18 +151,64 @@ class DeltaLogTailSensor(BaseSensorOperator):
 
         status = (event or {}).get("status")
         if status == "success":
-            return self._finish({k: v for k, v in event.items() if k != "status"})
+            return self._finish({k: v for k, v in event.items() if k != "status"}, engine="triggerer")
         message = (event or {}).get("message") or f"the commit trigger ended without a result: {event!r}"
         if status == "timeout":
             raise DeltaTriggerTimeout(f"{self.table_uri}: {message}")
         raise DeltaTriggerError(f"{self.table_uri}: {message}")
 
-    def _finish(self, result: dict[str, Any]) -> dict[str, Any]:
+    def _finish(self, result: dict[str, Any], *, engine: str) -> dict[str, Any]:
+        from deltaplane.operators.utils.results import shape_result
+
         if self.advance_watermark and result and result.get("commits"):
             from deltaplane.engine.watermarks import write_watermark
 
             write_watermark(self.table_uri, self._key(), int(result["latest_version"]), self._options())
-        return result
+        found = len(result.get("commits") or [])
+        raw = {
+            **result,
+            "reason": f"a sensor commits nothing: {found} matching commit(s) after version "
+            f"{result.get('after_version')} (latest {result.get('latest_version')})",
+        }
+        out = shape_result(
+            raw,
+            table=self.table_uri,
+            operation=self.operation_name,
+            read_version=result.get("latest_version"),
+            engine=engine,
+            work=None,
+        )
+        self._lineage_result = out
+        return out
+
+    # --- OpenLineage (Airflow's OpenLineage provider calls these) -------------------------------
+
+    def lineage_datasets(self, result: dict[str, Any] | None, facts: dict[str, Any]):
+        """``(inputs, outputs)``: the table, read up to the latest version examined."""
+        from deltaplane.operators.utils.lineage import Ref
+
+        ref = Ref(self.table_uri, table=True)
+        if result is not None:
+            ref.version = result.get("latest_version")
+            added = [c.get("rowsAdded") for c in result.get("commits") or []]
+            ref.rows = sum(added) if added and None not in added else None
+        return [ref], []
+
+    def _lineage(self, result: dict[str, Any] | None):
+        try:
+            from deltaplane.operators.utils.lineage import operator_lineage
+        except ImportError:  # the OpenLineage provider is not installed
+            return None
+        return operator_lineage(self, result, {})
+
+    def get_openlineage_facets_on_start(self):
+        return self._lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        return self._lineage(getattr(self, "_lineage_result", None))
+
+    def get_openlineage_facets_on_failure(self, task_instance):
+        return self._lineage(None)
 
 
 class DeltaWatermarkOperator(DeltaTableOperator):

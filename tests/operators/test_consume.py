@@ -67,8 +67,16 @@ def test_skip_consumes_only_rows_actually_added(airflow_db, tmp_path):
     # The DELETE's re-added files and the OPTIMIZE's rewrites are not new rows.
     assert sorted(got["id"].to_pylist()) == [*range(200), 500, 501, 502]
     assert DeltaTable(target).snapshot.app_transaction_version(f"consume:{source}") == versions["last"]
+    assert (out["operation"], out["committed"], out["already_applied"], out["watermark"]) == (
+        "CREATE TABLE AS SELECT",  # the first consume creates the target
+        True,
+        False,
+        versions["last"],
+    )
     again = run_dag("consume_skip", consume_dag("consume_skip", source, target, "skip"))  # a rerun
-    assert xcom(again, "consume")["version"] is None and DeltaTable(target).count() == 203
+    rerun = xcom(again, "consume")
+    assert rerun["version"] is None and DeltaTable(target).count() == 203
+    assert (rerun["operation"], rerun["committed"], rerun["reason"]) == ("CONSUME", False, "no new commits")
 
 
 def test_changes_consumes_the_change_feed(airflow_db, tmp_path):

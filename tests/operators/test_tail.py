@@ -128,6 +128,14 @@ def test_deferred_sensor_waits_in_its_trigger(airflow_db, tmp_path):
     assert task_states(run) == {"wait": "success"}
     result = xcom(run, "wait")
     assert [c["version"] for c in result["commits"]] == [5] and result["commits"][0]["rowsAdded"] == 2
+    # The operators' one XCom shape: a sensor commits nothing and says where it waited.
+    assert (result["operation"], result["version"], result["committed"], result["engine"]) == (
+        "LOG TAIL",
+        None,
+        False,
+        "triggerer",
+    )
+    assert result["read_version"] == result["latest_version"] == 5 and result["table"] == uri
 
 
 def test_commit_trigger_serializes_and_fires():
@@ -336,3 +344,22 @@ def test_deferred_sensor_fails_when_its_table_disappears(airflow_db, tmp_path):
     )
     thread.join()
     assert task_states(run) == {"wait": "failed"}
+
+
+def test_sensor_and_consumer_name_their_tables_to_openlineage(tmp_path):
+    """The sensor reads its table; the consumer reads the source (at its watermark) and writes
+    the target: real OpenLineage datasets from the operators' result."""
+    from deltaplane.operators.operators.consume import DeltaConsumeOperator
+    from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor
+    from deltaplane.operators.utils.lineage import operator_lineage
+
+    uri, copy = str(tmp_path / "t"), str(tmp_path / "copy")
+    make_table(uri)
+    sensor = DeltaLogTailSensor(task_id="wait", table_uri=uri, after_version=2)
+    result = sensor._finish(find_new_commits(uri, 2), engine="in-process")
+    lineage = sensor.get_openlineage_facets_on_complete(None)
+    assert [d.name for d in lineage.inputs] == [uri] and lineage.outputs == []
+    assert result["latest_version"] == 3 and result["commits"][0]["version"] == 3
+    consume = DeltaConsumeOperator(task_id="consume", table_uri=copy, source_uri=uri)
+    lineage = operator_lineage(consume, {"version": 0, "watermark": 3, "rows": 15, "committed": True}, {})
+    assert [d.name for d in lineage.inputs] == [uri] and [d.name for d in lineage.outputs] == [copy]
