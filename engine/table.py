@@ -17,7 +17,7 @@ from deltaplane.engine.actions import Metadata, Protocol
 from deltaplane.engine.auto_optimize import auto_compact_after_commit, auto_compact_enabled
 from deltaplane.engine.checkpoint_writer import CheckpointInfo, write_checkpoint
 from deltaplane.engine.commands import alter as alter_commands
-from deltaplane.engine.commands.changes import iter_changes, read_changes
+from deltaplane.engine.commands.changes import iter_changes
 from deltaplane.engine.commands.dml import execute_delete, execute_update
 from deltaplane.engine.commands.history import load_history
 from deltaplane.engine.commands.log_cleanup import (
@@ -51,8 +51,14 @@ from deltaplane.engine.commands.restore import (
 )
 from deltaplane.engine.commands.vacuum import FULL, VacuumMetrics, VacuumPlan, execute_vacuum, plan_vacuum
 from deltaplane.engine.commands.write import execute_append, execute_create, execute_overwrite
-from deltaplane.engine.errors import DeltaError, InvalidArgumentError, TableNotFoundError
-from deltaplane.engine.expressions.tree import Expr
+from deltaplane.engine.errors import (
+    DeltaError,
+    InvalidArgumentError,
+    TableNotFoundError,
+    UnsupportedOperationError,
+)
+from deltaplane.engine.expressions.dnf import dnf_to_expr, is_dnf
+from deltaplane.engine.expressions.tree import And, Expr, Literal
 from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth, table_health
 from deltaplane.engine.interop import add_actions_table, pyarrow_dataset
 from deltaplane.engine.log.timestamps import version_at_timestamp
@@ -175,8 +181,23 @@ class DeltaTable:
         """A stream of record batches, read file by file in bounded memory."""
         return self.scan(columns, filter).to_batches()
 
-    def file_uris(self, filter: str | Expr | None = None) -> list[str]:
-        """Live data files after partition pruning and statistics skipping."""
+    def file_uris(
+        self,
+        filter: str | Expr | list | None = None,
+        *,
+        partition_filters: list | None = None,
+        file_pruning_predicate: str | list | None = None,
+    ) -> list[str]:
+        """Live data files after partition pruning and statistics skipping: absolute paths for a
+        local table, URIs (``s3://...``) otherwise.
+
+        ``filter`` is a SQL predicate, an expression, or delta-rs's tuple filters (a list of
+        ``(column, op, value)`` tuples for AND, a list of such lists for OR); delta-rs's
+        ``partition_filters=`` and ``file_pruning_predicate=`` are accepted too. As in delta-rs,
+        a filter on data columns keeps every file whose statistics may match (a superset)."""
+        filter = _combined_filter(
+            (filter, False), (partition_filters, True), (file_pruning_predicate, False)
+        )
         if filter is not None:
             return self.scan(None, filter).file_uris()
         snapshot = self.snapshot
@@ -188,6 +209,73 @@ class DeltaTable:
             self._all_uris = (snapshot, uris)
             return list(uris)
         return uris
+
+    def files(self, partition_filters: list | None = None) -> list[str]:
+        """The live data files as the log names them: paths relative to the table's root (an
+        absolute URI for a file stored elsewhere), percent-decoded, as delta-rs's ``files()``
+        (delta-rs 0.x; 1.x has ``file_uris()`` and ``get_add_actions()``). ``partition_filters``
+        are delta-rs's tuple filters on partition columns (``""`` is a null value)."""
+        if partition_filters is None:
+            return self.get_add_actions().column("path").to_pylist()
+        wanted = set(self.file_uris(partition_filters=partition_filters))
+        actions = self.get_add_actions()
+        everything = self.file_uris()
+        by_uri = dict(zip(everything, actions.column("path").to_pylist(), strict=True))
+        return [by_uri[u] for u in everything if u in wanted]
+
+    def to_pyarrow_table(
+        self,
+        partitions: list | None = None,
+        columns: list[str] | None = None,
+        filesystem: Any = None,
+        filters: Any = None,
+    ) -> pa.Table:
+        """All rows as one Arrow table, with delta-rs's arguments (the same as ``to_arrow``, which
+        takes SQL filters).
+
+        ``filters``: tuple filters in disjunctive normal form (``[("id", ">", 5)]`` is AND,
+        ``[[...], [...]]`` is OR; ops ``= == != < <= > >= in``, ``not in``), a SQL string, or a
+        ``pyarrow.compute.Expression`` (applied to the rows after reading). ``partitions``:
+        tuple filters on partition columns, where ``""`` means a null partition value. Unlike
+        delta-rs, tables with deletion vectors and column mapping read too (through the engine,
+        not a pyarrow dataset); ``filesystem`` is refused: the table's own storage (its
+        ``storage_options``) reads the files."""
+        if filesystem is not None:
+            raise UnsupportedOperationError(
+                "to_pyarrow_table(filesystem=...) is not supported: files are read through the "
+                "table's own storage; pass storage_options when opening the DeltaTable"
+            )
+        _check_columns(columns)
+        import pyarrow.compute as pc
+
+        if isinstance(filters, pc.Expression):
+            predicate = _combined_filter((partitions, True))
+            table = self.to_arrow(None, predicate).filter(filters)
+            return table if columns is None else table.select(columns)
+        return self.to_arrow(columns, _combined_filter((filters, False), (partitions, True)))
+
+    def load_as_version(self, version: int | str | dt.datetime) -> DeltaTable:
+        """Time travel this object (delta-rs's name): an int is a version, a string (ISO-8601)
+        or a datetime (UTC if naive) a point in time (the latest commit at or before it). Returns
+        this object (delta-rs returns ``None``); read-only until ``refresh()``."""
+        if isinstance(version, int) and not isinstance(version, bool):
+            return self.load_version(version)
+        if isinstance(version, str | dt.datetime):
+            target = version_at_timestamp(self._store, version, self.snapshot.properties)
+            return self.load_version(target)
+        raise InvalidArgumentError(
+            f"load_as_version takes a version (int), an ISO-8601 string or a datetime, got {version!r}"
+        )
+
+    def create_checkpoint(self) -> CheckpointInfo:
+        """delta-rs's name for ``checkpoint()``: a checkpoint of the current version."""
+        return self.checkpoint()
+
+    def cleanup_metadata(self) -> LogCleanupMetrics:
+        """delta-rs's name for ``cleanup_log()``: delete log files older than
+        ``delta.logRetentionDuration`` up to the newest expired checkpoint (Delta Spark's rule:
+        the cutoff is taken at midnight UTC). Returns the metrics (delta-rs returns ``None``)."""
+        return self.cleanup_log()
 
     def to_pandas(self, columns: list[str] | None = None, filter: str | Expr | None = None):
         """All rows (projected and filtered) as a pandas DataFrame (pandas must be installed)."""
@@ -410,14 +498,37 @@ class DeltaTable:
 
     def update(
         self,
-        updates: dict[str, str],
-        predicate: str | Expr | None = None,
-        *,
+        updates: Mapping[str, str] | None = None,
+        predicate: str | Expr | Mapping[str, Any] | None = None,
+        *args: Any,
+        new_values: Mapping[str, Any] | None = None,
         strategy: str | None = None,
         rewrite_threshold: float | None = None,
         commit_metadata: Mapping[str, Any] | None = None,
     ) -> CommitResult:
-        """Set columns to SQL expressions (``{"price": "price * 1.1"}``) on matching rows."""
+        """Set columns to SQL expressions (``updates={"price": "price * 1.1"}``) or to Python
+        values (``new_values={"status": "done"}``, delta-rs's spelling; typed as the column) on
+        the rows matching ``predicate`` (every row when ``None``).
+
+        delta-rs's positional order ``update(updates, new_values, predicate)`` works too: a
+        mapping in the second place is ``new_values``. Returns the ``CommitResult`` (delta-rs
+        returns a dict of metrics: ``result.operation_metrics`` has Delta Spark's)."""
+        if isinstance(predicate, Mapping):  # delta-rs: update(updates, new_values, predicate)
+            if new_values is not None:
+                raise InvalidArgumentError("new_values given twice (by position and by name)")
+            new_values, predicate = predicate, None
+            if len(args) > 1:
+                raise InvalidArgumentError(
+                    f"update() takes at most 3 positional arguments, got {2 + len(args)}"
+                )
+            if args:
+                predicate = args[0]
+        elif args:
+            raise InvalidArgumentError(
+                "update() takes updates and predicate by position; pass the rest by name "
+                "(new_values=..., strategy=...)"
+            )
+        updates = _assignments(updates, new_values, self.snapshot.schema)
         with commit_metadata_scope(commit_metadata):
             read = self._latest_for_write()
             result = execute_update(
@@ -450,7 +561,13 @@ class DeltaTable:
             commit_metadata=commit_metadata,
         )
 
-    def optimize(
+    @property
+    def optimize(self) -> TableOptimizer:
+        """``dt.optimize(...)`` compacts (or Z-orders with ``zorder_by``); delta-rs's
+        ``dt.optimize.compact(...)`` and ``dt.optimize.z_order([...])`` work too."""
+        return TableOptimizer(self)
+
+    def _optimize(
         self,
         target_file_size: int | None = None,
         zorder_by: list[str] | None = None,
@@ -574,46 +691,74 @@ class DeltaTable:
         start_version: int | None = None,
         end_version: int | None = None,
         *,
+        starting_version: int | None = None,
+        ending_version: int | None = None,
         starting_timestamp: str | int | dt.datetime | None = None,
         ending_timestamp: str | int | dt.datetime | None = None,
         columns: list[str] | None = None,
+        predicate: str | Expr | None = None,
+        allow_out_of_range: bool = False,
     ) -> pa.Table:
         """The change data feed: changed rows with ``_change_type``, ``_commit_version`` and
-        ``_commit_timestamp`` (``delta.enableChangeDataFeed`` must be on), for versions or for
-        the commits between two timestamps (the first at or after ``starting_timestamp``, the
-        last at or before ``ending_timestamp``); ``columns`` selects table columns."""
-        _check_count(start_version, "start_version")
-        _check_count(end_version, "end_version")
-        return read_changes(
-            self._store,
-            start_version,
-            end_version,
+        ``_commit_timestamp`` (``delta.enableChangeDataFeed`` must be on), for versions (from 0
+        when no start is given, as delta-rs) or for the commits between two timestamps (the
+        first at or after ``starting_timestamp``, the last at or before ``ending_timestamp``);
+        ``columns`` selects table columns, ``predicate`` (SQL) filters the rows.
+
+        ``starting_version``/``ending_version`` (delta-rs's names) are the same as
+        ``start_version``/``end_version``; ``allow_out_of_range`` turns a start after the latest
+        version into no rows and an end after it into the latest. ``load_cdf`` takes the same
+        arguments and streams the same rows."""
+        return self.load_cdf(
+            starting_version=_one_of(start_version, starting_version, "start_version", "starting_version"),
+            ending_version=_one_of(end_version, ending_version, "end_version", "ending_version"),
             starting_timestamp=starting_timestamp,
             ending_timestamp=ending_timestamp,
             columns=columns,
-        )
+            predicate=predicate,
+            allow_out_of_range=allow_out_of_range,
+        ).read_all()
 
     def load_cdf(
         self,
         starting_version: int | None = None,
         ending_version: int | None = None,
         *,
+        start_version: int | None = None,
+        end_version: int | None = None,
         starting_timestamp: str | int | dt.datetime | None = None,
         ending_timestamp: str | int | dt.datetime | None = None,
         columns: list[str] | None = None,
+        predicate: str | Expr | None = None,
+        allow_out_of_range: bool = False,
     ) -> pa.RecordBatchReader:
         """The change data feed as a stream of batches, one commit after another (delta-rs's
-        name); the same arguments as ``changes()``."""
-        if starting_version is None and starting_timestamp is None:
-            starting_version = 0
-        return iter_changes(
+        name); the same arguments and rows as ``changes()``."""
+        start = _one_of(starting_version, start_version, "starting_version", "start_version")
+        end = _one_of(ending_version, end_version, "ending_version", "end_version")
+        _check_count(start, "starting_version")
+        _check_count(end, "ending_version")
+        if start is None and starting_timestamp is None:
+            start = 0
+        if allow_out_of_range:
+            from deltaplane.engine.log.segment import list_log
+
+            latest = list_log(self._store, 0).max_version
+            if end is not None and latest is not None and end > latest:
+                end = latest
+            if start is not None and latest is not None and start > latest:
+                return _empty_changes(self, columns)
+        reader = iter_changes(
             self._store,
-            starting_version,
-            ending_version,
+            start,
+            end,
             starting_timestamp=starting_timestamp,
             ending_timestamp=ending_timestamp,
-            columns=columns,
+            columns=None if predicate is not None else columns,
         )
+        if predicate is None:
+            return reader
+        return _filtered_changes(reader, predicate, columns)
 
     def repair(
         self,
@@ -743,6 +888,179 @@ class TableAlterer:
         self, name: str | None, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
         return self._run(alter_commands.set_table_name, name, commit_metadata=commit_metadata)
+
+
+class TableOptimizer:
+    """``dt.optimize``: called, it is ``DeltaTable.optimize``'s compaction (and Z-order with
+    ``zorder_by``); ``compact()`` and ``z_order()`` are delta-rs's spellings, returning
+    delta-rs's metrics dictionary (``numFilesAdded``, ``numFilesRemoved``, ``filesAdded``,
+    ``filesRemoved``, ``partitionsOptimized``, ``numBatches``, ``totalConsideredFiles``,
+    ``totalFilesSkipped``, ``preserveInsertionOrder``)."""
+
+    def __init__(self, table: DeltaTable):
+        self._table = table
+
+    def __call__(self, *args: Any, **kwargs: Any) -> OptimizeMetrics | OptimizePlan:
+        return self._table._optimize(*args, **kwargs)
+
+    def compact(
+        self,
+        partition_filters: list | None = None,
+        target_size: int | None = None,
+        max_concurrent_tasks: int | None = None,
+        *,
+        commit_metadata: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Bin-pack small files (delta-rs's ``compact``); ``partition_filters`` are tuple
+        filters on partition columns (AND), ``target_size`` in bytes."""
+        metrics = self._table._optimize(
+            target_file_size=target_size,
+            filter=_combined_filter((partition_filters, True)),
+            max_concurrent_bins=max_concurrent_tasks,
+            commit_metadata=commit_metadata,
+        )
+        return _deltalake_optimize_metrics(metrics, zorder=False)
+
+    def z_order(
+        self,
+        columns: list[str],
+        partition_filters: list | None = None,
+        target_size: int | None = None,
+        max_concurrent_tasks: int | None = None,
+        *,
+        commit_metadata: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Rewrite files sorted along a Z-order curve of ``columns`` (delta-rs's ``z_order``)."""
+        if isinstance(columns, str) or not isinstance(columns, list | tuple) or not columns:
+            raise InvalidArgumentError(f"z_order takes a non-empty list of column names, got {columns!r}")
+        metrics = self._table._optimize(
+            target_file_size=target_size,
+            zorder_by=list(columns),
+            filter=_combined_filter((partition_filters, True)),
+            max_concurrent_bins=max_concurrent_tasks,
+            commit_metadata=commit_metadata,
+        )
+        return _deltalake_optimize_metrics(metrics, zorder=True)
+
+
+def _deltalake_optimize_metrics(metrics: OptimizeMetrics, *, zorder: bool) -> dict[str, Any]:
+    import json
+
+    def sizes(count: int, total: int) -> str:
+        avg = total / count if count else 0.0
+        return json.dumps({"avg": avg, "totalFiles": count, "totalSize": total})
+
+    return {
+        "numFilesAdded": metrics.num_files_added,
+        "numFilesRemoved": metrics.num_files_removed,
+        "filesAdded": sizes(metrics.num_files_added, metrics.bytes_added),
+        "filesRemoved": sizes(metrics.num_files_removed, metrics.bytes_removed),
+        "partitionsOptimized": metrics.partitions_optimized,
+        "numBatches": metrics.num_bins,
+        "totalConsideredFiles": metrics.total_considered_files,
+        "totalFilesSkipped": metrics.total_files_skipped,
+        "preserveInsertionOrder": not zorder,
+        "version": metrics.version,
+    }
+
+
+def _combined_filter(*parts: tuple[Any, bool]) -> str | Expr | None:
+    """One filter from several (SQL, expression or tuple filters; ``True`` marks delta-rs's
+    partition-filter form, where ``""`` is a null value), joined with AND."""
+    from deltaplane.engine.expressions.parser import parse_predicate
+
+    exprs: list[Expr] = []
+    for value, partition_form in parts:
+        if value is None:
+            continue
+        if is_dnf(value):
+            exprs.append(dnf_to_expr(value, partition_strings=partition_form))
+        elif isinstance(value, str):
+            exprs.append(parse_predicate(value))
+        elif isinstance(value, Expr):
+            exprs.append(value)
+        else:
+            raise InvalidArgumentError(
+                "a filter is a SQL string, an expression, or a list of (column, op, value) tuples; "
+                f"got {type(value).__name__}"
+            )
+    if not exprs:
+        return None
+    return exprs[0] if len(exprs) == 1 else And(tuple(exprs))
+
+
+def _check_columns(columns: Any) -> None:
+    if columns is None:
+        return
+    if isinstance(columns, str) or not isinstance(columns, list | tuple):
+        raise InvalidArgumentError(f"columns must be a list of column names, got {columns!r}")
+
+
+def _assignments(
+    updates: Mapping[str, str] | None, new_values: Mapping[str, Any] | None, schema: StructType
+) -> dict:
+    if updates is not None and new_values is not None:
+        raise InvalidArgumentError("pass updates (SQL expressions) or new_values (Python values), not both")
+    if updates is None and new_values is None:
+        raise InvalidArgumentError("update() needs updates (SQL expressions) or new_values (Python values)")
+    given = updates if updates is not None else new_values
+    if not isinstance(given, Mapping):
+        which = "updates" if updates is not None else "new_values"
+        raise InvalidArgumentError(f"{which} must be a mapping of column name to value, got {given!r}")
+    if updates is not None:
+        bad = {k: v for k, v in updates.items() if not isinstance(v, str | Expr)}
+        if bad:
+            raise InvalidArgumentError(
+                f"updates are SQL expressions (strings); for Python values use new_values: {bad!r}"
+            )
+        return dict(updates)
+    from deltaplane.engine.expressions.bind import coerce_literal
+
+    out: dict[str, Any] = {}
+    for name, value in new_values.items():
+        f = schema.find(name) if isinstance(name, str) else None
+        # typed as the column (a value that does not fit stays wider and is refused on write)
+        out[name] = Literal(value) if f is None else coerce_literal(value, f.type, f"column {name!r}")
+    return out
+
+
+def _one_of(a: Any, b: Any, a_name: str, b_name: str) -> Any:
+    if a is not None and b is not None:
+        raise InvalidArgumentError(f"{a_name} and {b_name} are the same argument: give one")
+    return a if a is not None else b
+
+
+def _empty_changes(table: DeltaTable, columns: list[str] | None) -> pa.RecordBatchReader:
+    latest = DeltaTable(table.uri, storage_options=table.storage_options)
+    reader = iter_changes(latest._store, latest.version, latest.version, columns=columns)
+    return pa.RecordBatchReader.from_batches(reader.schema, iter(()))
+
+
+def _filtered_changes(reader: pa.RecordBatchReader, predicate: str | Expr, columns: list[str] | None):
+    """The change rows matching ``predicate`` (bound to the change feed's own schema), then
+    projected to ``columns`` and the change columns."""
+    from deltaplane.engine.expressions.arrow import to_arrow_expression
+    from deltaplane.engine.expressions.bind import bind_predicate
+    from deltaplane.engine.expressions.parser import parse_predicate
+    from deltaplane.engine.schema import from_arrow_schema
+
+    expr = parse_predicate(predicate) if isinstance(predicate, str) else predicate
+    bound = bind_predicate(expr, from_arrow_schema(reader.schema))
+    arrow_filter = to_arrow_expression(bound)
+    schema = reader.schema
+    if columns is not None:
+        change = ["_change_type", "_commit_version", "_commit_timestamp"]
+        unknown = [c for c in columns if c not in schema.names or c in change]
+        if unknown:
+            raise InvalidArgumentError(f"unknown column {unknown[0]!r} (columns: {', '.join(schema.names)})")
+        schema = pa.schema([schema.field(n) for n in [*dict.fromkeys(columns), *change]])
+
+    def batches():
+        for batch in reader:
+            rows = pa.Table.from_batches([batch]).filter(arrow_filter)
+            yield from rows.select(schema.names).to_batches()
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def _check_uri(uri: Any) -> None:
