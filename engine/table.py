@@ -212,16 +212,14 @@ class DeltaTable:
 
     def files(self, partition_filters: list | None = None) -> list[str]:
         """The live data files as the log names them: paths relative to the table's root (an
-        absolute URI for a file stored elsewhere), percent-decoded, as delta-rs's ``files()``
+        absolute URI for a file stored elsewhere), percent-encoded as in the log (the ``path`` of
+        ``get_add_actions()``), as delta-rs's ``files()``
         (delta-rs 0.x; 1.x has ``file_uris()`` and ``get_add_actions()``). ``partition_filters``
         are delta-rs's tuple filters on partition columns (``""`` is a null value)."""
         if partition_filters is None:
             return self.get_add_actions().column("path").to_pylist()
-        wanted = set(self.file_uris(partition_filters=partition_filters))
-        actions = self.get_add_actions()
-        everything = self.file_uris()
-        by_uri = dict(zip(everything, actions.column("path").to_pylist(), strict=True))
-        return [by_uri[u] for u in everything if u in wanted]
+        scan = self.scan(None, _combined_filter((partition_filters, True)))
+        return scan.files.column("path").to_pylist()
 
     def to_pyarrow_table(
         self,

@@ -124,6 +124,23 @@ def test_files_and_file_uris_match_deltalake(source):
     )
 
 
+def test_file_lists_with_escaped_partition_values_match_deltalake(tmp_path):
+    path = str(tmp_path / "escaped")
+    data = pa.table({"id": [1, 2, 3, 4], "p": ["a b", "x/y", "é%", None]})
+    write_deltalake(path, data, partition_by=["p"])
+    theirs, ours = deltalake.DeltaTable(path), DeltaTable(path)
+    assert sorted(ours.files()) == sorted(theirs.get_add_actions().column("path").to_pylist())
+    assert sorted(ours.file_uris()) == sorted(theirs.file_uris())
+    for value in ("a b", "x/y", "é%", ""):
+        partition_filters = [("p", "=", value)]
+        expected = theirs.file_uris(partition_filters=partition_filters)
+        assert ours.file_uris(partition_filters=partition_filters) == expected, value
+        assert len(ours.files(partition_filters)) == 1
+        assert rows(ours.to_pyarrow_table(partitions=partition_filters)) == rows(
+            theirs.to_pyarrow_table(partitions=partition_filters)
+        )
+
+
 def test_load_as_version_matches_deltalake(source):
     theirs = deltalake.DeltaTable(str(source))
     ours = DeltaTable(str(source))
