@@ -118,6 +118,12 @@ _WORDING = {
         (re.compile(r"\bretention_hours must\b"), "--retention-hours must"),
     ],
     "restore": [(re.compile(r"\ba version to restore must\b"), "--to-version must")],
+    "generate-manifest": [
+        (
+            re.compile(r"rewrite those files \(copy-on-write\) first"),
+            "rewrite those files first (deltaplane optimize URI --purge)",
+        )
+    ],
 }
 
 

@@ -106,3 +106,18 @@ def test_table_dependent_errors_keep_cli_wording(table):
     # the optimize the checks let through still runs
     done = run_cli("optimize", table, "--max-concurrent-bins", "1", "--min-num-files", "1", "--json")
     assert done.returncode == 0, done.stderr
+
+
+def test_generate_manifest_names_the_command_that_fixes_it(tmp_path):
+    path = str(tmp_path / "dv")
+    data = pa.table({"id": list(range(10)), "part": ["a", "b"] * 5})
+    t = DeltaTable.create(
+        path, data=data, partition_by=["part"], properties={"delta.enableDeletionVectors": "true"}
+    )
+    t.delete("id < 3")  # deletion vectors
+    t.alter.set_table_properties({"delta.enableDeletionVectors": "false"})
+    line = one_line_error(run_cli("generate-manifest", path))
+    assert "deltaplane optimize URI --purge" in line, line
+    assert run_cli("optimize", path, "--purge").returncode == 0
+    done = run_cli("generate-manifest", path)
+    assert done.returncode == 0, done.stderr
