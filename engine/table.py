@@ -49,7 +49,14 @@ from deltaplane.engine.commands.restore import (
     plan_restore,
     restore_target_version,
 )
-from deltaplane.engine.commands.vacuum import FULL, VacuumMetrics, VacuumPlan, execute_vacuum, plan_vacuum
+from deltaplane.engine.commands.vacuum import (
+    FULL,
+    LITE,
+    VacuumMetrics,
+    VacuumPlan,
+    execute_vacuum,
+    plan_vacuum,
+)
 from deltaplane.engine.commands.write import execute_append, execute_create, execute_overwrite
 from deltaplane.engine.errors import (
     DeltaError,
@@ -275,9 +282,25 @@ class DeltaTable:
         the cutoff is taken at midnight UTC). Returns the metrics (delta-rs returns ``None``)."""
         return self.cleanup_log()
 
-    def to_pandas(self, columns: list[str] | None = None, filter: str | Expr | None = None):
-        """All rows (projected and filtered) as a pandas DataFrame (pandas must be installed)."""
-        return self.to_arrow(columns, filter).to_pandas()
+    def to_pandas(
+        self,
+        columns: list[str] | None = None,
+        filter: str | Expr | None = None,
+        *,
+        partitions: list | None = None,
+        filters: Any = None,
+        types_mapper: Any = None,
+    ):
+        """All rows (projected and filtered) as a pandas DataFrame (pandas must be installed).
+        delta-rs's ``partitions=``, ``filters=`` (tuple filters or a pyarrow expression, as in
+        ``to_pyarrow_table``) and ``types_mapper=`` are accepted by name."""
+        if partitions is None and filters is None:
+            table = self.to_arrow(columns, filter)
+        elif filter is not None:
+            raise InvalidArgumentError("give filter (SQL) or delta-rs's filters/partitions, not both")
+        else:
+            table = self.to_pyarrow_table(partitions, columns, None, filters)
+        return table.to_pandas(types_mapper=types_mapper)
 
     def count(self, filter: str | Expr | None = None) -> int:
         """The number of rows (matching ``filter``). Without a filter it comes from the files'
@@ -620,7 +643,14 @@ class DeltaTable:
         """Make ``version`` (or the version current at ``timestamp``) the current state again,
         as a new RESTORE commit that rewrites no data. Restoring the current version commits
         nothing (``skipped``); ``FilesMissingError`` (nothing committed) if VACUUM removed files
-        it needs. ``dry_run`` returns the plan."""
+        it needs. ``dry_run`` returns the plan.
+
+        As delta-rs's ``restore(target)``, the first argument may also be a point in time (an
+        ISO-8601 string or a datetime)."""
+        if isinstance(version, str | dt.datetime):
+            if timestamp is not None:
+                raise InvalidArgumentError("restore to a version or to a timestamp, not both")
+            version, timestamp = None, version
         current = self._latest_for_write()
         target_version = restore_target_version(self._store, current, version=version, timestamp=timestamp)
         target = load_restore_target(self._store, current, target_version)
@@ -638,9 +668,11 @@ class DeltaTable:
         dry_run: bool = True,
         enforce_retention: bool = True,
         *,
-        mode: str = FULL,
+        mode: str | None = None,
         max_workers: int | None = None,
         commit_metadata: Mapping[str, Any] | None = None,
+        enforce_retention_duration: bool | None = None,
+        full: bool | None = None,
     ) -> VacuumFiles:
         """Delete files no version inside the retention window needs; returns the sorted
         table-relative paths deleted (with ``dry_run``, the default: that would be deleted), as a
@@ -649,7 +681,22 @@ class DeltaTable:
         ``retention_hours`` defaults to ``delta.deletedFileRetentionDuration`` (7 days); a shorter
         one raises ``RetentionTooShortError`` unless ``enforce_retention=False``. ``mode="full"``
         lists the table (also reclaiming files no commit referenced); ``"lite"`` reads only the log.
+        The default is ``"full"`` (delta-rs defaults to lite).
+
+        delta-rs's keywords work too: ``enforce_retention_duration`` is ``enforce_retention``, and
+        ``full=True``/``False`` is ``mode="full"``/``"lite"``.
         """
+        if enforce_retention_duration is not None:
+            if enforce_retention is not True:
+                raise InvalidArgumentError(
+                    "enforce_retention and enforce_retention_duration are the same argument: give one"
+                )
+            enforce_retention = enforce_retention_duration
+        if full is not None:
+            if mode is not None:
+                raise InvalidArgumentError("give mode or full (delta-rs's spelling), not both")
+            mode = FULL if full else LITE
+        mode = FULL if mode is None else mode
         if retention_hours is not None and (
             isinstance(retention_hours, bool) or not isinstance(retention_hours, int | float)
         ):

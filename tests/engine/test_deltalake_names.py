@@ -23,6 +23,7 @@ from deltaplane.engine.errors import (
     DeltaError,
     InvalidArgumentError,
     InvalidPredicateError,
+    RetentionTooShortError,
     UnsupportedOperationError,
 )
 
@@ -423,3 +424,40 @@ def test_hostile_input_gets_typed_errors_and_changes_nothing(source, tmp_path):
         ours.optimize.compact(partition_filters=[("nope", "=", "a")])
     assert DeltaTable(ours_path).version == version  # nothing was committed
     assert rows(ours.to_arrow()) == rows(DeltaTable(str(source)).to_arrow())
+
+
+def test_vacuum_restore_and_to_pandas_take_deltalakes_arguments(source, tmp_path):
+    theirs_path, ours_path = copies(source, tmp_path)
+    for path in (theirs_path, ours_path):
+        write_deltalake(path, DATA.slice(0, 4), partition_by=["part"], mode="overwrite")  # v4
+    theirs, ours = deltalake.DeltaTable(theirs_path), DeltaTable(ours_path)
+    for full in (False, True):
+        expected = sorted(theirs.vacuum(retention_hours=0, enforce_retention_duration=False, full=full))
+        assert sorted(ours.vacuum(retention_hours=0, enforce_retention_duration=False, full=full)) == expected
+        assert sorted(ours.vacuum(0, True, False, full=full)) == expected
+        assert expected  # the overwritten files
+    with pytest.raises(RetentionTooShortError):
+        ours.vacuum(retention_hours=0, enforce_retention_duration=True)
+    with pytest.raises(InvalidArgumentError):
+        ours.vacuum(retention_hours=0, mode="lite", full=True)
+    # restore to a point in time given first, as delta-rs's restore(target)
+    when = dt.datetime.fromtimestamp(theirs.history()[-3]["timestamp"] / 1000, dt.UTC)  # version 2
+    theirs.restore(when)
+    result = ours.restore(when.isoformat())
+    assert result.version == theirs.version() == 5
+    assert rows(ours.to_arrow()) == rows(theirs.to_pyarrow_table())
+    ours.restore(4)
+    theirs.restore(4)
+    assert rows(ours.to_arrow()) == rows(theirs.to_pyarrow_table())
+    # to_pandas with delta-rs's keywords
+    for kwargs in (
+        dict(filters=[("id", ">", 1)]),
+        dict(partitions=[("part", "=", "a")], columns=["id"]),
+        dict(filters=pc.field("id") < 3),
+    ):
+        mine = ours.to_pandas(**kwargs).sort_values("id").reset_index(drop=True)
+        expected = theirs.to_pandas(**kwargs).sort_values("id").reset_index(drop=True)
+        assert mine["id"].tolist() == expected["id"].tolist(), kwargs
+        assert list(mine.columns) == list(expected.columns), kwargs
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        ours.to_pandas(filter="id > 1", filters=[("id", ">", 1)])
