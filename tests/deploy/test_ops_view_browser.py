@@ -1,0 +1,357 @@
+"""The ops view as an ops person meets it: a real `airflow api-server` (its own AIRFLOW_HOME,
+SimpleAuthManager, 127.0.0.1, stopped by PID) whose tables were filled by the factory's real
+DAGs (`airflow dags test`: a batch that passes the quality gate and is committed, a batch the gate
+rejects into the quarantine, maintenance, the consumer), and headless Chromium driven over the
+DevTools protocol: log in through the login form, open "Delta tables" from the navigation, open
+the table, follow a DAG-run link (it must leave the frame: no Airflow inside Airflow), open the
+table from its DAG's "Delta table" tab and from the link in an Asset event's extra. The table
+page is checked in the DOM (times, chart titles and axes, distinct operation colours, the rejected
+batch and its quarantine path) and saved as a screenshot under test-artifacts/."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.browser import browser, chromium  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
+
+ROOT = Path(__file__).resolve().parents[2]
+WHEN = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+
+CONFIG = """
+    tables:
+      trips:
+        uri: lake/trips
+        partition_by: [day]
+        retention_hours: 0
+        enforce_retention: false
+        auto_optimize: {min_small_files: 2}
+        ingest: {landing: landing, format: csv, staging: staging}
+        quality:
+          expectations:
+            - {expectation: expect_column_values_to_not_be_null, kwargs: {column: id}}
+        consumer: {target: lake/trips_copy}
+    """
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _land(landing: Path, start: int, *, bad: bool = False) -> None:
+    landing.mkdir(parents=True, exist_ok=True)
+    for part in range(2):
+        rows = [f"{'' if bad and i == 1 else start + part * 10 + i},2026-11-0{1 + i % 2}" for i in range(10)]
+        (landing / f"b{start}-{part}.csv").write_text("id,day\n" + "\n".join(rows) + "\n")
+
+
+def _airflow(env: dict, *args: str, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if check:
+        assert done.returncode == 0, (args, done.stdout[-3000:], done.stderr[-3000:])
+    return done
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory):
+    """An Airflow of its own with the factory's DAGs run for real; yields (base URL, password,
+    table path)."""
+    work = tmp_path_factory.mktemp("ops-ui")
+    home, dags = work / "home", work / "dags"
+    dags.mkdir()
+    config = work / "tables.yaml"
+    config.write_text(textwrap.dedent(CONFIG))
+    (dags / "deltaplane_tables.py").write_text((ROOT / "dags" / "deltaplane_tables.py").read_text())
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "DELTAPLANE_CONFIG": str(config),
+    }
+    _airflow(env, "db", "migrate")
+    _airflow(env, "dags", "reserialize")
+    for hour, start in ((9, 0), (10, 100)):  # two batches pass: CREATE TABLE, then WRITE
+        _land(work / "landing", start)
+        _airflow(env, "dags", "test", "deltaplane_trips_ingest", f"2026-11-20T{hour:02d}:00:00+00:00")
+    _land(work / "landing", 200, bad=True)  # a null id: the gate rejects the batch
+    _airflow(env, "dags", "test", "deltaplane_trips_ingest", "2026-11-20T11:00:00+00:00", check=False)
+    assert any((work / "lake" / "trips" / "_quarantine").iterdir())
+    _airflow(env, "dags", "test", "deltaplane_trips_consumer", "2026-11-20T12:30:00+00:00")
+    _airflow(env, "dags", "test", "deltaplane_trips_maintenance", "2026-11-20T13:00:00+00:00")
+    port = _port()
+    with open(work / "api.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", str(port),
+             "--workers", "1"],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                if _get(f"{base}/api/v2/monitor/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if process.poll() is not None or time.time() > deadline:
+                pytest.fail("api-server did not start: " + (work / "api.log").read_text()[-3000:])
+            time.sleep(0.5)
+        passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
+        yield base, passwords["admin"], str(work / "lake" / "trips")
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+class Tab:
+    """One page of Chromium over the DevTools protocol, clicked and typed into like a person."""
+
+    def __init__(self, ws):
+        self.ws, self.counter = ws, 0
+
+    async def call(self, method: str, **params):
+        self.counter += 1
+        await self.ws.send(json.dumps({"id": self.counter, "method": method, "params": params}))
+        while True:
+            message = json.loads(await self.ws.recv())
+            if message.get("id") == self.counter:
+                assert "error" not in message, message
+                return message.get("result", {})
+
+    async def js(self, expression: str):
+        result = await self.call(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
+        assert "exceptionDetails" not in result, result
+        return result["result"].get("value")
+
+    async def wait(self, expression: str, what: str, seconds: float = 60):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            value = await self.js(
+                f"(() => {{ try {{ return Boolean({expression}); }} catch (e) {{ return false; }} }})()"
+            )
+            if value:
+                return value
+            await asyncio.sleep(0.2)
+        html = await self.js("document.documentElement.outerHTML.slice(0, 3000)")
+        raise AssertionError(f"timed out waiting for {what} at {await self.js('location.href')}: {html}")
+
+    async def click(self, locate: str, what: str):
+        """A real mouse click in the middle of the element ``locate`` (JS returning it; inside
+        the plugin frame when it returns an element of the frame's document)."""
+        await self.wait(f"!!({locate})", what)
+        point = await self.js(
+            f"""(() => {{
+                const el = {locate};
+                el.scrollIntoView({{block: "center"}});
+                const r = el.getClientRects()[0];  // a link wrapped over lines: its first box
+                let x = r.left + r.width / 2, y = r.top + r.height / 2;
+                const inner = el.ownerDocument.elementFromPoint(x, y);
+                const frame = el.ownerDocument.defaultView.frameElement;
+                if (frame) {{ const f = frame.getBoundingClientRect(); x += f.left; y += f.top; }}
+                const outer = document.elementFromPoint(x, y);
+                const visible = inner !== null && el.contains(inner) && (outer === el || outer === frame
+                    || el.contains(outer));
+                return [x, y, visible, String(inner && inner.outerHTML).slice(0, 200),
+                        String(outer && outer.tagName)];
+            }})()"""
+        )
+        assert point[2], (what, point)  # the element itself is under the pointer, not something over it
+        for kind in ("mousePressed", "mouseReleased"):
+            await self.call(
+                "Input.dispatchMouseEvent", type=kind, x=point[0], y=point[1], button="left", clickCount=1
+            )
+
+    async def type(self, locate: str, text: str, what: str):
+        await self.click(locate, what)
+        await self.call("Input.insertText", text=text)
+
+
+FRAME = "document.querySelector('iframe')"
+DOC = f"{FRAME}.contentDocument"
+
+
+async def _session(ws_url: str, base: str, password: str, artifacts: Path) -> dict:
+    import websockets
+
+    seen: dict = {}
+    async with websockets.connect(ws_url, max_size=None) as ws:
+        tab = Tab(ws)
+        await tab.call("Page.enable")
+        await tab.call(
+            "Emulation.setDeviceMetricsOverride", width=1400, height=2400, deviceScaleFactor=1, mobile=False
+        )
+        await tab.call("Page.navigate", url=base + "/")
+        # The login form a person uses.
+        await tab.wait("document.querySelector('input[type=password]')", "the login form")
+        await tab.type("document.querySelector('form input:not([type=password])')", "admin", "the user field")
+        await tab.type("document.querySelector('input[type=password]')", password, "the password field")
+        await tab.click("document.querySelector('button[type=submit]')", "Sign in")
+        # The navigation's "Delta tables" entry, top level (not under Browse).
+        await tab.click(
+            "document.querySelector('a[href$=\"/plugin/deltaplane\"]')", "the Delta tables nav entry"
+        )
+        await tab.wait(f"{DOC}.querySelector('h1').textContent === 'Delta tables'", "the table list")
+        seen["list_text"] = await tab.js(f"{DOC}.body.innerText")
+        seen["list_gate"] = await tab.js(
+            f"[...{DOC}.querySelectorAll('tr')].find(r => r.querySelector('a[href$=\"/tables/trips\"]'))"
+            ".querySelector('td.gate').innerText"
+        )
+        # The table's page, from the list.
+        await tab.click(f"{DOC}.querySelector('a[href$=\"/tables/trips\"]')", "the trips link")
+        await tab.wait(f"{DOC}.querySelector('h1').textContent === 'trips'", "the trips page")
+        # Airflow keeps the frame's page in its own URL: a deep link to the table's page.
+        await tab.wait("location.pathname === '/plugin/deltaplane/deltaplane/tables/trips'", "the deep link")
+        seen["page"] = await tab.js(
+            f"""(() => {{
+                const d = {DOC};
+                const texts = sel => [...d.querySelectorAll(sel)].map(e => e.textContent.trim());
+                return {{
+                    text: d.body.innerText,
+                    chart_titles: texts('svg text.chart-title'),
+                    x_labels: texts('svg text.x-axis-label'),
+                    y_labels: texts('svg text.y-axis-label'),
+                    y_ticks: texts('svg text.y-tick'),
+                    x_ticks: texts('svg text.x-tick'),
+                    commit_times: texts('td.commit-time'),
+                    legend: [...d.querySelectorAll('.legend .item')].map(e => [e.textContent.trim(),
+                        getComputedStyle(e.querySelector('.swatch')).backgroundColor]),
+                    rejected: [...d.querySelectorAll('table.gate-history tr.rejected')].map(r => r.innerText),
+                    quarantine: texts('table.gate-history tr.rejected td.quarantine'),
+                    run_links: [...d.querySelectorAll('table.commits a[target=_top]')]
+                        .map(a => a.getAttribute('href')),
+                    health: Object.fromEntries([...d.querySelectorAll('[data-k]')].map(e => [e.dataset.k,
+                        e.textContent.trim()])),
+                }};
+            }})()"""
+        )
+        await tab.js(f"{FRAME}.style.height = {DOC}.documentElement.scrollHeight + 'px'")
+        await asyncio.sleep(0.5)
+        shot = await tab.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        (artifacts / "ops-view-table-in-airflow.png").write_bytes(base64.b64decode(shot["data"]))
+        await tab.js(f"{FRAME}.style.height = ''")  # back to Airflow's layout for the clicks
+        # A DAG-run link leaves the frame: Airflow's own page of the run, no Airflow inside Airflow.
+        run_link = f"{DOC}.querySelector('table.commits a[href*=\"/runs/\"]')"
+        seen["clicked"] = await tab.js(f"{run_link}.getAttribute('href')")
+        await tab.click(run_link, "a DAG-run link")
+        await tab.wait("location.pathname.includes('/runs/')", "the DAG run page")
+        await asyncio.sleep(1)
+        seen["after_run_link"] = {
+            "path": await tab.js("location.pathname"),
+            "frames": await tab.js("document.querySelectorAll('iframe').length"),
+            "nested": await tab.js("window.top !== window"),
+        }
+        # From a DAG's page: its "Delta table" tab.
+        await tab.call("Page.navigate", url=base + "/dags/deltaplane_trips_maintenance")
+        await tab.click(
+            "document.querySelector('a[href$=\"plugin/deltaplane-table\"]')", "the Delta table tab"
+        )
+        await tab.wait(f"{DOC}.querySelector('h1').textContent === 'trips'", "the trips page in the DAG tab")
+        seen["dag_tab"] = {
+            "path": await tab.js("location.pathname"),
+            "frame": await tab.js(f"{FRAME}.contentWindow.location.pathname"),
+        }
+        shot = await tab.call("Page.captureScreenshot", format="png")
+        (artifacts / "ops-view-dag-tab.png").write_bytes(base64.b64decode(shot["data"]))
+        cookies = (await tab.call("Network.getCookies", urls=[base]))["cookies"]
+        seen["token"] = next(c["value"] for c in cookies if c["name"] == "_token")
+    return seen
+
+
+async def _open_link(ws_url: str, url: str) -> dict:
+    import websockets
+
+    async with websockets.connect(ws_url, max_size=None) as ws:
+        tab = Tab(ws)
+        await tab.call("Page.enable")
+        await tab.call("Page.navigate", url=url)
+        await tab.wait(
+            f"{DOC}.querySelector('h1').textContent === 'trips'", "the trips page from the Asset link"
+        )
+        return {"path": await tab.js("location.pathname")}
+
+
+def test_an_ops_person_finds_the_table_from_the_nav_a_dag_and_an_asset_event(airflow, browser):  # noqa: F811
+    base, password, table = airflow
+    artifacts = Path(os.environ.get("DELTAPLANE_ARTIFACTS", ROOT / "test-artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    with urllib.request.urlopen(f"http://127.0.0.1:{browser}/json", timeout=10) as r:
+        ws_url = next(t for t in json.load(r) if t["type"] == "page")["webSocketDebuggerUrl"]
+    seen = asyncio.run(_session(ws_url, base, password, artifacts))
+
+    assert "trips.consumer" in seen["list_text"]  # the table the consumer writes
+    # The rejection is newer than the last pass: the list says so, and when the last pass was.
+    assert seen["list_gate"].startswith("rejected") and "last pass" in seen["list_gate"], seen["list_gate"]
+    page = seen["page"]
+    assert page["chart_titles"] == [
+        "Rows added per commit",
+        "Data added per commit",
+        "File sizes of the live files",
+    ]
+    assert page["y_labels"] == ["rows added", "bytes added", "files"]
+    assert all(x.startswith(("commit version", "file size (log scale")) for x in page["x_labels"])
+    assert any(t.endswith(("KiB", " B")) for t in page["y_ticks"]) and page["x_ticks"]
+    assert page["commit_times"] and all(WHEN.fullmatch(t) for t in page["commit_times"])
+    colors = dict(page["legend"])
+    assert "WRITE" in colors and "OPTIMIZE" in colors and len(set(colors.values())) == len(colors), colors
+    assert any(op.startswith("CREATE") for op in colors)
+    assert len(page["rejected"]) == 1 and "expect_column_values_to_not_be_null" in page["rejected"][0]
+    assert WHEN.search(page["rejected"][0])
+    assert page["quarantine"][0].startswith(table + "/_quarantine/"), page["quarantine"]
+    assert Path(page["quarantine"][0], "rejection.json").exists()
+    assert page["health"]["last_optimize"].startswith("v") and WHEN.fullmatch(
+        page["health"]["last_vacuum_time"]
+    )
+    assert any("/dags/deltaplane_trips_ingest/runs/" in href for href in page["run_links"])
+    after = seen["after_run_link"]
+    assert after["path"] == seen["clicked"] and after["path"].startswith("/dags/deltaplane_trips_"), after
+    assert after["frames"] == 0 and after["nested"] is False, after  # left the frame
+    assert seen["dag_tab"]["path"] == "/dags/deltaplane_trips_maintenance/plugin/deltaplane-table"
+    assert seen["dag_tab"]["frame"] == "/deltaplane/tables/trips"
+
+    # The link in the newest Asset event's extra opens the table page inside Airflow's frame.
+    status, body = _get(f"{base}/api/v2/assets/events?order_by=-timestamp&limit=1", seen["token"])
+    assert status == 200, body
+    link = json.loads(body)["asset_events"][0]["extra"]["ops_view"]
+    assert link.startswith("/plugin/deltaplane/deltaplane/table?uri=")
+    assert (
+        asyncio.run(_open_link(ws_url, base + link))["path"] == "/plugin/deltaplane/deltaplane/tables/trips"
+    )
