@@ -58,7 +58,7 @@ def test_config_errors_name_the_table_and_key(tmp_path):
         load_config(write_config(tmp_path, bad))
     message = str(e.value)
     assert "table 'trips': auto_optimize.min_small_files: Input should be greater than 0" in message
-    assert "table 'trips': target_file_size:" in message and "'lots' is not a size" in message
+    assert "table 'trips': target_file_size:" in message and "must be a size" in message and "got 'lots'" in message
     with pytest.raises(ConfigError, match="table 'trips': zorder: Extra inputs are not permitted"):
         load_config(write_config(tmp_path, GOOD.replace("manifest: true", "zorder: [a]")))
     with pytest.raises(ConfigError, match="under the 7-day safety limit"):
