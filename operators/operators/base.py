@@ -112,7 +112,8 @@ class DeltaTableOperator(BaseOperator):
         hook = DeltaHook(self.deltaplane_conn_id)
         stamp = run_stamp(context)
         table = self.open_table(hook)
-        self._flow = {"hook": hook, "table": table, "key": None}
+        read_version = table.version if table is not None else None  # the facade moves on as it commits
+        self._flow = {"hook": hook, "table": table, "key": None, "read_version": read_version}
         key = self.work_key(context, hook, table) if self.writes and self.idempotent else None
         self._flow["key"] = key
         if key is not None and table is not None:
@@ -177,7 +178,7 @@ class DeltaTableOperator(BaseOperator):
             raw,
             table=self.table_uri,
             operation=self.default_operation(),
-            read_version=table.version if table is not None else None,
+            read_version=flow.get("read_version"),
             engine=self.default_engine,
             work=key.app_id if key is not None else None,
             commit=commit,

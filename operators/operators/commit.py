@@ -12,8 +12,13 @@ class DeltaCommitOperator(DeltaTableOperator):
     """Commit a staged write (``staged_manifest``, e.g. from ``deltaplane.spark_jobs.ingest --stage``, after
     a quality gate passed it), or write files read with pyarrow (``source``: a path, directory or
     list, ``source_format`` parquet/csv/json) with ``mode`` append/overwrite (``replace_where``).
-    A missing table is created by the write. One commit, retry-safe."""
+    A missing table is created by the write. One commit, retry-safe.
 
+    XCom (beside the common keys): ``files``, ``rows`` (and ``bytes`` for a staged batch) the
+    commit added. Lineage: input the staging area (the manifest's folder, version: the batch) or
+    the ``source`` files, output the table."""
+
+    operation_name = "WRITE"
     template_fields = ("table_uri", "staged_manifest", "source", "replace_where")
     creates_table = True
     template_fields_renderers = {"staged_manifest": "py"}
@@ -106,7 +111,7 @@ class DeltaCommitOperator(DeltaTableOperator):
             )
             return {
                 "version": None if result.skipped else result.version,
-                "skipped": result.skipped,
+                "already_applied": result.skipped,
                 "files": len(staged.adds),
                 "rows": staged.num_rows,
                 "bytes": staged.num_bytes,
@@ -125,7 +130,23 @@ class DeltaCommitOperator(DeltaTableOperator):
         metrics = result.operation_metrics
         return {
             "version": None if result.skipped else result.version,
-            "skipped": result.skipped,
+            "already_applied": result.skipped,
             "files": int(metrics.get("numFiles", 0)),
             "rows": int(metrics.get("numOutputRows", 0)),
         }
+
+    def lineage_datasets(self, result, facts):
+        from deltaplane.operators.utils.batches import batch_name
+        from deltaplane.operators.utils.lineage import Ref, location_of, table_ref
+
+        output = table_ref(self.table_uri, result, facts, output=True)
+        if self.staged_manifest is not None:
+            staged = Ref(
+                location_of(self.staged_manifest),
+                table=False,
+                version=batch_name(self.staged_manifest),
+                rows=(result or {}).get("rows"),
+            )
+            return [staged], [output]
+        sources = [self.source] if isinstance(self.source, str) else list(self.source or [])
+        return [Ref(s, table=False) for s in sources], [output]

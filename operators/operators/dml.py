@@ -33,6 +33,11 @@ class DeltaDMLOperator(DeltaTableOperator):
       ``when_not_matched`` ``"insert_all"`` / ``None``; in-process.
 
     Operation, clause and strategy names are case-insensitive (``"DELETE"``, ``"Delete"``).
+
+    XCom: the common keys (``metrics``: Delta's DELETE/UPDATE/MERGE operationMetrics, e.g.
+    ``numDeletedRows``, ``numDeletionVectorsAdded``), ``engine`` ``in-process`` or ``spark``, and
+    from a Spark job its ``strategy``, ``candidateFiles``, ``tasks``. Lineage: output the table
+    (rows added and deleted by the commit), input the MERGE source files.
     """
 
     template_fields = ("table_uri", "predicate", "updates", "source")
@@ -232,11 +237,7 @@ class DeltaDMLOperator(DeltaTableOperator):
             result.version,
             result.operation_metrics,
         )
-        return {
-            "version": result.version,
-            "engine": "in-process",
-            "operationMetrics": result.operation_metrics,
-        }
+        return {"version": result.version, "engine": "in-process"}
 
     def _merge(self, table) -> dict[str, Any]:
         import pyarrow.dataset as ds
@@ -252,8 +253,16 @@ class DeltaDMLOperator(DeltaTableOperator):
         if self.when_not_matched == "insert_all":
             builder = builder.when_not_matched_insert_all()
         result = builder.execute()
-        return {
-            "version": result.version,
-            "engine": "in-process",
-            "operationMetrics": result.operation_metrics,
-        }
+        return {"version": result.version, "engine": "in-process"}
+
+    def default_operation(self) -> str:
+        return self.operation.upper()
+
+    def lineage_datasets(self, result, facts):
+        from deltaplane.operators.utils.lineage import Ref, table_ref
+
+        output = table_ref(self.table_uri, result, facts, output=True)
+        if self.operation != "merge" or not self.source:
+            return [], [output]
+        sources = [self.source] if isinstance(self.source, str) else list(self.source)
+        return [Ref(s, table=False) for s in sources], [output]

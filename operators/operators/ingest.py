@@ -77,10 +77,17 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
     ``<table>/_quarantine/<batch>/`` (``landing/``, ``data/``, ``rejection.json``), the landing
     folder is left without it, the table is not touched, and the task FAILS without retries
     (``BatchRejected``). A clear or rerun of a rejected batch fails again with the same message.
+
+    XCom (beside the common keys; ``version`` is null: staging commits nothing):
+    ``batch``, ``manifest`` (what the gate and the commit read), ``rows``, ``files`` (staged data
+    files), ``landing_files`` (where this try moved the landing files; null when an earlier try
+    staged the batch), ``already_committed`` (= ``already_applied``: these files are already in
+    the table). Lineage: input the landing folder, output the staging area (version: the batch).
     """
 
     template_fields = ("table_uri", "landing", "staging", "quarantine_uri")
     writes = False
+    operation_name = "STAGE"
 
     def __init__(
         self,
@@ -122,6 +129,7 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         options = hook.settings.storage_options
         destination = quarantine_location(self.table_uri, batch, self.quarantine_uri)
         raise_if_rejected(destination, options, self.log)
+        landing = None
         try:
             staged = read_manifest(manifest, options)
             self.log.info("batch %s was staged by an earlier try: %s", batch, manifest)
@@ -142,7 +150,8 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
             except Refused as refused:
                 raise self._reject(context, batch, refused, files, destination, options) from None
             moves = [(f, processed_path(f, batch)) for f in files]
-            write_manifest(manifest, staged, options, landing=[str(target) for _, target in moves])
+            landing = [str(target) for _, target in moves]
+            write_manifest(manifest, staged, options, landing=landing)
             move_files(moves)
             if staged.spec.skip:
                 self.log.info("%s: these %d files were already committed (%s)", batch, len(files), key.app_id)
@@ -160,9 +169,24 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
             "manifest": manifest,
             "rows": staged.num_rows,
             "files": len(staged.adds),
+            "bytes": staged.num_bytes,
+            "landing_files": landing,
             "already_committed": staged.spec.skip,
             "work": staged.spec.app_id,
+            "reason": "staged for the quality gate and the commit; nothing committed",
         }
+
+    def lineage_datasets(self, result, facts):
+        from deltaplane.operators.utils.lineage import Ref
+
+        result = result or {}
+        landing = result.get("landing_files")
+        source = Ref(self.landing, table=False, files=len(landing) if landing is not None else None)
+        staged = Ref(self.staging, table=False, version=result.get("batch"))
+        if result.get("manifest"):
+            source.rows = staged.rows = result.get("rows")
+            staged.files, staged.bytes = result.get("files"), result.get("bytes")
+        return [source], [staged]
 
     def _stage(self, files: list[Path], key, options):
         """Plan the write against the table, then stream every file into staged data files."""

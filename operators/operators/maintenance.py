@@ -29,9 +29,10 @@ class DeltaAutoOptimizeOperator(DeltaTableOperator):
     partitions), and say why. The decision is the XCom (``compact``, ``action``
     skip/compact/zorder, ``partitions``, ``purge``, ``reasons``); this task never skips anything:
     a ``DeltaCompactionOperator`` downstream reads the decision and has nothing to do when it
-    says ``compact: false``, and the tasks after it run as usual."""
+    says ``compact: false``, and the tasks after it run as usual. Lineage: input the table."""
 
     writes = False
+    operation_name = "AUTO OPTIMIZE"
     ui_color = "#e8f4ff"
 
     def __init__(
@@ -82,12 +83,14 @@ class DeltaAutoOptimizeOperator(DeltaTableOperator):
         out["action"] = ("zorder" if self.zorder_by else "compact") if decision.compact else "skip"
         out["zorder_by"] = self.zorder_by
         out["version"] = None
+        out["reason"] = "; ".join(decision.reasons) if decision.reasons else None
         if decision.compact:
             self.log.info("%s needs %s: %s", self.table_uri, out["action"], "; ".join(decision.reasons))
             return out
         reason = f"nothing to compact: fewer than {policy.min_num_small_files} small files per partition"
         reason += f" and no partition with more than {policy.max_deleted_rows_ratio:.0%} rows deleted"
         out["reasons"] = [reason]
+        out["reason"] = reason
         self.log.info(
             "%s: %s (a compaction downstream will have nothing to do; %s run as usual)",
             self.table_uri,
@@ -107,9 +110,16 @@ class DeltaCompactionOperator(DeltaTableOperator):
     It follows an auto-optimize decision: the one of ``decision_task_id``, or, without it, the
     one of the ``DeltaAutoOptimizeOperator`` directly upstream on the same table. Only the
     partitions the decision chose are compacted (with its deletion-vector purge); when it says
-    there is nothing to compact the task succeeds with ``nothing_to_do`` and commits nothing."""
+    there is nothing to compact the task succeeds with ``nothing_to_do`` and commits nothing.
+
+    XCom (beside the common keys, ``metrics`` being OPTIMIZE's ``numAddedFiles``,
+    ``numRemovedFiles``...): ``nothing_to_do``, ``decision_task_id``; after a rewrite the
+    engine's counts (``num_files_added``, ``num_files_removed``, ``bytes_added``,
+    ``bytes_removed``, ``partitions_optimized``, ``num_bins``, ...); with nothing to rewrite the
+    plan's summary (``numBins``, ``totalConsideredFiles``, ...)."""
 
     template_fields = ("table_uri", "partition_filter")
+    operation_name = "OPTIMIZE"
 
     def __init__(
         self,
@@ -198,12 +208,15 @@ class DeltaCompactionOperator(DeltaTableOperator):
             self.log.info(
                 "%s: nothing to rewrite (%d files considered)", self.table_uri, plan.total_considered_files
             )
-            return {"version": None, "numBins": 0, **plan.describe(), **follows}
+            out = {**plan.describe(), "version": None, "nothing_to_do": True, **follows}
+            out["reason"] = f"nothing to rewrite ({plan.total_considered_files} files considered)"
+            return out
         if plan.num_bytes > self.spark_threshold_bytes:
-            return {**self._with_spark(plan, hook, stamp), **follows}
+            return {**self._with_spark(plan, hook, stamp), "nothing_to_do": False, **follows}
         metrics = execute_optimize(snapshot.store, plan)
         out = metrics.to_dict()
         out["engine"] = "in-process"
+        out["nothing_to_do"] = False
         self.log.info(
             "%s: %d files -> %d files", self.table_uri, out["num_files_removed"], out["num_files_added"]
         )
@@ -241,7 +254,11 @@ class DeltaCompactionOperator(DeltaTableOperator):
 
 
 class DeltaCheckpointOperator(DeltaTableOperator):
-    """Write a checkpoint of the latest version, then (``cleanup_log``) delete expired log files."""
+    """Write a checkpoint of the latest version, then (``cleanup_log``) delete expired log files.
+    Commits nothing: ``version`` is null, ``read_version`` and ``checkpoint.version`` name the
+    version checkpointed; ``log_cleanup`` says what was deleted."""
+
+    operation_name = "CHECKPOINT"
 
     def __init__(self, *, table_uri: str, cleanup_log: bool = True, **kwargs):
         check = Arguments(type(self), kwargs)
@@ -256,6 +273,7 @@ class DeltaCheckpointOperator(DeltaTableOperator):
 
         info = table.checkpoint()
         out: dict[str, Any] = {"version": None, "checkpoint": dataclasses.asdict(info)}
+        out["reason"] = f"a checkpoint commits nothing (written at version {info.version})"
         if self.cleanup_log:
             cleanup = dataclasses.asdict(table.cleanup_log())
             cleanup["files"] = cleanup["files"][:20]
@@ -266,7 +284,12 @@ class DeltaCheckpointOperator(DeltaTableOperator):
 
 class DeltaVacuumOperator(DeltaTableOperator):
     """VACUUM with the engine's retention checks. ``dry_run`` is explicit: ``True`` lists what
-    would be deleted; ``False`` deletes."""
+    would be deleted; ``False`` deletes. ``version`` is the ``VACUUM END`` commit (null for a dry
+    run, or when there was nothing to delete); XCom keys ``dry_run``, ``files`` (how many),
+    ``sample`` (up to 20 of them), ``vacuum`` (the engine's counts: ``num_deleted_files``,
+    ``size_of_deleted_data``, ``start_version``, ``end_version`` ...)."""
+
+    operation_name = "VACUUM"
 
     def __init__(
         self,
@@ -303,9 +326,11 @@ class DeltaVacuumOperator(DeltaTableOperator):
         out: dict[str, Any] = {"dry_run": self.dry_run, "files": len(files), "sample": list(files[:20])}
         out["version"] = files.metrics.end_version if files.metrics is not None else None
         if files.metrics is not None:
-            metrics = files.metrics.to_dict()
-            metrics.pop("files", None)
-            out["metrics"] = metrics
+            counts = files.metrics.to_dict()
+            counts.pop("files", None)
+            out["vacuum"] = counts
+        if out["version"] is None:
+            out["reason"] = "dry run" if self.dry_run else "nothing to delete"
         self.log.info(
             "%s: %s %d files", self.table_uri, "would delete" if self.dry_run else "deleted", len(files)
         )
@@ -313,7 +338,10 @@ class DeltaVacuumOperator(DeltaTableOperator):
 
 
 class DeltaManifestOperator(DeltaTableOperator):
-    """Regenerate the symlink manifests (``_symlink_format_manifest/``) for Presto/Trino/Athena."""
+    """Regenerate the symlink manifests (``_symlink_format_manifest/``) for Presto/Trino/Athena.
+    Commits nothing; XCom ``manifest`` (``version``, ``filesWritten``, ...)."""
+
+    operation_name = "GENERATE MANIFEST"
 
     def __init__(self, *, table_uri: str, **kwargs):
         check = Arguments(type(self), kwargs)
@@ -329,4 +357,5 @@ class DeltaManifestOperator(DeltaTableOperator):
             manifest["filesWritten"],
             manifest["version"],
         )
-        return {"version": None, "manifest": manifest}
+        reason = f"manifests are not commits (written for version {manifest['version']})"
+        return {"version": None, "manifest": manifest, "reason": reason}

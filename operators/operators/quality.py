@@ -354,7 +354,14 @@ def _validate_chunks(reader, expectations: list[dict], chunk_rows: int, name: st
 
 
 class DeltaQualityGateOperator(DeltaTableOperator):
+    """The gate (see the module's documentation). Commits nothing. XCom (beside the common
+    keys): ``success``, ``batch``, ``rows``, ``files``, ``evaluated``, ``chunks``, ``failed``,
+    ``results``, ``seconds``, and for a rejected batch ``rejected``, ``message``, ``quarantine``.
+    Lineage: input the staging area (version: the batch) with the expectations as
+    ``dataQualityAssertions``."""
+
     writes = False
+    operation_name = "QUALITY GATE"
     ui_color = "#fff3cd"
     template_fields = ("table_uri", "staged_manifest", "quarantine_uri")
 
@@ -405,7 +412,13 @@ class DeltaQualityGateOperator(DeltaTableOperator):
         staged = StagedWrite.loads(raw, options)
         if staged.spec.skip:
             self.log.info("%s: batch %s is already in the table; nothing to validate", self.table_uri, batch)
-            return {"success": True, "batch": batch, "version": None, "reason": "already committed"}
+            return {
+                "success": True,
+                "batch": batch,
+                "version": None,
+                "already_committed": True,
+                "reason": "the batch is already in the table; nothing to validate",
+            }
         started = time.monotonic()
         outcome = validate_staged(
             staged,
@@ -417,6 +430,7 @@ class DeltaQualityGateOperator(DeltaTableOperator):
         summary = {**outcome["summary"], "batch": batch, "files": len(staged.adds), "version": None}
         summary["seconds"] = round(time.monotonic() - started, 3)
         if summary["success"]:
+            summary["reason"] = "the batch passed; a quality gate commits nothing"
             self.log.info(
                 "%s: batch %s passed %d expectations (%d rows, %d chunk(s))",
                 self.table_uri,
@@ -445,7 +459,8 @@ class DeltaQualityGateOperator(DeltaTableOperator):
             manifest_bytes=raw,
             landing=landing,
         )
-        context["ti"].xcom_push(key="return_value", value=summary)
+        summary["reason"] = message
+        context["ti"].xcom_push(key="return_value", value=self.shape(summary))
         self.log.error("%s", message)
         if self.on_failure == "skip":
             self.log.warning(
@@ -455,6 +470,25 @@ class DeltaQualityGateOperator(DeltaTableOperator):
                 self.table_uri,
             )
         raise QualityGateFailed(message)
+
+    def lineage_datasets(self, result, facts):
+        from deltaplane.operators.utils.batches import batch_name
+        from deltaplane.operators.utils.lineage import Ref, location_of
+
+        batch = Ref(location_of(self.staged_manifest), table=False, version=batch_name(self.staged_manifest))
+        if result is not None:
+            batch.rows = result.get("rows")
+            batch.files = result.get("files")
+            batch.assertions = [
+                {
+                    "assertion": r.get("expectation"),
+                    "success": r.get("success"),
+                    "column": (r.get("kwargs") or {}).get("column"),
+                }
+                for r in result.get("results") or []
+                if r.get("expectation")
+            ]
+        return [batch], []
 
 
 def _describe(failure: dict) -> str:

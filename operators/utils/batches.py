@@ -45,7 +45,7 @@ def reject(
     ``move_to_quarantine`` moves. The exception to fail with."""
     record = {**report, "rejected_at": int(time.time() * 1000), **(recorded or {})}
     move_to_quarantine(destination, options, record, **moved)
-    context["ti"].xcom_push(key="return_value", value=report)
+    context["ti"].xcom_push(key="return_value", value=operator.shape(report))  # the one XCom shape
     operator.log.error("%s", report["message"])
     return BatchRejected(report["message"])
 
@@ -53,7 +53,7 @@ def reject(
 def skip_downstream(operator, context, out: dict[str, Any], why: str) -> dict[str, Any]:
     """Nothing landed: the operator's XCom is ``out`` and its direct downstream tasks skip."""
     operator.log.info("%s; skipping %s", why, sorted(operator.downstream_task_ids))
-    context["ti"].xcom_push(key="return_value", value=out)
+    context["ti"].xcom_push(key="return_value", value=operator.shape(out))
     operator.skip(context["ti"], operator.get_direct_relatives(upstream=False))
     return out
 
