@@ -306,7 +306,12 @@ async def _open_link(ws_url: str, url: str) -> dict:
         await tab.wait(
             f"{DOC}.querySelector('h1').textContent === 'trips'", "the trips page from the Asset link"
         )
-        return {"path": await tab.js("location.pathname")}
+        # Airflow's URL follows the frame to the page the link redirected to.
+        await tab.wait("location.pathname === '/plugin/deltaplane/deltaplane/tables/trips'", "the deep link")
+        return {
+            "path": await tab.js("location.pathname"),
+            "frames": await tab.js("document.querySelectorAll('iframe').length"),
+        }
 
 
 def test_an_ops_person_finds_the_table_from_the_nav_a_dag_and_an_asset_event(airflow, browser):  # noqa: F811
@@ -352,6 +357,5 @@ def test_an_ops_person_finds_the_table_from_the_nav_a_dag_and_an_asset_event(air
     assert status == 200, body
     link = json.loads(body)["asset_events"][0]["extra"]["ops_view"]
     assert link.startswith("/plugin/deltaplane/deltaplane/table?uri=")
-    assert (
-        asyncio.run(_open_link(ws_url, base + link))["path"] == "/plugin/deltaplane/deltaplane/tables/trips"
-    )
+    opened = asyncio.run(_open_link(ws_url, base + link))
+    assert opened == {"path": "/plugin/deltaplane/deltaplane/tables/trips", "frames": 1}, opened
