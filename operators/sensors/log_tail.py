@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from airflow.sdk import conf
@@ -16,6 +20,31 @@ from deltaplane.operators.utils.conditions import CommitFilter, take_filter
 
 def default_watermark_key(dag_id: str, task_id: str) -> str:
     return f"{dag_id}.{task_id}"
+
+
+@contextmanager
+def stop_on_sigterm(what: str) -> Iterator[None]:
+    """While a task waits, SIGTERM ends the wait: Airflow's task runner answers SIGTERM only by
+    calling ``on_kill`` and lets the task go on, so a poking sensor kept poking (and sleeping)
+    until its timeout after being told to stop. Airflow's handler still runs first; then
+    ``AirflowTaskTerminated`` (Airflow's own "terminated" exception) ends the task."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum, frame):
+        from airflow.sdk.exceptions import AirflowTaskTerminated
+
+        if callable(previous):
+            previous(signum, frame)
+        raise AirflowTaskTerminated(f"{what}: SIGTERM while waiting; stopped")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class DeltaLogTailSensor(BaseSensorOperator):
@@ -45,7 +74,8 @@ class DeltaLogTailSensor(BaseSensorOperator):
     the trigger reports a timeout event at the deadline (and the deferral itself carries the
     timeout), which fails the task like a poking sensor's timeout (``DeltaTriggerTimeout``, an
     ``AirflowSensorTimeout``: no retries, skipped with ``soft_fail``); a trigger's error event (the
-    table unreadable or gone) fails it with ``DeltaTriggerError``, which is retried.
+    table unreadable or gone) fails it with ``DeltaTriggerError``, which is retried. SIGTERM ends
+    a poking (or checking) sensor at once (``stop_on_sigterm``), instead of the poke loop going on.
     """
 
     template_fields = ("table_uri", "after_version", "partition_filter", "watermark_key")
@@ -117,11 +147,12 @@ class DeltaLogTailSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=bool(result["commits"]), xcom_value=result)
 
     def execute(self, context) -> Any:
-        if not self.deferrable:
-            result = super().execute(context)
-            return self._finish(result, engine="in-process")
-        after = self._start()
-        result = self._check(after)
+        with stop_on_sigterm(f"{self.task_id} ({self.table_uri})"):
+            if not self.deferrable:
+                result = super().execute(context)
+                return self._finish(result, engine="in-process")
+            after = self._start()
+            result = self._check(after)
         if result["commits"]:
             return self._finish(result, engine="in-process")
         from deltaplane.operators.triggers.commits import DeltaCommitTrigger

@@ -363,3 +363,57 @@ def test_sensor_and_consumer_name_their_tables_to_openlineage(tmp_path):
     consume = DeltaConsumeOperator(task_id="consume", table_uri=copy, source_uri=uri)
     lineage = operator_lineage(consume, {"version": 0, "watermark": 3, "rows": 15, "committed": True}, {})
     assert [d.name for d in lineage.inputs] == [uri] and [d.name for d in lineage.outputs] == [copy]
+
+
+def test_sigterm_stops_a_poking_sensor(airflow_db, tmp_path):
+    """Airflow's task runner answers SIGTERM by calling ``on_kill`` and going on: a poking
+    sensor kept waiting out its hour. Now the wait ends and the task fails as terminated."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.operators.conftest import DAGS
+
+    uri = str(tmp_path / "t")
+    make_table(uri)
+    path = DAGS / "tail_sigterm.py"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            import pendulum
+            from airflow.sdk import DAG
+            from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor
+
+            with DAG("tail_sigterm", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+                DeltaLogTailSensor(task_id="wait", table_uri={uri!r}, after_version=3, mode="poke",
+                                   poke_interval=1, timeout=3600)
+
+            if __name__ == "__main__":
+                dag.test()
+            """
+        )
+    )
+    lines: list[str] = []
+    process = subprocess.Popen(
+        [sys.executable, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.time() + 180
+        while not any("matching commit(s) after version 3" in line for line in lines):
+            assert process.poll() is None and time.time() < deadline, "".join(lines)[-3000:]
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the poking sensor ignored SIGTERM for a minute")
+        reader.join(10)
+        assert "SIGTERM while waiting" in "".join(lines), "".join(lines)[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        path.unlink()
