@@ -64,9 +64,9 @@ class DeltaLogTailSensor(BaseSensorOperator):
 
     The sensor does not move the watermark: the commits it found are not handled until the work
     downstream has succeeded. Put a ``DeltaWatermarkOperator`` after that work (the DAG factory
-    does), or move it yourself with ``write_watermark``; a failed run then sees the same commits
-    again. ``advance_watermark=True`` moves it as soon as the sensor fires (at most once: a
-    downstream failure loses those commits).
+    does), or move it yourself (``deltaplane.engine.watermarks.write_watermark``); a failed run
+    then sees the same commits again. ``advance_watermark=True`` moves it as soon as the sensor
+    fires (at most once: a downstream failure loses those commits).
 
     ``deferrable`` (default: ``[operators] default_deferrable``) waits in the triggerer
     (``DeltaCommitTrigger``) after one check in the worker; the poke and the trigger evaluate the

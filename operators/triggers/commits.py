@@ -16,7 +16,12 @@ consumer that commits with a work key, as ``DeltaConsumeOperator`` does, makes t
 harmless). An event Airflow failed to persist makes the producer rewind and announce it again.
 
 Both resolve storage options from the connection id in the triggerer (credentials are never
-part of the serialized trigger) and run the blocking log reads in a thread.
+part of the serialized trigger) and run the blocking log reads in a thread, through the engine's
+one incremental reader (``deltaplane.engine.tail``). Both report a table that cannot be followed
+(gone, or its log cleaned past the watermark) as an event ``{"status": "error", "message"}``
+instead of waiting forever or crashing in a loop; the sensor's trigger also ends with
+``{"status": "timeout"}`` at the sensor's deadline. Their filter arguments are one definition,
+``deltaplane.engine.commit_filter.FILTER_ARGS``.
 """
 
 from __future__ import annotations
