@@ -150,7 +150,7 @@ class DeltaSparkSubmitHook(BaseHook):
         if not result.ok:
             tail = result.stderr.strip().splitlines()[-1:]
             raise spark_job_error(job, result.returncode, result.metrics, tail, submission.stopped_by)
-        log.info("spark_jobs.%s: %s", job, json.dumps(result.metrics, default=str)[:2000])
+        log.info("deltaplane.spark_jobs.%s: %s", job, json.dumps(result.metrics, default=str)[:2000])
         return result.metrics
 
     # --- stopping ----------------------------------------------------------------------------

@@ -162,7 +162,7 @@ def test_no_secret_in_quarantine_files_or_ops_pages(airflow_db, tmp_path, monkey
     credential-checking SeaweedFS, rejected by the quality gate and quarantined there; then the
     ops view's JSON and pages for that table. The secret is in none of them, nor in the logs or
     XComs."""
-    from deltaplane.operators.plugins.ops_view import detail_page, list_page, table_detail, table_summary
+    from deltaplane.operators.plugins.ops_view import Entry, detail_page, list_page, table_detail, table_summary
 
     marker = f"dpsecret-{uuid.uuid4().hex}"
     with authenticated_seaweedfs(tmp_path / "s3", marker) as s3:
@@ -215,7 +215,8 @@ def test_no_secret_in_quarantine_files_or_ops_pages(airflow_db, tmp_path, monkey
         from deltaplane.operators.factory.config import load_config
 
         settings = load_config(config).tables["gated"]
-        summary, detail = table_summary("gated", settings), table_detail("gated", settings)
+        entry = Entry("gated", settings, ("secret_gate",))
+        summary, detail = table_summary(entry), table_detail(entry)
         assert "error" not in summary and summary["files"] == 3, summary
         pages = list_page([summary]).body.decode() + detail_page(detail).body.decode()
         assert marker not in json.dumps([summary, detail], default=str) and marker not in pages
