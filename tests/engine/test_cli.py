@@ -172,7 +172,7 @@ def test_user_errors_print_one_line_and_exit_2(path, tmp_path):
         (("read", path, "--timestamp", "yesterday"), "cannot parse timestamp 'yesterday'"),
         (("read", path, "--limit", "-1"), "--limit must not be negative"),
         (("read", path, "--version", "x"), "invalid int value: 'x'"),
-        (("optimize", path, "--target-file-size", "big"), "--target-file-size must be a size (bytes, or a number with a unit: 512k, 128MB, 128MiB, 1g), got 'big'"),
+        (("optimize", path, "--target-file-size", "big"), "--target-file-size must be a size"),
         (("describe", path, "--storage-option", "novalue"), "--storage-option expects KEY=VALUE"),
         (("describe",), "the following arguments are required: uri"),
         (("frobnicate", path), "invalid choice: 'frobnicate'"),

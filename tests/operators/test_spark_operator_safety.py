@@ -162,7 +162,13 @@ def test_no_secret_in_quarantine_files_or_ops_pages(airflow_db, tmp_path, monkey
     credential-checking SeaweedFS, rejected by the quality gate and quarantined there; then the
     ops view's JSON and pages for that table. The secret is in none of them, nor in the logs or
     XComs."""
-    from deltaplane.operators.plugins.ops_view import Entry, detail_page, list_page, table_detail, table_summary
+    from deltaplane.operators.plugins.ops_view import (
+        Entry,
+        detail_page,
+        list_page,
+        table_detail,
+        table_summary,
+    )
 
     marker = f"dpsecret-{uuid.uuid4().hex}"
     with authenticated_seaweedfs(tmp_path / "s3", marker) as s3:
