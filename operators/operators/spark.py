@@ -142,6 +142,26 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
             metrics["version"] = None  # staged: nothing committed yet
         return metrics
 
+    def lineage_datasets(self, result, facts):
+        """``ingest`` reads its ``--source`` files (and with ``--stage`` writes a staged batch,
+        not the table); ``compact`` and ``dml`` read and write the table."""
+        from deltaplane.operators.utils.lineage import Ref
+
+        inputs, outputs = super().lineage_datasets(result, facts)
+        if self.job != "ingest":
+            return inputs, outputs
+        result = result or {}
+        landing = result.get("landing_files")
+        inputs = [
+            Ref(source, table=False, files=len(landing) if isinstance(landing, list) else None)
+            for source in _arg_values(self.job_args, "--source")
+        ]
+        manifest = _arg_values(self.job_args, "--stage")
+        if manifest:
+            staged = Ref(manifest[-1], table=False, version=result.get("batch"), rows=result.get("rows"))
+            return inputs, [staged]
+        return inputs, outputs
+
     # --- ingest --stage: a landing batch -------------------------------------------------------
 
     def _stage(self, context, hook, stamp, args: list[str], manifest: str) -> dict[str, Any]:

@@ -315,3 +315,42 @@ def test_s3_tables_are_named_by_bucket_and_key_and_no_secret_reaches_an_event(ol
     write = only(task_event(events, "lineage_s3", "write")["outputs"])
     assert write["facets"]["version"]["datasetVersion"] == "1"
     assert write["outputFacets"]["outputStatistics"]["rowCount"] == 3
+
+
+SPARK_DAG = """
+import pendulum
+from airflow.sdk import DAG, chain
+from deltaplane.operators import DeltaSparkJobOperator
+
+T = {table!r}
+with DAG("lineage_spark", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+    chain(
+        DeltaSparkJobOperator(task_id="ingest", table_uri=T, job="ingest",
+                              job_args=["--source", {source!r}, "--format", "csv"]),
+        DeltaSparkJobOperator(task_id="compact", table_uri=T, job="compact"),
+    )
+"""
+
+
+def test_spark_jobs_report_their_sources_and_the_table(ol_home, tmp_path):
+    """A Spark ingest names the files it loaded as its input and the table it committed as its
+    output (with the version); a Spark compaction reads and writes the table."""
+    table, landing = tmp_path / "t", tmp_path / "landing"
+    landing.mkdir()
+    for i in range(3):
+        (landing / f"part{i}.csv").write_text("id,name\n" + "".join(f"{i * 10 + j},n{j}\n" for j in range(4)))
+    source = f"{landing}/*.csv"
+    states, events = run_with_lineage(
+        ol_home, "lineage_spark", SPARK_DAG.format(table=str(table), source=source)
+    )
+    assert set(states.values()) == {"success"}, states
+    ingest = task_event(events, "lineage_spark", "ingest")
+    (read,) = ingest["inputs"]
+    assert read["name"] == source and read["namespace"] == "file"
+    out = only(ingest["outputs"])
+    assert out["name"] == str(table)
+    assert out["facets"]["version"]["datasetVersion"] == "0"
+    assert out["outputFacets"]["outputStatistics"]["rowCount"] == 12
+    compact = task_event(events, "lineage_spark", "compact")
+    assert only(compact["outputs"])["name"] == str(table)
+    assert DeltaTable(str(table)).to_arrow().num_rows == 12
