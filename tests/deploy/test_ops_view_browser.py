@@ -140,6 +140,10 @@ def airflow(tmp_path_factory):
             process.wait()
 
 
+class Navigating(Exception):
+    """The page navigated while an expression was being evaluated: ask again on the new page."""
+
+
 class Tab:
     """One page of Chromium over the DevTools protocol, clicked and typed into like a person."""
 
@@ -152,6 +156,9 @@ class Tab:
         while True:
             message = json.loads(await self.ws.recv())
             if message.get("id") == self.counter:
+                error = message.get("error", {}).get("message", "")
+                if "navigated or closed" in error or "context was destroyed" in error:
+                    raise Navigating(error)
                 assert "error" not in message, message
                 return message.get("result", {})
 
@@ -165,9 +172,12 @@ class Tab:
     async def wait(self, expression: str, what: str, seconds: float = 60):
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            value = await self.js(
-                f"(() => {{ try {{ return Boolean({expression}); }} catch (e) {{ return false; }} }})()"
-            )
+            try:
+                value = await self.js(
+                    f"(() => {{ try {{ return Boolean({expression}); }} catch (e) {{ return false; }} }})()"
+                )
+            except Navigating:
+                value = False  # a page in flight (a login redirect, a link followed): look again
             if value:
                 return value
             await asyncio.sleep(0.2)

@@ -6,6 +6,7 @@ exactly once."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -47,7 +48,9 @@ class Hold:
                 if not new:
                     break
                 for proc in new:
-                    os.kill(proc.pid, signal.SIGSTOP)
+                    # A short-lived helper of the launcher script may have exited: nothing to hold.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGSTOP)
                     held[proc.pid] = proc
             self.result["driver_started"] = self.watcher.driver(tree) is not None
             self.result["action"] = self.action()
@@ -56,7 +59,8 @@ class Hold:
         finally:
             for proc in held.values():
                 if alive(proc):
-                    os.kill(proc.pid, signal.SIGCONT)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGCONT)
 
     def __enter__(self):
         self.thread.start()
