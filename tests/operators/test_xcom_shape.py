@@ -146,7 +146,8 @@ with DAG("xcom_shape", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) 
         DeltaDMLOperator(task_id="delete", table_uri=T, operation="delete", predicate="id = 2"),
         DeltaDMLOperator(task_id="merge", table_uri=T, operation="merge", source={merge!r},
                          merge_condition="t.id = s.id"),
-        DeltaConsumeOperator(task_id="consume", table_uri={target!r}, source_uri=T, on_change="skip"),
+        consume := DeltaConsumeOperator(task_id="consume", table_uri={target!r}, source_uri=T,
+                                        on_change="skip", trigger_rule="all_done"),
         DeltaAutoOptimizeOperator(task_id="auto_optimize", table_uri=T, min_small_files=2),
         DeltaCompactionOperator(task_id="compact", table_uri=T),
         DeltaCheckpointOperator(task_id="checkpoint", table_uri=T),
@@ -156,6 +157,9 @@ with DAG("xcom_shape", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) 
                             enforce_retention=False),
         DeltaManifestOperator(task_id="manifest", table_uri=T),
     )
+    # The consumer reads the staged commit before the VACUUM (retention 0) below deletes the
+    # files compaction replaced: otherwise the next run's consumer finds them gone.
+    commit >> consume
 """
 
 
