@@ -430,23 +430,7 @@ def up(
             180,
             processes,
         )
-        watchdog = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "deltaplane.devstack.stack",
-                "watchdog",
-                "--root",
-                str(root),
-                "--after",
-                str(max_minutes * 60),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        record["pids"]["watchdog"] = watchdog.pid
-        (root / "pids.json").write_text(json.dumps(record, indent=1))
+        _start_watchdog(root, record, max_minutes)
     except BaseException:
         down(root)
         raise

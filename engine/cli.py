@@ -56,25 +56,24 @@ def _storage_options(pairs: list[str] | None) -> dict[str, str]:
 # --- the CLI's own argument checks: errors name the flag, never a Python keyword -----------------
 
 
-def _count(text: str) -> int:
-    """A non-negative integer flag (versions, limits)."""
+def _integer(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    if value < minimum:
+        wanted = "a non-negative integer" if minimum == 0 else f"at least {minimum}"
+        raise argparse.ArgumentTypeError(f"must be {wanted}, got {value}")
     return value
+
+
+def _count(text: str) -> int:
+    """A non-negative integer flag (versions, limits)."""
+    return _integer(text, 0)
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    return _integer(text, 1)
 
 
 def _hours(text: str) -> float:
