@@ -26,7 +26,7 @@ import pyarrow as pa
 import pytest
 
 from deltaplane.engine import write_table
-from tests.deploy.test_triggerer_crash import _env, _free_port, _kill, _start
+from tests.deploy.test_triggerer_crash import _env, _free_port, _kill, _start, start_airflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
 
@@ -84,23 +84,9 @@ def test_deferred_sensors_time_out_fail_on_a_vanished_table_and_the_triggerer_st
     )
     port = _free_port()
     env = {**_env(home, dags, port), "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True"}
-    migrate = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
     db = home / "airflow.db"
-    processes = {
-        "api-server": _start(
-            "api-server", ["api-server", "--host", "127.0.0.1", "--port", str(port)], env, logs
-        ),
-        "dag-processor": _start("dag-processor", ["dag-processor"], env, logs),
-        "scheduler": _start("scheduler", ["scheduler", "--skip-serve-logs"], env, logs),
-        "triggerer": _start("triggerer", ["triggerer", "--skip-serve-logs"], env, logs),
-    }
+    processes = start_airflow(env, logs, port)
+    processes["triggerer"] = _start("triggerer", ["triggerer", "--skip-serve-logs"], env, logs)
     try:
 
         def parsed():

@@ -99,6 +99,26 @@ def _start(name: str, args: list[str], env: dict, logs: Path) -> subprocess.Pope
         )
 
 
+def start_airflow(env: dict, logs: Path, port: int) -> dict[str, subprocess.Popen]:
+    """``airflow db migrate``, then the api-server (on 127.0.0.1:``port``), the dag-processor and
+    the scheduler (no log server), each its own process group; the caller starts the triggerer."""
+    migrate = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    return {
+        "api-server": _start(
+            "api-server", ["api-server", "--host", "127.0.0.1", "--port", str(port)], env, logs
+        ),
+        "dag-processor": _start("dag-processor", ["dag-processor"], env, logs),
+        "scheduler": _start("scheduler", ["scheduler", "--skip-serve-logs"], env, logs),
+    }
+
+
 def _kill(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     try:
         os.killpg(process.pid, sig)
@@ -170,22 +190,8 @@ def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(
     )
     port = _free_port()
     env = _env(home, dags, port)
-    migrate = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
     db = home / "airflow.db"
-    processes = {
-        "api-server": _start(
-            "api-server", ["api-server", "--host", "127.0.0.1", "--port", str(port)], env, logs
-        ),
-        "dag-processor": _start("dag-processor", ["dag-processor"], env, logs),
-        "scheduler": _start("scheduler", ["scheduler", "--skip-serve-logs"], env, logs),
-    }
+    processes = start_airflow(env, logs, port)
     log = logs / "triggerer.log"
     triggerer = _start("triggerer", ["triggerer", "--skip-serve-logs"], env, logs)
     data_versions: list[int] = []
