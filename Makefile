@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run airflow stack stack-down test lint unit conformance bench clean
+.PHONY: run airflow stack stack-down test lint unit conformance bench clean reference
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,8 +43,16 @@ stack: $(STAMP)
 stack-down:
 	$(BIN)/python -m deltaplane.devstack.stack down --root ./demo/stack
 
-# The whole suite: lint, import-layer contract, then every test tier.
-test: lint
+# Delta Spark, the reference implementation, in its own virtualenv (pyspark 4.2 + delta-spark 4.4)
+# with Delta's jars from Maven Central, under .cache/delta-spark; redone when its pins change.
+REFERENCE := .cache/delta-spark
+$(REFERENCE)/stamp: tests/deltaspark/requirements.txt tests/deltaspark/pom.xml
+	$(PYTHON) tests/deltaspark/provision.py --home $(REFERENCE)
+reference: $(REFERENCE)/stamp
+
+# The whole suite: lint, import-layer contract, then every test tier (the differential and
+# cross-implementation tests against Delta Spark included).
+test: lint $(REFERENCE)/stamp
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 bench: $(STAMP)

@@ -147,3 +147,27 @@ def s3_server(tmp_path_factory):
         server = S3Server(f"http://127.0.0.1:{port}", "deltaplane-tests")
         server.client().create_bucket(Bucket=server.bucket)
         yield server
+
+
+# --- the reference implementation: Delta Spark in its own virtualenv ----------------------------
+
+
+@pytest.fixture(scope="session")
+def delta_spark():
+    """Delta Spark 4.4 (one JVM per test worker, driven by tests/deltaspark/client.py). Not set
+    up is a failure, not a skip: `make test` provisions it (tests/deltaspark/provision.py)."""
+    from tests.deltaspark.client import DeltaSpark
+
+    spark = DeltaSpark.start()
+    try:
+        yield spark
+    finally:
+        spark.close()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist turns the marker into the item's group
+def pytest_collection_modifyitems(config, items):
+    """Every test that uses Delta Spark runs on one xdist worker, so one JVM serves them all."""
+    for item in items:
+        if "delta_spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("delta_spark"))

@@ -1,0 +1,113 @@
+"""The Delta Spark side of the reference harness: runs inside the reference virtualenv (pyspark
+4.2 + Delta Spark 4.4), never imports deltaplane.
+
+Requests arrive as JSON lines on stdin; each reply is one JSON line on the file descriptor named
+by ``DELTA_SPARK_REPLY_FD`` (stdout and stderr belong to the JVM and Spark's logging). The
+process exits when stdin closes, or after ``DELTA_SPARK_MAX_SECONDS`` whatever happens.
+
+Requests: ``{"op": "sql", "query": "..."}``, ``{"op": "write", "path", "rows", "schema" (DDL),
+"mode", "options", "partition_by"}``, ``{"op": "checkpoint", "path"}``, ``{"op": "ping"}``.
+Replies: ``{"ok": true, "rows": [...], "columns": [...], "seconds": t}`` or ``{"ok": false,
+"error_class": "...", "error": "..."}``. Values are normalized by ``values.py``, as
+``compare.py`` normalizes Arrow values.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import threading
+import time
+
+from values import normalize  # this folder is sys.path[0]: the server runs as a script
+
+
+def session(jars: str):
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("delta-spark-reference")
+        .config("spark.jars", jars)
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", os.environ.get("DELTA_SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.sql.warehouse.dir", os.environ["DELTA_SPARK_WAREHOUSE"])
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def handle(spark, request: dict) -> dict:
+    op = request.get("op")
+    if op == "ping":
+        return {"rows": [], "columns": []}
+    if op == "sql":
+        df = spark.sql(request["query"])
+        rows = df.collect()
+        return {"columns": df.columns, "rows": [normalize(r.asDict(recursive=False)) for r in rows]}
+    if op == "write":
+        df = spark.createDataFrame(request["rows"], schema=request["schema"])
+        writer = df.write.format("delta").mode(request.get("mode", "append"))
+        for key, value in (request.get("options") or {}).items():
+            writer = writer.option(key, value)
+        if request.get("partition_by"):
+            writer = writer.partitionBy(*request["partition_by"])
+        writer.save(request["path"])
+        return {"rows": [], "columns": []}
+    if op == "checkpoint":
+        jvm = spark.sparkContext._jvm
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, request["path"])
+        log.checkpoint()
+        return {"rows": [], "columns": []}
+    raise ValueError(f"unknown op {op!r}")
+
+
+def main() -> None:
+    reply = os.fdopen(int(os.environ["DELTA_SPARK_REPLY_FD"]), "w", buffering=1)
+    limit = float(os.environ.get("DELTA_SPARK_MAX_SECONDS", "3600"))
+    threading.Timer(limit, lambda: os._exit(3)).start()  # bounded in time, whatever happens
+    jars = ",".join(sorted(glob.glob(os.path.join(os.environ["DELTA_SPARK_JARS"], "*.jar"))))
+    started = time.monotonic()
+    spark = session(jars)
+    reply.write(json.dumps({"ok": True, "ready": True, "seconds": time.monotonic() - started}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        started = time.monotonic()
+        try:
+            answer = {"ok": True, **handle(spark, request)}
+        except Exception as error:  # every failure goes back to the caller, typed by class
+            java_class = None
+            java = getattr(error, "java_exception", None) or getattr(error, "_java_exception", None)
+            if java is not None:
+                try:
+                    java_class = java.getClass().getName()
+                except Exception:
+                    java_class = None
+            answer = {
+                "ok": False,
+                "error_class": java_class or type(error).__name__,
+                "error": str(error)[:4000],
+            }
+        answer["seconds"] = time.monotonic() - started
+        reply.write(json.dumps(answer) + "\n")
+    spark.stop()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
