@@ -108,6 +108,15 @@ class DeltaSpark:
         reply = self.request(op="sql", query=query)
         return reply["rows"], reply["seconds"]
 
+    def timed_noop(self, query: str) -> float:
+        """Seconds to run ``query`` into Spark's no-op sink: every row decoded, nothing collected."""
+        return self.request(op="noop", query=query)["seconds"]
+
+    def timed_files_read(self, query: str) -> tuple[list[dict[str, Any]], int, float]:
+        """Rows, the number of files the query's scans opened, and the seconds it took."""
+        reply = self.request(op="files_read", query=query)
+        return reply["rows"], reply["files_read"], reply["seconds"]
+
     def write(
         self,
         path: str,
@@ -117,11 +126,13 @@ class DeltaSpark:
         mode: str = "append",
         options: dict[str, str] | None = None,
         partition_by: list[str] | None = None,
+        query: str | None = None,
     ) -> float:
-        """DataFrame write of ``rows`` (dicts) with a DDL ``schema``; the seconds it took."""
+        """DataFrame write of ``rows`` (dicts) with a DDL ``schema`` (or of a SELECT ``query``'s
+        rows: typed literals); the seconds it took."""
         reply = self.request(
             op="write", path=str(path), rows=rows, schema=schema, mode=mode,
-            options=options or {}, partition_by=partition_by or [],
+            options=options or {}, partition_by=partition_by or [], query=query,
         )
         return reply["seconds"]
 

@@ -6,7 +6,9 @@ by ``DELTA_SPARK_REPLY_FD`` (stdout and stderr belong to the JVM and Spark's log
 process exits when stdin closes, or after ``DELTA_SPARK_MAX_SECONDS`` whatever happens.
 
 Requests: ``{"op": "sql", "query": "..."}``, ``{"op": "write", "path", "rows", "schema" (DDL),
-"mode", "options", "partition_by"}``, ``{"op": "checkpoint", "path"}``, ``{"op": "ping"}``.
+"mode", "options", "partition_by"}`` (or ``"query"`` for ``rows``/``schema``: that SELECT's rows),
+``{"op": "checkpoint", "path"}``, ``{"op": "ping"}``, and
+for benchmarks ``{"op": "noop", "query"}`` and ``{"op": "files_read", "query"}``.
 Replies: ``{"ok": true, "rows": [...], "columns": [...], "seconds": t}`` or ``{"ok": false,
 "error_class": "...", "error": "..."}``. Values are normalized by ``values.py``, as
 ``compare.py`` normalizes Arrow values.
@@ -50,6 +52,20 @@ def session(jars: str):
     return spark
 
 
+def files_read(plan) -> int:
+    """The ``numFiles`` metric of every file scan under an executed JVM plan (after pruning and
+    data skipping: the files the scan opened)."""
+    name = plan.getClass().getSimpleName()
+    if name == "AdaptiveSparkPlanExec":
+        return files_read(plan.executedPlan())
+    if name.endswith("QueryStageExec"):
+        return files_read(plan.plan())
+    metrics = plan.metrics()
+    total = int(metrics.apply("numFiles").value()) if metrics.contains("numFiles") else 0
+    children = plan.children()
+    return total + sum(files_read(children.apply(i)) for i in range(children.size()))
+
+
 def handle(spark, request: dict) -> dict:
     op = request.get("op")
     if op == "ping":
@@ -59,7 +75,10 @@ def handle(spark, request: dict) -> dict:
         rows = df.collect()
         return {"columns": df.columns, "rows": [normalize(r.asDict(recursive=False)) for r in rows]}
     if op == "write":
-        df = spark.createDataFrame(request["rows"], schema=request["schema"])
+        if request.get("query"):  # typed values (decimals, timestamps) from SQL literals
+            df = spark.sql(request["query"])
+        else:
+            df = spark.createDataFrame(request["rows"], schema=request["schema"])
         writer = df.write.format("delta").mode(request.get("mode", "append"))
         for key, value in (request.get("options") or {}).items():
             writer = writer.option(key, value)
@@ -67,6 +86,17 @@ def handle(spark, request: dict) -> dict:
             writer = writer.partitionBy(*request["partition_by"])
         writer.save(request["path"])
         return {"rows": [], "columns": []}
+    if op == "noop":  # every row decoded into Spark's no-op sink, nothing collected (benchmarks)
+        spark.sql(request["query"]).write.format("noop").mode("overwrite").save()
+        return {"rows": [], "columns": []}
+    if op == "files_read":  # run the query; how many files its scans opened (benchmarks)
+        df = spark.sql(request["query"])
+        rows = df.collect()
+        return {
+            "columns": df.columns,
+            "rows": [normalize(r.asDict(recursive=False)) for r in rows],
+            "files_read": files_read(df._jdf.queryExecution().executedPlan()),
+        }
     if op == "checkpoint":
         jvm = spark.sparkContext._jvm
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, request["path"])
