@@ -48,6 +48,8 @@ from deltaplane.engine.scan import file_keep_mask
 from deltaplane.engine.schema import StructType, parse_schema, partition_physical_names
 from deltaplane.engine.table_features import check_write_supported
 
+# commitInfo tag of a commit whose metaData only moves identity high-water marks (Delta Spark's).
+IDENTITY_SCHEMA_UPDATE_TAG = "delta.identity.schemaUpdate"
 SERIALIZABLE = "Serializable"
 WRITE_SERIALIZABLE = "WriteSerializable"
 SNAPSHOT_ISOLATION = "SnapshotIsolation"
@@ -90,7 +92,17 @@ def check_conflicts(
         if ours.changes_protocol:
             raise ProtocolChangedError(f"{where} changed the protocol concurrently with this transaction")
     if winner.metadata is not None:
-        raise MetadataChangedError(f"{where} changed the table metadata (schema, properties or partitioning)")
+        tags = (winner.commit_info.values.get("tags") if winner.commit_info is not None else None) or {}
+        identity_only = str(tags.get(IDENTITY_SCHEMA_UPDATE_TAG, "")).lower() == "true"
+        if identity_only and ours.changes_metadata:
+            raise MetadataChangedError(
+                f"{where} assigned identity column values concurrently (it moved their high-water "
+                "marks); this write's values could repeat them, so nothing was committed: run it again"
+            )
+        if not identity_only:  # Delta Spark lets an identity-only update pass a write without one
+            raise MetadataChangedError(
+                f"{where} changed the table metadata (schema, properties or partitioning)"
+            )
     touched = {d.domain for d in winner.domains} & ours.domains
     if touched:
         raise DomainMetadataConflictError(f"{where} changed metadata domains {sorted(touched)} too")

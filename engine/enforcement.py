@@ -12,6 +12,7 @@ conformed batch with Arrow; a violation is a ``ConstraintViolationError`` quotin
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -87,8 +88,11 @@ def check_unique_names(schema: pa.Schema) -> None:
         walk(f.type, f.name)
 
 
-def conform_table(data: pa.Table | pa.RecordBatch, schema: StructType) -> pa.Table:
-    """``data`` as a table of exactly the table's logical Arrow schema, or a clear error."""
+def conform_table(
+    data: pa.Table | pa.RecordBatch, schema: StructType, *, computed: Collection[str] = ()
+) -> pa.Table:
+    """``data`` as a table of exactly the table's logical Arrow schema, or a clear error.
+    ``computed``: columns the table fills itself (column_values.py), nulls here even if NOT NULL."""
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     check_unique_names(data.schema)
@@ -99,7 +103,7 @@ def conform_table(data: pa.Table | pa.RecordBatch, schema: StructType) -> pa.Tab
     for f in schema.fields:
         name = f.name if f.name in names else lowered.get(f.name.lower())
         if name is None:
-            if not f.nullable:
+            if not f.nullable and f.name not in computed:
                 raise SchemaMismatchError(f"column {f.name!r} is missing from the data and is NOT NULL")
             arrays.append(pa.nulls(data.num_rows, to_arrow_type(f.type)))
             continue

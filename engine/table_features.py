@@ -130,6 +130,9 @@ WRITABLE_FEATURES = frozenset(
         "invariants",
         "checkConstraints",
         "changeDataFeed",
+        "generatedColumns",
+        "identityColumns",
+        "allowColumnDefaults",
         "columnMapping",
         "deletionVectors",
         "timestampNtz",
@@ -262,6 +265,12 @@ def minimal_protocol(schema: StructType, configuration: dict[str, str]) -> Proto
         wanted.add("checkConstraints")
     if props.enable_change_data_feed:
         wanted.add("changeDataFeed")
+    if any("delta.generationExpression" in f.metadata for f in schema.fields):
+        wanted.add("generatedColumns")
+    if any("delta.identity.start" in f.metadata for f in schema.fields):
+        wanted.add("identityColumns")
+    if any("CURRENT_DEFAULT" in f.metadata for f in schema.fields):
+        wanted.add("allowColumnDefaults")  # a table feature only: writer 7
     if props.column_mapping_mode != "none":
         wanted.add("columnMapping")
     if props.enable_deletion_vectors:

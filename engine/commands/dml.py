@@ -420,6 +420,7 @@ def update_matching_rows(
             continue
         before = rows.table.filter(pa.array(mask))
         after = apply_assignments(before, assignments, snapshot.schema, where)
+        after = change.context.values.update(after, assignments)  # generated columns follow
         updated += change.delete_rows(rows_of[i], rows, mask)
         change.add_rows(after)
         change.record_change(before, "update_preimage")
@@ -474,6 +475,7 @@ def execute_update(
     context = WriteContext(
         store, snapshot, params, target_file_size=None, schema_mode=None, operation="UPDATE"
     )
+    context.values.check_update(assignments)  # identity columns cannot be updated
     bound = (
         bind_predicate(parse_predicate(predicate), schema)
         if isinstance(predicate, str)

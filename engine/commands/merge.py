@@ -288,6 +288,9 @@ def execute_merge(
     context = WriteContext(
         store, snapshot, params, target_file_size=None, schema_mode=None, operation="MERGE"
     )
+    for clause, _, assignments in compiled:
+        if clause.action in ("update", "update_all"):
+            context.values.check_update(assignments)  # identity columns cannot be updated
     change = RowLevelChange(
         context, snapshot, choose_strategy(snapshot, strategy), rewrite_threshold(snapshot, threshold)
     )
@@ -370,6 +373,7 @@ def execute_merge(
                 touched[ids[hit]] = True
                 before = _side(chosen, scope.t)
                 after = _assign(chosen, before, assignments, target_schema, where)
+                after = context.values.update(after, assignments)  # generated columns follow
                 new_rows.append(after)
                 change.record_change(before, "update_preimage")
                 change.record_change(after, "update_postimage")
@@ -381,6 +385,11 @@ def execute_merge(
                 ] += count
             else:  # insert / insert_all
                 inserted = _assign(chosen, None, assignments, target_schema, where)
+                # Columns the clause does not set get the table's values (generated, default,
+                # identity) rather than nulls.
+                values = context.values
+                keep = [n for n in inserted.column_names if n in assignments or not values.computes(n)]
+                inserted = values.insert(inserted.select(keep))
                 new_rows.append(inserted)
                 change.record_change(inserted, "insert")
                 m["numTargetRowsInserted"] += count

@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from deltaplane.engine.actions import Add, Metadata, Protocol
+from deltaplane.engine.column_values import ColumnValues
 from deltaplane.engine.commands.write import (
     WriteContext,
     _check_app,
@@ -43,7 +44,7 @@ from deltaplane.engine.commands.write import (
     stage_overwrite,
     writer_config,
 )
-from deltaplane.engine.enforcement import check_constraints, conform_table, table_constraints
+from deltaplane.engine.enforcement import check_constraints, table_constraints
 from deltaplane.engine.errors import (
     ConcurrentTransactionError,
     ConstraintViolationError,
@@ -257,6 +258,7 @@ def write_files(spec: WriteSpec, data: Any, *, store: ObjectStore | None = None,
     schema = spec.schema
     metadata = spec.metadata
     constraints = table_constraints(schema, metadata.configuration)
+    values = ColumnValues(schema, table=spec.uri)
     check = None
     if spec.replace_where is not None:
         check = replace_where_check(_check_predicate(spec.replace_where, schema), spec.replace_where)
@@ -264,7 +266,7 @@ def write_files(spec: WriteSpec, data: Any, *, store: ObjectStore | None = None,
     try:
         for batch in _batches(data, schema):
             try:
-                table = conform_table(batch, schema)
+                table = values.insert(batch)  # generated and default columns; identity refused
             except SchemaMismatchError as e:
                 raise SchemaMismatchError(f"cannot write to {spec.uri}: {e}") from None
             try:

@@ -8,6 +8,7 @@ the transaction is abandoned and finished files stay unreferenced until VACUUM r
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Mapping
@@ -17,6 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Metadata, Protocol, Remove
+from deltaplane.engine.column_values import (
+    ColumnValues,
+    check_declarations,
+    identity_only_tag,
+    normalize_declarations,
+    schema_from_arrow,
+)
 from deltaplane.engine.commands.manifest import check_manifest_compatible
 from deltaplane.engine.enforcement import (
     check_constraints,
@@ -139,7 +147,7 @@ def new_table_actions(
 ) -> tuple[Protocol, Metadata]:
     """Protocol and metadata of a new table (checked: names, partition columns, properties,
     constraints), without writing anything."""
-    delta_schema = _table_schema(schema)
+    delta_schema = normalize_declarations(_table_schema(schema))
     requested = {str(k): str(v) for k, v in (properties or {}).items()}
     check_property_names(requested, store.root)
     configuration = table_configuration(requested)
@@ -164,6 +172,12 @@ def new_table_actions(
         created_time=int(time.time() * 1000),
     )
     table_constraints(delta_schema, configuration)  # refuse constraints we cannot evaluate, now
+    check_declarations(  # generated, default and identity columns
+        delta_schema,
+        partition_columns=partition_by,
+        defaults_allowed="delta.feature.allowColumnDefaults" in requested,
+        table=store.root,
+    )
     check_manifest_compatible(metadata, None, store.root)  # no manifest property with DVs/mapping
     return protocol, metadata
 
@@ -174,7 +188,7 @@ def _table_schema(schema: Any) -> StructType:
     if isinstance(schema, StructType):
         return schema
     if isinstance(schema, pa.Schema):
-        return from_arrow_schema(schema)
+        return schema_from_arrow(schema)  # keeps generated/default/identity declarations
     what = type(schema).__name__
     if hasattr(schema, "__arrow_c_stream__") or type(schema).__module__.split(".")[0] in ("pandas", "polars"):
         raise SchemaError(
@@ -328,6 +342,28 @@ class WriteContext:
         self.txn = Transaction(
             store, snapshot, operation=operation, operation_parameters=operation_parameters
         )
+        self._values: ColumnValues | None = None
+        self._identity_only: bool | None = None
+
+    @property
+    def values(self) -> ColumnValues:
+        """The table's generated, default and identity columns (column_values.py), for this write."""
+        if self._values is None:
+            self._values = ColumnValues(
+                self.schema, table=self.store.root, on_high_water_marks=self._high_water_marks_moved
+            )
+        return self._values
+
+    def _high_water_marks_moved(self, schema: StructType) -> None:
+        """Identity values were assigned: the new high-water marks go in this commit's metaData,
+        tagged as Delta Spark tags an identity-only metadata update."""
+        if self._identity_only is None:
+            self._identity_only = not self.txn.summary.changes_metadata
+            if self._identity_only:
+                self.txn.commit_metadata = identity_only_tag(self.txn.commit_metadata)
+        self.schema = schema
+        self.metadata = dataclasses.replace(self.metadata, schema_string=schema.to_json_string())
+        self.txn.update_metadata(self.metadata)
 
     def idempotent_skip(self, app_id: str | None, app_version: int | None) -> CommitResult | None:
         if app_id is None and app_version is None:
@@ -367,6 +403,7 @@ class WriteContext:
             new_schema, max_id = assign_column_mapping(new_schema, max_id)
             configuration["delta.columnMapping.maxColumnId"] = str(max_id)
         self.schema = new_schema
+        self._values = None
         self.metadata = Metadata(
             id=self.metadata.id,
             schema_string=new_schema.to_json_string(),
@@ -406,7 +443,7 @@ class WriteContext:
         try:
             for batch in reader:
                 try:
-                    table = conform_table(batch, self.schema)
+                    table = self.values.insert(batch)
                 except SchemaMismatchError as e:
                     raise SchemaMismatchError(f"cannot write to {self.store.root}: {e}") from None
                 try:
