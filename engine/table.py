@@ -924,6 +924,19 @@ class TableAlterer:
             commit_metadata=commit_metadata,
         )
 
+    def set_column_default(
+        self, column: str, default: str, *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        """``ALTER COLUMN column SET DEFAULT default`` (SQL text, e.g. ``"'unknown'"``); the table
+        needs ``delta.feature.allowColumnDefaults=supported``."""
+        return self._run(alter_commands.set_column_default, column, default, commit_metadata=commit_metadata)
+
+    def drop_column_default(
+        self, column: str, *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        """``ALTER COLUMN column DROP DEFAULT``."""
+        return self._run(alter_commands.set_column_default, column, None, commit_metadata=commit_metadata)
+
     def set_table_description(
         self, description: str | None, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:

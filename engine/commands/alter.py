@@ -269,6 +269,35 @@ def unset_table_properties(
     )
 
 
+def set_column_default(
+    store: ObjectStore, snapshot: Snapshot, column: str, default: str | None
+) -> CommitResult:
+    """``ALTER TABLE ... ALTER COLUMN column SET DEFAULT default`` (SQL text), or ``DROP DEFAULT``
+    for ``None``. Setting one needs the allowColumnDefaults feature, as in Delta Spark."""
+    from deltaplane.engine.column_values import CURRENT_DEFAULT, check_declarations
+    from deltaplane.engine.table_features import writer_features
+
+    f = snapshot.schema.find(column) if isinstance(column, str) else None
+    if f is None:
+        known = ", ".join(snapshot.schema.names)
+        raise InvalidArgumentError(f"{store.root} has no column {column!r} ({known})")
+    if default is not None and "allowColumnDefaults" not in writer_features(snapshot.protocol):
+        raise SchemaError(
+            f"{store.root} does not support column defaults: set delta.feature.allowColumnDefaults="
+            "supported first (alter.set_table_properties)"
+        )
+    if default is not None and (not isinstance(default, str) or not default.strip()):
+        raise InvalidArgumentError(f"a column default is SQL text, got {default!r}")
+    metadata = {k: v for k, v in f.metadata.items() if k != CURRENT_DEFAULT}
+    if default is not None:
+        metadata[CURRENT_DEFAULT] = default
+    new_field = StructField(f.name, f.type, f.nullable, metadata)
+    schema = StructType(tuple(new_field if g is f else g for g in snapshot.schema.fields))
+    check_declarations(schema, defaults_allowed=True, table=store.root)  # the SQL must evaluate
+    new = dataclasses.replace(snapshot.metadata, schema_string=schema.to_json_string())
+    return _commit(store, snapshot, "CHANGE COLUMN", {"column": json.dumps(new_field.to_json())}, new)
+
+
 def set_table_description(store: ObjectStore, snapshot: Snapshot, description: str | None) -> CommitResult:
     if description is not None and not isinstance(description, str):
         raise InvalidArgumentError(f"a description is a string, not {type(description).__name__}")

@@ -333,3 +333,22 @@ def test_stale_identity_write_fails_typed_and_a_rerun_reassigns(tmp_path):
         execute_append(dt._store, stale, pa.table({"x": _x(3)}))
     dt.append(pa.table({"x": _x(3)}))  # the facade plans on the latest version
     assert sorted(r["id"] for r in DeltaTable(uri).to_arrow().to_pylist()) == [1, 2, 3]
+
+
+def test_alter_sets_and_drops_a_default(tmp_path, table):
+    table.alter.set_column_default("x", "7")
+    table.append(pa.table({"z": ["a"]}))
+    assert [(r["x"], r["y"]) for r in _rows(table)] == [(7, 14)]
+    table.alter.drop_column_default("x")
+    assert "CURRENT_DEFAULT" not in _fields(table)["x"]
+    table.append(pa.table({"z": ["b"]}))
+    assert [(r["x"], r["y"]) for r in _rows(table)] == [(7, 14), (None, None)]
+    with pytest.raises(SchemaError, match="cannot be evaluated"):
+        table.alter.set_column_default("x", "1 +")
+    plain = DeltaTable.create(str(tmp_path / "plain"), pa.schema([pa.field("x", pa.int32())]))
+    with pytest.raises(SchemaError, match="allowColumnDefaults"):
+        plain.alter.set_column_default("x", "1")
+    plain.alter.set_table_properties({"delta.feature.allowColumnDefaults": "supported"})
+    plain.alter.set_column_default("x", "1")
+    plain.append(pa.table({"x": _x(5)}))
+    assert "allowColumnDefaults" in plain.protocol.writer_features
