@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from deltaplane.engine.clustering import clustering_column_names
 from deltaplane.engine.snapshot import Snapshot
 from deltaplane.engine.stats import parse_file_stats
 
@@ -29,6 +30,7 @@ def describe_snapshot(snapshot: Snapshot) -> dict[str, Any]:
         "description": snapshot.metadata.description,
         "schema": snapshot.schema.to_json(),
         "partition_columns": snapshot.partition_columns,
+        "clustering_columns": clustering_column_names(snapshot),  # None: not clustered
         "protocol": {
             "min_reader_version": protocol.min_reader_version,
             "min_writer_version": protocol.min_writer_version,

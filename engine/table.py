@@ -16,6 +16,7 @@ import pyarrow as pa
 from deltaplane.engine.actions import Metadata, Protocol
 from deltaplane.engine.auto_optimize import auto_compact_after_commit, auto_compact_enabled
 from deltaplane.engine.checkpoint_writer import CheckpointInfo, write_checkpoint
+from deltaplane.engine.clustering import clustering_column_names
 from deltaplane.engine.commands import alter as alter_commands
 from deltaplane.engine.commands.changes import iter_changes
 from deltaplane.engine.commands.dml import execute_delete, execute_update
@@ -153,6 +154,12 @@ class DeltaTable:
     @property
     def properties(self) -> TableProperties:
         return self.snapshot.properties
+
+    @property
+    def clustering_columns(self) -> list[str] | None:
+        """Liquid clustering columns (``s.b`` for a nested field); ``None`` when the table is not
+        clustered, ``[]`` after ``alter.cluster_by(None)``."""
+        return clustering_column_names(self.snapshot)
 
     @property
     def partition_columns(self) -> list[str]:
@@ -369,9 +376,12 @@ class DeltaTable:
         storage_options: Mapping[str, str] | None = None,
         data: Any = None,
         commit_metadata: Mapping[str, Any] | None = None,
+        cluster_by: list[str] | None = None,
     ) -> DeltaTable:
         """Create a table (version 0) with the smallest protocol its properties need; with
         ``data``, its rows are in version 0 too (``schema`` then defaults to the data's).
+        ``cluster_by`` makes it a liquid-clustered table (never with ``partition_by``): OPTIMIZE
+        then clusters it by those columns.
 
         ``TableExistsError`` if a table is already there (checked, and enforced atomically by
         the put-if-absent of version 0). Unknown ``delta.*`` property names are refused.
@@ -386,6 +396,7 @@ class DeltaTable:
             storage_options=storage_options,
             data=data,
             commit_metadata=commit_metadata,
+            **({"cluster_by": cluster_by} if cluster_by else {}),
         )
         return table
 
@@ -600,8 +611,12 @@ class DeltaTable:
         purge: bool = False,
         max_concurrent_bins: int | None = None,
         commit_metadata: Mapping[str, Any] | None = None,
+        full: bool = False,
+        min_cube_size: int | None = None,
     ) -> OptimizeMetrics | OptimizePlan:
-        """Compact small files (or Z-order by ``zorder_by``) with ``dataChange=false``.
+        """Compact small files (or Z-order by ``zorder_by``) with ``dataChange=false``; on a
+        liquid-clustered table, cluster the files not yet clustered instead (``full``: also
+        those clustered by older columns; ``min_cube_size``: when a cluster is finished).
 
         ``filter`` may use partition columns only. Files whose deletion vectors hide more than
         ``max_deleted_rows_ratio`` of their rows are rewritten to purge them (all such files
@@ -616,6 +631,8 @@ class DeltaTable:
             min_num_files=min_num_files,
             max_deleted_rows_ratio=max_deleted_rows_ratio,
             purge=purge,
+            full=full,
+            min_cube_size=min_cube_size,
         )
         if dry_run:
             return plan
@@ -946,6 +963,14 @@ class TableAlterer:
         self, name: str | None, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
         return self._run(alter_commands.set_table_name, name, commit_metadata=commit_metadata)
+
+    def cluster_by(
+        self, columns: list[str] | None, *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        """``ALTER TABLE ... CLUSTER BY``: new liquid clustering columns (``None`` or ``[]``:
+        ``CLUSTER BY NONE``). Existing files stay as they are; the next OPTIMIZE clusters by the
+        new columns."""
+        return self._run(alter_commands.cluster_by, columns, commit_metadata=commit_metadata)
 
 
 class TableOptimizer:

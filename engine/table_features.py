@@ -137,6 +137,7 @@ WRITABLE_FEATURES = frozenset(
         "deletionVectors",
         "timestampNtz",
         "domainMetadata",
+        "clustering",
         "v2Checkpoint",
         "vacuumProtocolCheck",
         "inCommitTimestamp",
@@ -292,6 +293,8 @@ def minimal_protocol(schema: StructType, configuration: dict[str, str]) -> Proto
             feature=name,
         )
     wanted |= explicit
+    if "clustering" in wanted:  # the clustering columns live in a metadata domain
+        wanted.add("domainMetadata")
     unsupported = {
         "delta.enableRowTracking": "rowTracking",
         "delta.enableIcebergCompatV2": "icebergCompatV2",

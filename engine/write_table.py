@@ -4,7 +4,7 @@
 Modes: ``"error"`` (the default: ``TableExistsError`` if the table exists), ``"append"``,
 ``"overwrite"`` (everything, or with ``predicate`` only the matching rows) and ``"ignore"``
 (nothing happens if the table exists). A missing table is created from the data in one commit
-(``CREATE TABLE AS SELECT``), whatever the mode. Creation-time settings (``partition_by``,
+(``CREATE TABLE AS SELECT``), whatever the mode. Creation-time settings (``partition_by``, ``cluster_by``,
 ``properties``, ``name``, ``description``) must agree with an existing table rather than being
 silently dropped: change those with ``DeltaTable.alter``.
 """
@@ -38,6 +38,7 @@ def write_table(
     app_id: str | None = None,
     app_version: int | None = None,
     target_file_size: int | None = None,
+    cluster_by: list[str] | None = None,
 ) -> CommitResult:
     """Write ``data`` (a pyarrow Table/RecordBatch/RecordBatchReader, a pandas DataFrame, or
     anything with ``__arrow_c_stream__``) to the table at ``uri``; returns the commit's result
@@ -50,6 +51,7 @@ def write_table(
             f"a predicate replaces matching rows: it needs mode='overwrite', not {mode!r}"
         )
     partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by or [])
+    cluster_by = [cluster_by] if isinstance(cluster_by, str) else list(cluster_by or [])
     with commit_metadata_scope(commit_metadata):
         if not DeltaTable.is_deltatable(uri, storage_options):
             try:
@@ -65,6 +67,7 @@ def write_table(
                     app_id=app_id,
                     app_version=app_version,
                     target_file_size=target_file_size,
+                    **({"cluster_by": cluster_by} if cluster_by else {}),
                 )
             except TableExistsError:
                 if mode == "error":
@@ -76,6 +79,7 @@ def write_table(
         if mode == "ignore":
             return CommitResult(table.version, "WRITE", {}, skipped=True)
         _check_creation_settings(table, partition_by, properties, name, description)
+        _check_clustering(table, cluster_by)
         if mode == "append":
             return table.append(
                 data,
@@ -121,6 +125,18 @@ def _create(uri: str, data: Any, *, partition_by, predicate, storage_options, **
     return table.overwrite(
         reader, predicate, app_id=app_id, app_version=app_version, target_file_size=target_file_size
     )
+
+
+def _check_clustering(table: DeltaTable, cluster_by: list[str]) -> None:
+    """Delta Spark's DELTA_CLUSTERING_COLUMNS_MISMATCH: a write names the table's own columns."""
+    if not cluster_by:
+        return
+    current = table.clustering_columns or []
+    if [c.lower() for c in cluster_by] != [c.lower() for c in current]:
+        raise SchemaMismatchError(
+            f"the clustering columns of {table.uri} are {current or 'none'}, not {cluster_by}; "
+            "change them with dt.alter.cluster_by([...])"
+        )
 
 
 def _check_creation_settings(table: DeltaTable, partition_by, properties, name, description) -> None:

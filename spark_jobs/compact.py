@@ -61,6 +61,7 @@ def plan_to_json(plan: OptimizePlan) -> dict:
         "readVersion": plan.read_version,
         "targetFileSize": plan.target_file_size,
         "zOrderBy": list(plan.zorder_by),
+        **({"clusterBy": list(plan.cluster_by), "isFull": plan.full} if plan.cluster_by else {}),
         "filter": plan.filter,
         "auto": plan.auto,
         "totalConsideredFiles": plan.total_considered_files,
@@ -125,6 +126,8 @@ def plan_from_json(doc: Mapping, uri: str, storage_options: Mapping[str, str] | 
             auto=bool(doc.get("auto", False)),
             snapshot=snapshot,
             files=files,
+            cluster_by=tuple(doc.get("clusterBy") or ()),
+            full=bool(doc.get("isFull", False)),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise job.JobError(f"malformed OPTIMIZE plan: {type(e).__name__}: {e}") from None

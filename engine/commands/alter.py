@@ -21,6 +21,9 @@ from typing import Any
 import pyarrow as pa
 
 from deltaplane.engine.actions import Metadata
+from deltaplane.engine.clustering import FEATURE_PROPERTY as CLUSTERING_FEATURE_PROPERTY
+from deltaplane.engine.clustering import clustering_column_names, is_clustered, resolve_columns
+from deltaplane.engine.clustering import domain_metadata as clustering_domain
 from deltaplane.engine.commands.write import assign_column_mapping, union_protocol
 from deltaplane.engine.enforcement import check_constraints, table_constraints
 from deltaplane.engine.errors import (
@@ -234,6 +237,7 @@ def set_table_properties(
     props = TableProperties(configuration)
     for attr in ("checkpoint_interval", "log_retention_ms", "deleted_file_retention_ms", "append_only"):
         getattr(props, attr)  # a malformed value fails now, not at the next write
+    _check_clustering_kept(store, snapshot, requested, configuration)
     metadata = _with_configuration(snapshot.metadata, configuration)
     return _commit(
         store,
@@ -312,3 +316,53 @@ def set_table_name(store: ObjectStore, snapshot: Snapshot, name: str | None) -> 
         raise InvalidArgumentError(f"a table name is a string, not {type(name).__name__}")
     metadata = dataclasses.replace(snapshot.metadata, name=name)
     return _commit(store, snapshot, "SET TBLPROPERTIES", {"properties": json.dumps({"name": name})}, metadata)
+
+
+# --- liquid clustering --------------------------------------------------------------------------
+
+
+def cluster_by(store: ObjectStore, snapshot: Snapshot, columns: Iterable[str] | None) -> CommitResult:
+    """``ALTER TABLE ... CLUSTER BY (columns)``, or ``CLUSTER BY NONE`` for ``None``/``[]``:
+    the ``delta.clustering`` domain is rewritten (a table that was not clustered gets the
+    ``clustering`` feature first). Files already clustered keep their layout until an OPTIMIZE
+    reclusters them."""
+    names = [] if columns is None else ([columns] if isinstance(columns, str) else list(columns))
+    check_write_supported(snapshot.protocol, snapshot.metadata, snapshot.schema, store.root)
+    clustered = is_clustered(snapshot.protocol)
+    if not names and not clustered:  # Delta Spark skips CLUSTER BY NONE on an unclustered table
+        return CommitResult(snapshot.version, "CLUSTER BY", {}, skipped=True)
+    new = resolve_columns(
+        snapshot.schema,
+        names,
+        snapshot.metadata.configuration,
+        partition_columns=snapshot.partition_columns,
+        where=store.root,
+    )
+    old = clustering_column_names(snapshot) or []
+    parameters = {
+        "oldClusteringColumns": ",".join(old),
+        "newClusteringColumns": ",".join(c.name for c in new),
+    }
+    txn = Transaction(store, snapshot, operation="CLUSTER BY", operation_parameters=parameters)
+    if not clustered:
+        needed = minimal_protocol(
+            snapshot.schema, {**snapshot.metadata.configuration, CLUSTERING_FEATURE_PROPERTY: "supported"}
+        )
+        protocol = union_protocol(snapshot.protocol, needed)
+        check_write_supported(protocol, snapshot.metadata, snapshot.schema, store.root)
+        txn.update_protocol(protocol)
+    txn.set_domain_metadata(clustering_domain(new))
+    return txn.commit()
+
+
+def _check_clustering_kept(
+    store: ObjectStore, snapshot: Snapshot, requested: Mapping[str, str], configuration: dict[str, str]
+) -> None:
+    """Clustering is changed by ``cluster_by`` only, and its columns must keep statistics."""
+    if CLUSTERING_FEATURE_PROPERTY in requested:
+        raise InvalidArgumentError(
+            f"{CLUSTERING_FEATURE_PROPERTY} is set by alter.cluster_by([...]), not as a property"
+        )
+    names = clustering_column_names(snapshot)
+    if names:
+        resolve_columns(snapshot.schema, names, configuration, where=store.root)

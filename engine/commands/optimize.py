@@ -41,6 +41,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Add, Remove
+from deltaplane.engine.clustering import clustering_column_names, key_column, zcube_adds
+from deltaplane.engine.commands.hilbert import hilbert_sort
+from deltaplane.engine.commands.liquid import DEFAULT_MIN_CUBE_SIZE, MAX_BIN_FACTOR, cube_tags, select_bins
 from deltaplane.engine.commands.write import WriteContext, remove_action
 from deltaplane.engine.commands.zorder import cut_points, key_bits, zorder_sort
 from deltaplane.engine.enforcement import conform_table
@@ -94,6 +97,8 @@ class OptimizePlan:
     auto: bool  # an auto-compaction (recorded in the commit)
     snapshot: Snapshot = field(repr=False, compare=False)
     files: pa.Table = field(repr=False, compare=False)  # live-file rows of every file in a bin
+    cluster_by: tuple[str, ...] = ()  # liquid clustering columns: each bin becomes one ZCube
+    full: bool = False  # OPTIMIZE FULL: files clustered by older columns reclustered too
 
     @property
     def num_files(self) -> int:
@@ -114,6 +119,7 @@ class OptimizePlan:
             "readVersion": self.read_version,
             "targetFileSize": self.target_file_size,
             "zOrderBy": list(self.zorder_by),
+            **({"clusterBy": list(self.cluster_by), "isFull": self.full} if self.cluster_by else {}),
             "filter": self.filter,
             "numBins": len(self.bins),
             "numFilesToRewrite": self.num_files,
@@ -162,18 +168,26 @@ def plan_optimize(
     purge: bool = False,
     partitions: list[dict[str, str | None]] | None = None,
     auto: bool = False,
+    full: bool = False,
+    min_cube_size: int | None = None,
 ) -> OptimizePlan:
-    """Choose the bins to rewrite; reads nothing but the snapshot.
+    """Choose the bins to rewrite; reads nothing but the snapshot (and, for a clustered table,
+    the commits that added its clustered files).
 
     ``partitions`` (physical column name -> serialized value, as in the log) restricts the plan
     to those partitions, as the auto-optimize policy chooses them; ``auto`` marks the commit as
-    an auto-compaction.
+    an auto-compaction. On a liquid-clustered table the plan clusters incrementally instead
+    (``commands/liquid.py``; ``full``: recluster files clustered by older columns too,
+    ``min_cube_size``: the size at which a ZCube is finished).
     """
     target = target_file_size or snapshot.properties.target_file_size or DEFAULT_OPTIMIZE_FILE_SIZE
     if target <= 0:
         raise OptimizeError(f"target_file_size must be positive, got {target}")
     if min_num_files < 1:
         raise OptimizeError(f"min_num_files must be at least 1, got {min_num_files}")
+    cluster = _clustering_of(snapshot, zorder_by, filter, full)
+    if cluster:
+        return _plan_clustering(snapshot, cluster, target, full, min_cube_size, auto)
     zorder = tuple(_check_zorder_columns(snapshot, zorder_by or []))
     predicate = _partition_filter(snapshot, filter)
     files = snapshot.files
@@ -248,6 +262,66 @@ def plan_optimize(
         )
     selected = files.take(pa.array(chosen, pa.int64())) if chosen else files.slice(0, 0)
     return _plan(snapshot, target, zorder, filter, out_bins, considered, selected, auto)
+
+
+def _clustering_of(snapshot: Snapshot, zorder_by, filter, full: bool) -> list[str]:
+    """The clustering columns OPTIMIZE clusters by (Delta Spark refuses Z-order and partition
+    filters on a clustered table, and FULL on any other)."""
+    names = clustering_column_names(snapshot)
+    if names is not None and zorder_by:
+        raise OptimizeError(
+            "OPTIMIZE command for Delta table with clustering cannot specify ZORDER BY. Please remove "
+            f"ZORDER BY ({', '.join(map(str, zorder_by))}): {snapshot.store.root} is clustered by "
+            f"{', '.join(names) or 'no columns'} (change that with alter().cluster_by([...]))"
+        )
+    if names is not None and filter is not None:
+        raise OptimizeError(
+            "OPTIMIZE command for Delta table with clustering doesn't support partition predicates. "
+            f"Please remove the predicates: {filter}"
+        )
+    if full and not names:
+        raise OptimizeError(
+            "OPTIMIZE FULL is only supported for clustered tables with non-empty clustering columns "
+            f"({snapshot.store.root} is {'clustered by none' if names is not None else 'not clustered'})"
+        )
+    return names or []
+
+
+def _plan_clustering(snapshot, columns, target, full, min_cube_size, auto) -> OptimizePlan:
+    min_cube = DEFAULT_MIN_CUBE_SIZE if min_cube_size is None else min_cube_size
+    if min_cube <= 0:
+        raise OptimizeError(f"min_cube_size must be positive, got {min_cube}")
+    files = snapshot.files
+    tags = cube_tags(snapshot.store, files) if files.num_rows else {}
+    chosen = select_bins(
+        files, tags, columns, min_cube_size=min_cube, max_bin_size=int(min_cube * MAX_BIN_FACTOR), full=full
+    )
+    bins = []
+    if chosen:
+        stats = parse_file_stats(files, {})
+        records = stats.num_records.to_numpy(zero_copy_only=False)
+        dv = files.column("deletion_vector")
+        deleted = (
+            pc.fill_null(pc.struct_field(dv, "cardinality"), 0).to_numpy(zero_copy_only=False)
+            if dv.null_count < len(dv)
+            else np.zeros(files.num_rows, dtype=np.int64)
+        )
+        sizes = files.column("size").to_numpy()
+        paths = files.column("path").to_pylist()
+        for b in chosen:
+            bins.append(
+                OptimizeBin(
+                    partition_values=(),
+                    paths=tuple(paths[i] for i in b),
+                    size=int(sizes[b].sum()),
+                    num_records=int(np.nansum(records[b]) - deleted[b].sum()),
+                    deleted_rows=int(deleted[b].sum()),
+                )
+            )
+    indices = sorted(i for b in chosen for i in b)
+    selected = files.take(pa.array(indices, pa.int64())) if indices else files.slice(0, 0)
+    plan = _plan(snapshot, target, (), None, bins, files.num_rows, selected, auto)
+    return dataclasses.replace(plan, cluster_by=tuple(columns), full=full)
 
 
 def _plan(snapshot, target, zorder, filter, bins, considered, files, auto) -> OptimizePlan:
@@ -337,16 +411,21 @@ def rewrite_bin(store: ObjectStore, plan: OptimizePlan, index: int) -> list[Add]
     snapshot = plan.snapshot
     files = plan.files.filter(pc.is_in(plan.files.column("path"), value_set=pa.array(b.paths, pa.string())))
     # Z-order chooses its own file boundaries (``cut_points``); compaction rolls files by size.
-    size = NO_SIZE_LIMIT if plan.zorder_by else plan.target_file_size
+    size = NO_SIZE_LIMIT if plan.zorder_by or plan.cluster_by else plan.target_file_size
     context = WriteContext(store, snapshot, {}, target_file_size=size, schema_mode=None)
     writer = context.writer()
     scan = Scan(snapshot, None, None, files=_in_order(files))
     try:
-        if plan.zorder_by:
-            rows, keys = zorder_sort(scan.to_table(), list(plan.zorder_by))
+        if plan.zorder_by or plan.cluster_by:
+            if plan.cluster_by:  # Hilbert curve, as Delta Spark clusters
+                table = scan.to_table()
+                rows, keys = hilbert_sort(table, [key_column(table, c) for c in plan.cluster_by])
+            else:
+                rows, keys = zorder_sort(scan.to_table(), list(plan.zorder_by))
             live_fraction = b.num_records / max(b.num_records + b.deleted_rows, 1)
             num_files = max(1, round(b.size * live_fraction / plan.target_file_size))
-            bounds = [0, *cut_points(keys, num_files, key_bits(len(plan.zorder_by))), rows.num_rows]
+            curve_bits = key_bits(len(plan.zorder_by or plan.cluster_by))
+            bounds = [0, *cut_points(keys, num_files, curve_bits), rows.num_rows]
             for lo, hi in itertools.pairwise(bounds):
                 writer.write(rows.slice(lo, hi - lo))
                 writer.roll()
@@ -357,6 +436,8 @@ def rewrite_bin(store: ObjectStore, plan: OptimizePlan, index: int) -> list[Add]
     except BaseException:
         writer.abort()
         raise
+    if plan.cluster_by:
+        return zcube_adds(adds, plan.cluster_by)
     return [dataclasses.replace(a, data_change=False) for a in adds]
 
 
@@ -368,6 +449,7 @@ class BinTask:
     bin: OptimizeBin
     target_file_size: int
     zorder_by: tuple[str, ...]
+    cluster_by: tuple[str, ...] = ()
 
 
 def bin_tasks(
@@ -380,7 +462,7 @@ def bin_tasks(
     for b in plan.bins:
         files = plan.files.filter(pc.is_in(paths, value_set=pa.array(b.paths, pa.string())))
         portable = PortableSnapshot.of(plan.snapshot, files, uri=uri, storage_options=storage_options)
-        tasks.append(BinTask(portable, b, plan.target_file_size, plan.zorder_by))
+        tasks.append(BinTask(portable, b, plan.target_file_size, plan.zorder_by, plan.cluster_by))
     return tasks
 
 
@@ -399,6 +481,7 @@ def run_bin_task(task: BinTask) -> list[Add]:
         auto=False,
         snapshot=snapshot,
         files=snapshot.files,
+        cluster_by=task.cluster_by,
     )
     return rewrite_bin(snapshot.store, plan, 0)
 
@@ -478,6 +561,8 @@ def commit_optimize(store: ObjectStore, plan: OptimizePlan, adds: list[Add]) -> 
     params: dict = {"predicate": [plan.filter] if plan.filter else [], "zOrderBy": list(plan.zorder_by)}
     if not plan.zorder_by:
         params["auto"] = plan.auto
+    if plan.cluster_by:  # Delta Spark's parameters of a clustering OPTIMIZE
+        params.update(clusterBy=list(plan.cluster_by), isFull=plan.full)
     context = WriteContext(
         store, snapshot, params, target_file_size=None, schema_mode=None, operation="OPTIMIZE"
     )

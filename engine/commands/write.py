@@ -18,6 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Metadata, Protocol, Remove
+from deltaplane.engine.clustering import FEATURE_PROPERTY as CLUSTERING_FEATURE_PROPERTY
+from deltaplane.engine.clustering import ClusteringError, resolve_columns
+from deltaplane.engine.clustering import domain_metadata as clustering_domain
 from deltaplane.engine.column_values import (
     ColumnValues,
     check_declarations,
@@ -93,6 +96,7 @@ def execute_create(
     app_id: str | None = None,
     app_version: int | None = None,
     target_file_size: int | None = None,
+    cluster_by: list[str] | None = None,
 ) -> CommitResult:
     """Commit version 0 of a new table; ``TableExistsError`` if there is one already.
 
@@ -107,14 +111,27 @@ def execute_create(
     if list_log(store, 0).max_version is not None:
         raise TableExistsError(f"a Delta table already exists at {store.root}")
     protocol, metadata = new_table_actions(
-        store, schema, partition_by=partition_by, properties=properties, name=name, description=description
+        store,
+        schema,
+        partition_by=partition_by,
+        properties=properties,
+        name=name,
+        description=description,
+        cluster_by=cluster_by,
     )
     configuration = metadata.configuration
     params = {"partitionBy": metadata.partition_columns, "properties": configuration}
+    domains = []
+    if cluster_by:
+        columns = resolve_columns(parse_schema(metadata.schema_string), cluster_by, configuration)
+        params["clusterBy"] = [c.name for c in columns]
+        domains.append(clustering_domain(columns))
     if reader is None:
         txn = Transaction(store, None, operation="CREATE TABLE", operation_parameters=params)
         txn.update_protocol(protocol)
         txn.update_metadata(metadata)
+        for domain in domains:
+            txn.set_domain_metadata(domain)
         if app_id is not None or app_version is not None:
             _check_app(app_id, app_version)
             txn.set_app_transaction(app_id, app_version)
@@ -130,6 +147,8 @@ def execute_create(
     )
     write.txn.update_protocol(protocol)
     write.txn.update_metadata(metadata)
+    for domain in domains:
+        write.txn.set_domain_metadata(domain)
     write.idempotent_skip(app_id, app_version)
     write.evolve(reader.schema)  # only checks the data's column names: the schema is new
     writer = write.write_data(reader)
@@ -144,9 +163,10 @@ def new_table_actions(
     properties: Mapping[str, str] | None = None,
     name: str | None = None,
     description: str | None = None,
+    cluster_by: list[str] | None = None,
 ) -> tuple[Protocol, Metadata]:
     """Protocol and metadata of a new table (checked: names, partition columns, properties,
-    constraints), without writing anything."""
+    constraints, clustering columns), without writing anything."""
     delta_schema = normalize_declarations(_table_schema(schema))
     requested = {str(k): str(v) for k, v in (properties or {}).items()}
     check_property_names(requested, store.root)
@@ -161,6 +181,13 @@ def new_table_actions(
     if props.column_mapping_mode != "none":
         delta_schema, max_id = assign_column_mapping(delta_schema, 0)
         configuration["delta.columnMapping.maxColumnId"] = str(max_id)
+    if CLUSTERING_FEATURE_PROPERTY in requested:
+        raise ClusteringError(f"{CLUSTERING_FEATURE_PROPERTY} is set by cluster_by=[...], not as a property")
+    if cluster_by:
+        resolve_columns(
+            delta_schema, cluster_by, configuration, partition_columns=partition_by, where=store.root
+        )
+        requested[CLUSTERING_FEATURE_PROPERTY] = "supported"
     protocol = minimal_protocol(delta_schema, {**requested, **configuration})
     metadata = Metadata(
         id=str(uuid.uuid4()),

@@ -80,7 +80,9 @@ class DeltaAutoOptimizeOperator(DeltaTableOperator):
         policy = replace(policy, **changes)
         decision = decide_auto_optimize(table.health(small_file_size=policy.small_file_size), policy)
         out = decision.to_dict()
-        out["action"] = ("zorder" if self.zorder_by else "compact") if decision.compact else "skip"
+        # OPTIMIZE clusters a liquid-clustered table (plan_optimize chooses): say so.
+        kind = "cluster" if table.clustering_columns else "zorder" if self.zorder_by else "compact"
+        out["action"] = kind if decision.compact else "skip"
         out["zorder_by"] = self.zorder_by
         out["version"] = None
         out["reason"] = "; ".join(decision.reasons) if decision.reasons else None
