@@ -44,6 +44,7 @@ from deltaplane.engine.expressions.skipping import SkippingContext, files_to_kee
 from deltaplane.engine.expressions.tree import Column, Expr, columns
 from deltaplane.engine.log.replay import canonical_path, canonical_paths, plain_paths
 from deltaplane.engine.partitions import parse_partition_values
+from deltaplane.engine.row_tracking import READ_COLUMNS, materialized_columns, stable_values
 from deltaplane.engine.schema import (
     PARQUET_FIELD_ID,
     ArrayType,
@@ -84,6 +85,7 @@ class ScanBuilder:
         self.snapshot = snapshot
         self._columns: list[str] | None = None
         self._filter: Expr | None = None
+        self._row_tracking = False
 
     def select(self, columns: list[str] | None) -> ScanBuilder:
         if isinstance(columns, str):
@@ -106,8 +108,15 @@ class ScanBuilder:
             )
         return self
 
+    def with_row_tracking(self, enabled: bool = True) -> ScanBuilder:
+        """Add each row's row id and row commit version (``_metadata.row_id``,
+        ``_metadata.row_commit_version``): the table must enable row tracking."""
+        self._row_tracking = bool(enabled)
+        return self
+
     def build(self) -> Scan:
-        return Scan(self.snapshot, self._columns, self._filter)
+        tracking = READ_COLUMNS if self._row_tracking else None
+        return Scan(self.snapshot, self._columns, self._filter, row_tracking=tracking)
 
 
 @dataclass
@@ -118,6 +127,9 @@ class FileRows:
     positions: np.ndarray  # physical row index of each surviving row
     physical_rows: int  # rows in the Parquet file
     deleted: np.ndarray | None  # the existing deletion vector's rows
+    # Row tracking enabled: each row's stable row id and commit version, under the table's
+    # materialized column names (what a rewrite hands the writer to keep them).
+    lineage: pa.Table | None = None
 
 
 @dataclass
@@ -125,6 +137,8 @@ class _FilePlan:
     location: str  # canonical: relative key, or absolute path/URI
     deletion_vector: dict | None
     partition_values: dict[str, pa.Scalar]
+    base_row_id: int | None = None
+    default_row_commit_version: int | None = None
 
 
 class Scan:
@@ -137,8 +151,11 @@ class Scan:
         predicate: Expr | None,
         *,
         files: pa.Table | None = None,
+        row_tracking: tuple[str, str] | None = None,
     ):
-        """Plan a read; ``files`` (rows of the live-file table) restricts it to those files."""
+        """Plan a read; ``files`` (rows of the live-file table) restricts it to those files;
+        ``row_tracking`` names two extra output columns for each row's row id and row commit
+        version (the table must enable row tracking)."""
         self.snapshot = snapshot
         self.schema = snapshot.schema
         self.mode = snapshot.column_mapping_mode
@@ -163,7 +180,29 @@ class Scan:
         ]
         self._partitions_needed = [name for name in self._partition_fields if name in needed]
         self._filter_expr = to_arrow_expression(self.predicate) if self.predicate is not None else None
+        self._materialized: tuple[str, str] | None = None
+        self._lineage_names: tuple[str, str] | None = None
         self.arrow_schema = pa.schema([to_arrow_field(f) for f in self.output_fields])
+        if row_tracking is not None:
+            self._track_rows(row_tracking)
+
+    def _track_rows(self, names: tuple[str, str]) -> None:
+        snapshot = self.snapshot
+        materialized = materialized_columns(snapshot.protocol, snapshot.metadata)
+        if materialized is None:
+            raise InvalidArgumentError(
+                f"{snapshot.store.root} does not enable row tracking (delta.enableRowTracking): its "
+                "rows have no row ids to read"
+            )
+        for name in names:
+            if self.schema.find(name) is not None:
+                raise SchemaError(
+                    f"{snapshot.store.root} has a column named {name!r}, the name of a row-tracking column"
+                )
+        self._materialized, self._lineage_names = materialized, tuple(names)
+        self.arrow_schema = pa.schema(
+            [*self.arrow_schema, *(pa.field(n, pa.int64(), nullable=False) for n in names)]
+        )
 
     # --- planning ----------------------------------------------------------------------------
 
@@ -190,11 +229,16 @@ class Scan:
         root = self.snapshot.store.root
         paths = files.column("path").to_pylist()
         dvs = files.column("deletion_vector").to_pylist()
+        tracked = self._lineage_names is not None and "base_row_id" in files.column_names
+        base_ids = files.column("base_row_id").to_pylist() if tracked else [None] * len(paths)
+        versions = files.column("default_row_commit_version").to_pylist() if tracked else [None] * len(paths)
         return [
             _FilePlan(
                 location=canonical_path(path, root),
                 deletion_vector=dvs[i],
                 partition_values={name: arr[i] for name, arr in typed.items()},
+                base_row_id=base_ids[i],
+                default_row_commit_version=versions[i],
             )
             for i, path in enumerate(paths)
         ]
@@ -259,8 +303,8 @@ class Scan:
                 if deleted is not None:
                     local = deleted[(deleted >= offset) & (deleted < offset + n)] - offset
                     mask = keep_mask(n, local)
+                out = self._finish(pa.Table.from_batches([batch]), plan, mask, offset)
                 offset += n
-                out = self._finish(pa.Table.from_batches([batch]), plan, mask)
                 for b in out.to_batches():
                     if b.num_rows:
                         yield b
@@ -290,6 +334,11 @@ class Scan:
             return
         if self.predicate is not None:
             raise DeltaError("positions are only meaningful for a scan without a row filter")
+        if self._lineage_names is None:
+            materialized = materialized_columns(self.snapshot.protocol, self.snapshot.metadata)
+            if materialized is not None:  # rewrites must keep each row's row id and version
+                self._track_rows(materialized)
+                plans = self._plans()
         with ThreadPoolExecutor(min(_READ_WORKERS, len(plans))) as pool:
             yield from enumerate(pool.map(self._read_with_positions, plans))
 
@@ -302,7 +351,11 @@ class Scan:
             positions = np.arange(physical_rows)
         else:
             positions = np.flatnonzero(keep_mask(physical_rows, deleted))
-        return FileRows(table, positions.astype(np.int64), physical_rows, deleted)
+        lineage = None
+        if self._lineage_names is not None:
+            lineage = table.select(list(self._lineage_names))
+            table = table.drop_columns(list(self._lineage_names))
+        return FileRows(table, positions.astype(np.int64), physical_rows, deleted, lineage)
 
     def _read_whole(self, plan: _FilePlan, *, pf: pq.ParquetFile | None = None, deleted=False) -> pa.Table:
         pf = pf if pf is not None else self._open(plan)
@@ -396,11 +449,16 @@ class Scan:
             match = _match_field(file_schema, f, self.mode)
             if match is not None:
                 names.append(match.name)
+        if self._materialized is not None:
+            names += [n for n in self._materialized if n in file_schema.names]
         return names
 
-    def _finish(self, table: pa.Table, plan: _FilePlan, mask: np.ndarray | None) -> pa.Table:
+    def _finish(self, table: pa.Table, plan: _FilePlan, mask: np.ndarray | None, offset: int = 0) -> pa.Table:
+        lineage = self._lineage(table, plan, offset) if self._lineage_names is not None else None
         if mask is not None:
             table = table.filter(pa.array(mask))
+            if lineage is not None:
+                lineage = lineage.filter(pa.array(mask))
         n = table.num_rows
         file_schema = table.schema
         columns_out: dict[str, pa.Array | pa.ChunkedArray] = {}
@@ -420,6 +478,8 @@ class Scan:
                     ) from e
         for name in self._partitions_needed:
             columns_out[name] = pa.repeat(plan.partition_values[name], n)
+        if lineage is not None:
+            columns_out.update(zip(lineage.column_names, lineage.columns, strict=True))
         full = pa.table(columns_out) if columns_out else pa.table({"__rows": pa.nulls(n)})
         if self._filter_expr is not None:
             try:
@@ -427,10 +487,27 @@ class Scan:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
                 where = f"data file {plan.location} of {self.snapshot.store.root}"
                 raise evaluation_error(self.predicate, e, where) from None
+        extra = [full.column(name) for name in self._lineage_names or ()]
         return pa.Table.from_arrays(
-            [_as_type(full.column(f.name), to_arrow_type(f.type)) for f in self.output_fields],
+            [_as_type(full.column(f.name), to_arrow_type(f.type)) for f in self.output_fields] + extra,
             schema=self.arrow_schema,
         )
+
+    def _lineage(self, table: pa.Table, plan: _FilePlan, offset: int) -> pa.Table:
+        """Stable row ids and commit versions of a file's rows (``table``: consecutive physical
+        rows from ``offset``, before the deletion vector)."""
+        assert self._materialized is not None and self._lineage_names is not None
+        ids_name, versions_name = self._materialized
+        ids, versions = stable_values(
+            table.num_rows,
+            offset,
+            plan.base_row_id,
+            plan.default_row_commit_version,
+            table.column(ids_name) if ids_name in table.column_names else None,
+            table.column(versions_name) if versions_name in table.column_names else None,
+            f"data file {plan.location} of {self.snapshot.store.root}",
+        )
+        return pa.table(dict(zip(self._lineage_names, (ids, versions), strict=True)))
 
 
 def typed_partition_column(f: StructField, files: pa.Table, table_root: str) -> pa.Array:

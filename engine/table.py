@@ -182,18 +182,38 @@ class DeltaTable:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def scan(self, columns: list[str] | None = None, filter: str | Expr | None = None) -> Scan:
-        return ScanBuilder(self.snapshot).select(columns).where(filter).build()
+    def scan(
+        self,
+        columns: list[str] | None = None,
+        filter: str | Expr | None = None,
+        *,
+        row_tracking: bool = False,
+    ) -> Scan:
+        """``row_tracking``: add each row's ``_metadata.row_id`` and ``_metadata.row_commit_version``
+        (tables with ``delta.enableRowTracking``)."""
+        builder = ScanBuilder(self.snapshot).select(columns).where(filter)
+        return builder.with_row_tracking(row_tracking).build()
 
-    def to_arrow(self, columns: list[str] | None = None, filter: str | Expr | None = None) -> pa.Table:
-        """All rows (projected and filtered) as one Arrow table."""
-        return self.scan(columns, filter).to_table()
+    def to_arrow(
+        self,
+        columns: list[str] | None = None,
+        filter: str | Expr | None = None,
+        *,
+        row_tracking: bool = False,
+    ) -> pa.Table:
+        """All rows (projected and filtered) as one Arrow table; ``row_tracking`` adds
+        ``_metadata.row_id`` and ``_metadata.row_commit_version``."""
+        return self.scan(columns, filter, row_tracking=row_tracking).to_table()
 
     def to_batches(
-        self, columns: list[str] | None = None, filter: str | Expr | None = None
+        self,
+        columns: list[str] | None = None,
+        filter: str | Expr | None = None,
+        *,
+        row_tracking: bool = False,
     ) -> pa.RecordBatchReader:
         """A stream of record batches, read file by file in bounded memory."""
-        return self.scan(columns, filter).to_batches()
+        return self.scan(columns, filter, row_tracking=row_tracking).to_batches()
 
     def file_uris(
         self,

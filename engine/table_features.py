@@ -147,6 +147,7 @@ WRITABLE_FEATURES = frozenset(
         "variantType-preview",
         "checkpointProtection",
         "materializePartitionColumns",
+        "rowTracking",
     }
 )
 MAX_WRITER_VERSION = 7
@@ -295,8 +296,11 @@ def minimal_protocol(schema: StructType, configuration: dict[str, str]) -> Proto
     wanted |= explicit
     if "clustering" in wanted:  # the clustering columns live in a metadata domain
         wanted.add("domainMetadata")
+    if configuration.get("delta.enableRowTracking", "").lower() == "true":
+        wanted.add("rowTracking")
+    if "rowTracking" in wanted:  # the row id high-water mark lives in a metadata domain
+        wanted.add("domainMetadata")
     unsupported = {
-        "delta.enableRowTracking": "rowTracking",
         "delta.enableIcebergCompatV2": "icebergCompatV2",
     }
     for key, feature in unsupported.items():

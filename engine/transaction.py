@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from deltaplane.engine import row_tracking
 from deltaplane.engine.actions import (
     Add,
     AddCDCFile,
@@ -319,6 +320,8 @@ class Transaction:
         self.summary.read_app_ids.add(app_id)
 
     def set_domain_metadata(self, domain: DomainMetadata) -> None:
+        if domain.domain == row_tracking.DOMAIN:
+            raise InvalidArgumentError(f"the {domain.domain} domain is maintained by the commits themselves")
         self._domains.append(domain)
         self.summary.domains.add(domain.domain)
 
@@ -439,6 +442,8 @@ class Transaction:
                 protocol=self.protocol,
                 table_root=self.store.root,
             )
+            if winner.protocol is not None:
+                self._winner_protocol = winner.protocol
             if winner.commit_info is not None:
                 self._last_winner_ict = winner.commit_info.in_commit_timestamp
                 self._note_vacuum(winner)
@@ -548,6 +553,22 @@ class Transaction:
         return latest
 
     _last_winner_ict: int | None = None
+    _winner_protocol: Protocol | None = None
+
+    def _with_row_ids(self, version: int) -> tuple[list[Add], list[DomainMetadata], bool]:
+        """Adds with row ids and commit versions assigned for ``version`` (row tracking), the
+        domains to commit (the new high-water mark among them), and whether row tracking is
+        enabled. Done at every attempt: a retry takes the winners' high-water mark."""
+        protocol = self._protocol or self._winner_protocol or self.protocol
+        metadata = self.metadata
+        if not row_tracking.assigns(protocol, metadata):
+            return self._adds, self._domains, False
+        domains = [self.snapshot.domains.get(row_tracking.DOMAIN)] if self.snapshot is not None else []
+        for winner in self._winners:
+            domains += winner.domains
+        adds, mark = row_tracking.assign(self._adds, row_tracking.high_water_mark(domains), version)
+        new_domains = self._domains + ([mark] if mark is not None else [])
+        return adds, new_domains, row_tracking.is_enabled(protocol, metadata)
 
     def _render(self, version: int, metrics: dict[str, str]) -> bytes:
         now = int(time.time() * 1000)
@@ -568,6 +589,9 @@ class Transaction:
             }
         )
         info.update(self.commit_metadata)  # reserved keys were refused when it was set
+        adds, domains, tracked = self._with_row_ids(version)
+        if tracked:  # every deltaplane command keeps the rows' ids and commit versions
+            info["tags"] = {**(info.get("tags") or {}), row_tracking.PRESERVED_TAG: "true"}
         if TableProperties(self.metadata.configuration).enable_in_commit_timestamps:
             previous = self._last_winner_ict
             if previous is None and self.snapshot is not None and version == self.read_version + 1:
@@ -582,7 +606,7 @@ class Transaction:
         scope = self._scope_txn
         if scope is not None and all(t.app_id != scope.app_id for t in txns):
             txns.append(Txn(scope.app_id, scope.version, now))
-        actions += txns + self._domains + self._removes + self._adds + self._cdc
+        actions += txns + domains + self._removes + adds + self._cdc
         return ("\n".join(action_to_json_line(a) for a in actions) + "\n").encode("utf-8")
 
 

@@ -57,6 +57,9 @@ class WriterConfig:
     random_prefix_length: int | None = None
     materialize_partitions: bool = False
     prefix: str = ""  # a directory every file goes under ("_change_data" for CDC files)
+    # Row tracking's hidden (row id, row commit version) columns: written into every file, from
+    # the input's columns of those names (rows copied by a rewrite), null where absent.
+    row_tracking_columns: tuple[str, str] | None = None
 
     @property
     def partition_fields(self) -> list[StructField]:
@@ -164,6 +167,7 @@ class DataFileWriter:
         self._data_fields = config.data_fields
         self._file_schema = pa.schema(
             [physical_arrow_field(f, config.column_mapping) for f in self._data_fields]
+            + [pa.field(name, pa.int64()) for name in config.row_tracking_columns or ()]
         )
         self._open: dict[tuple, _OpenFile] = {}
         self._adds: list[Add] = []
@@ -246,6 +250,11 @@ class DataFileWriter:
                     type=self._file_schema.field(len(arrays)).type,
                 )
             arrays.append(column)
+        for name in self.config.row_tracking_columns or ():
+            if name in part.column_names:
+                arrays.append(part.column(name).cast(pa.int64()))
+            else:
+                arrays.append(pa.nulls(part.num_rows, pa.int64()))
         return pa.Table.from_arrays(arrays, schema=self._file_schema)
 
     # --- files ----------------------------------------------------------------------------------

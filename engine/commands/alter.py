@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from deltaplane.engine import row_tracking
 from deltaplane.engine.actions import Metadata
 from deltaplane.engine.clustering import FEATURE_PROPERTY as CLUSTERING_FEATURE_PROPERTY
 from deltaplane.engine.clustering import clustering_column_names, is_clustered, resolve_columns
@@ -48,7 +49,7 @@ from deltaplane.engine.transaction import CommitResult, Transaction
 
 CONSTRAINT_PREFIX = "delta.constraints."
 # Properties that a table's own machinery maintains; setting them by hand breaks it.
-_MANAGED = ("delta.columnMapping.maxColumnId",)
+_MANAGED = ("delta.columnMapping.maxColumnId", *row_tracking.NAME_PROPERTIES)
 
 
 def _commit(
@@ -67,11 +68,17 @@ def _commit(
     schema = parse_schema(metadata.schema_string)
     needed = minimal_protocol(schema, {**metadata.configuration, **(requested or {})})
     protocol = union_protocol(snapshot.protocol, needed)
+    metadata, backfill = row_tracking.prepare_metadata(
+        snapshot.protocol, snapshot.metadata, protocol, metadata, snapshot.files, schema.names
+    )
     txn = Transaction(
         store, snapshot, operation=operation, operation_parameters=parameters, isolation_level=isolation_level
     )
-    if read_whole_table:
+    if read_whole_table or backfill:
         txn.read_whole_table()
+    if backfill:  # enabling row tracking: every live file gets row ids in this commit
+        txn.add_files(backfill)
+        txn.mark_files_verified()  # live files: no VACUUM deletes them
     if protocol != snapshot.protocol:
         txn.update_protocol(protocol)
         check_write_supported(protocol, metadata, schema, store.root)

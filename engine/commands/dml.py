@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltaplane.engine import row_tracking
 from deltaplane.engine.actions import Add, AddCDCFile
 from deltaplane.engine.commands.write import CHANGE_TYPE, WriteContext, remove_action
 from deltaplane.engine.deletion_vectors import (
@@ -173,17 +174,20 @@ class RowLevelChange:
             self.counters.removed_bytes -= int(file_row["size"])
             return count
         kept = rows.table.filter(pa.array(~mask))
-        self._data_writer.write(conform_table(kept, self.context.schema))
+        # Copied rows keep their row ids and commit versions (row tracking).
+        lineage = row_tracking.take(rows.lineage, ~mask)
+        self._data_writer.write(row_tracking.attach(conform_table(kept, self.context.schema), lineage))
         self.counters.copied_rows += kept.num_rows
         return count
 
-    def add_rows(self, table: pa.Table) -> None:
-        """New rows (updated or inserted), checked against the schema and constraints."""
+    def add_rows(self, table: pa.Table, lineage: pa.Table | None = None) -> None:
+        """New rows (updated or inserted), checked against the schema and constraints;
+        ``lineage``: updated rows' row ids (``row_tracking.updated``), None for inserted rows."""
         if table.num_rows == 0:
             return
         conformed = conform_table(table, self.context.schema)
         check_constraints(conformed, self.context.schema, self._constraints)
-        self._data_writer.write(conformed)
+        self._data_writer.write(row_tracking.attach(conformed, lineage))
 
     def record_change(self, table: pa.Table, change_type: str) -> None:
         if self._cdc_writer is None or table.num_rows == 0:
@@ -422,7 +426,7 @@ def update_matching_rows(
         after = apply_assignments(before, assignments, snapshot.schema, where)
         after = change.context.values.update(after, assignments)  # generated columns follow
         updated += change.delete_rows(rows_of[i], rows, mask)
-        change.add_rows(after)
+        change.add_rows(after, row_tracking.updated(row_tracking.take(rows.lineage, mask)))
         change.record_change(before, "update_preimage")
         change.record_change(after, "update_postimage")
     return updated

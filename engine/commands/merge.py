@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltaplane.engine import row_tracking
 from deltaplane.engine.commands.dml import RowLevelChange, _ms, choose_strategy, rewrite_threshold
 from deltaplane.engine.commands.write import WriteContext
 from deltaplane.engine.enforcement import conform_table
@@ -309,6 +310,8 @@ def execute_merge(
     target = (
         pa.concat_tables([r.table for r in file_rows]) if file_rows else target_schema_empty(target_schema)
     )
+    tracked = [r.lineage for r in file_rows if r.lineage is not None]  # row tracking: stable ids
+    target_lineage = pa.concat_tables(tracked) if tracked else None
     target_ids = pa.array(np.arange(target.num_rows), pa.int64())
     source_ids = pa.array(np.arange(source.num_rows), pa.int64())
     left_keys, right_keys = _join_columns(keys, target, source, scope)
@@ -336,6 +339,7 @@ def execute_merge(
 
     touched = np.zeros(target.num_rows, dtype=bool)  # target rows that leave their file
     new_rows: list[pa.Table] = []
+    new_lineage: list[pa.Table | None] = []  # updated rows keep their row ids
     m = {
         "numSourceRows": source.num_rows,
         "numTargetRowsInserted": 0,
@@ -375,6 +379,7 @@ def execute_merge(
                 after = _assign(chosen, before, assignments, target_schema, where)
                 after = context.values.update(after, assignments)  # generated columns follow
                 new_rows.append(after)
+                new_lineage.append(row_tracking.updated(row_tracking.take(target_lineage, ids[hit])))
                 change.record_change(before, "update_preimage")
                 change.record_change(after, "update_postimage")
                 m["numTargetRowsUpdated"] += count
@@ -391,6 +396,7 @@ def execute_merge(
                 keep = [n for n in inserted.column_names if n in assignments or not values.computes(n)]
                 inserted = values.insert(inserted.select(keep))
                 new_rows.append(inserted)
+                new_lineage.append(None)
                 change.record_change(inserted, "insert")
                 m["numTargetRowsInserted"] += count
 
@@ -413,8 +419,8 @@ def execute_merge(
         mask = touched[offsets[i] : offsets[i + 1]]
         if mask.any():
             change.delete_rows(file_list[i], rows, mask)
-    for table in new_rows:
-        change.add_rows(table)
+    for table, lineage in zip(new_rows, new_lineage, strict=True):
+        change.add_rows(table, lineage)
     change.stage()
     c = change.counters
     m.update(

@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltaplane.engine import row_tracking
 from deltaplane.engine.actions import Add, Remove
 from deltaplane.engine.clustering import clustering_column_names, key_column, zcube_adds
 from deltaplane.engine.commands.hilbert import hilbert_sort
@@ -414,7 +415,9 @@ def rewrite_bin(store: ObjectStore, plan: OptimizePlan, index: int) -> list[Add]
     size = NO_SIZE_LIMIT if plan.zorder_by or plan.cluster_by else plan.target_file_size
     context = WriteContext(store, snapshot, {}, target_file_size=size, schema_mode=None)
     writer = context.writer()
-    scan = Scan(snapshot, None, None, files=_in_order(files))
+    # Row tracking: the rows' ids and commit versions travel with them into the new files.
+    kept = row_tracking.materialized_columns(snapshot.protocol, snapshot.metadata)
+    scan = Scan(snapshot, None, None, files=_in_order(files), row_tracking=kept)
     try:
         if plan.zorder_by or plan.cluster_by:
             if plan.cluster_by:  # Hilbert curve, as Delta Spark clusters
@@ -493,11 +496,14 @@ def write_rows_for_bin(task: BinTask, batches) -> list[Add]:
     context = WriteContext(snapshot.store, snapshot, {}, target_file_size=NO_SIZE_LIMIT, schema_mode=None)
     writer = context.writer()
     names = [f.name for f in snapshot.schema.fields]
+    kept = row_tracking.materialized_columns(snapshot.protocol, snapshot.metadata)
     try:
         for batch in batches:
             if batch.num_rows:
                 table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-                writer.write(conform_table(table.select(names), snapshot.schema))
+                lineage = [n for n in kept or () if n in table.column_names]  # row ids, if sent
+                rows = conform_table(table.select(names), snapshot.schema)
+                writer.write(row_tracking.attach(rows, table.select(lineage) if lineage else None))
         adds = writer.close()
     except BaseException:
         writer.abort()

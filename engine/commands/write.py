@@ -50,6 +50,7 @@ from deltaplane.engine.expressions.tree import And, Column, Comparison, Expr, Is
 from deltaplane.engine.inputs import as_reader
 from deltaplane.engine.log.segment import list_log
 from deltaplane.engine.partitions import parse_partition_values
+from deltaplane.engine.row_tracking import attach, materialized_columns, with_column_names
 from deltaplane.engine.scan import Scan, file_keep_mask
 from deltaplane.engine.schema import (
     ArrayType,
@@ -189,6 +190,7 @@ def new_table_actions(
         )
         requested[CLUSTERING_FEATURE_PROPERTY] = "supported"
     protocol = minimal_protocol(delta_schema, {**requested, **configuration})
+    configuration = with_column_names(protocol, configuration, delta_schema.names)
     metadata = Metadata(
         id=str(uuid.uuid4()),
         schema_string=delta_schema.to_json_string(),
@@ -329,6 +331,7 @@ def writer_config(
         if metadata.configuration.get("delta.randomizeFilePrefixes", "").lower() == "true"
         else None,
         materialize_partitions=materialize,
+        row_tracking_columns=materialized_columns(protocol, metadata),
     )
 
 
@@ -461,7 +464,8 @@ class WriteContext:
         base = self.writer().config
         schema = StructType((*self.schema.fields, StructField(CHANGE_TYPE, PrimitiveType("string"))))
         return DataFileWriter(
-            self.store, replace(base, schema=schema, stats_leaves=[], prefix="_change_data")
+            self.store,
+            replace(base, schema=schema, stats_leaves=[], prefix="_change_data", row_tracking_columns=None),
         )
 
     def write_data(self, reader: pa.RecordBatchReader, extra_check=None) -> DataFileWriter:
@@ -696,10 +700,11 @@ def _rewrite_partial_files(write: WriteContext, snapshot: Snapshot, candidates: 
     remove_rows = []
     copied = 0
     keep_writer = write.writer()
+    tracked = list(materialized_columns(snapshot.protocol, snapshot.metadata) or ())  # row ids kept
     try:
         for i in range(candidates.num_rows):
             one = candidates.slice(i, 1)
-            rows = Scan(snapshot, None, None, files=one).to_table()
+            rows = Scan(snapshot, None, None, files=one, row_tracking=tuple(tracked) or None).to_table()
             matches = pc.fill_null(evaluate(rows, predicate), False)
             hits = pc.sum(matches).as_py() or 0
             if hits == 0:
@@ -707,7 +712,8 @@ def _rewrite_partial_files(write: WriteContext, snapshot: Snapshot, candidates: 
             remove_rows.append(i)
             if hits < rows.num_rows:
                 kept = rows.filter(pc.invert(matches))
-                keep_writer.write(conform_table(kept, write.schema))
+                lineage = kept.select(tracked) if tracked else None
+                keep_writer.write(attach(conform_table(kept.drop_columns(tracked), write.schema), lineage))
                 copied += kept.num_rows
         adds = keep_writer.close()
     except BaseException:

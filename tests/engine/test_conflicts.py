@@ -134,7 +134,7 @@ def change_protocol(snapshot, level):
 
 def unsupported_protocol(snapshot, level):
     txn = Transaction(snapshot.store, snapshot, operation="UPGRADE PROTOCOL", isolation_level=level)
-    txn.update_protocol(Protocol(1, 7, None, ["rowTracking", "domainMetadata"]))
+    txn.update_protocol(Protocol(1, 7, None, ["icebergCompatV1", "domainMetadata"]))
     return txn
 
 

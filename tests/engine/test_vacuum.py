@@ -513,14 +513,14 @@ def test_vacuum_protocol_check_refuses_a_table_whose_writer_protocol_is_not_supp
     root = tmp_path / "t"
     store = LocalStore(str(root))
     now = now_ms()
-    features = protocol(3, 7, ["vacuumProtocolCheck"], ["vacuumProtocolCheck", "rowTracking"])
+    features = protocol(3, 7, ["vacuumProtocolCheck"], ["vacuumProtocolCheck", "icebergCompatV1"])
     write_parquet(store, "a.parquet", pa.table({"id": pa.array([1], pa.int64()), "part": ["x"]}))
     write_commit(store, 0, [commit_info(), features, metadata(), add("a.parquet")])
     (root / "orphan.parquet").write_bytes(b"x")
     set_mtime(root / "orphan.parquet", now - 30 * DAY)
     table = DeltaTable(str(root))
     assert sorted_ids(table.to_arrow()) == [1]  # readable
-    with pytest.raises(ProtocolError, match=r"vacuumProtocolCheck.*rowTracking"):
+    with pytest.raises(ProtocolError, match=r"vacuumProtocolCheck.*icebergCompatV1"):
         plan_vacuum(store, table.snapshot, now_ms=now)
     assert "orphan.parquet" in files_under(root)
 
@@ -531,7 +531,7 @@ def test_without_the_check_a_readable_table_is_vacuumed_but_its_log_is_not_writt
     now = now_ms()
     write_parquet(store, "a.parquet", pa.table({"id": pa.array([1], pa.int64()), "part": ["x"]}))
     write_commit(
-        store, 0, [commit_info(), protocol(1, 7, None, ["rowTracking"]), metadata(), add("a.parquet")]
+        store, 0, [commit_info(), protocol(1, 7, None, ["icebergCompatV1"]), metadata(), add("a.parquet")]
     )
     (root / "orphan.parquet").write_bytes(b"x")
     set_mtime(root / "orphan.parquet", now - 30 * DAY)

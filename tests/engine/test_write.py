@@ -131,7 +131,7 @@ def test_create_with_column_mapping_writes_physical_names(tmp_path):
         ({"partition_by": ["nope"]}, SchemaError, "partition column 'nope'"),
         ({"partition_by": ["id", "name", "region", "amount", "at"]}, SchemaError, "all of its columns"),
         ({"properties": {"delta.checkpointInterval": "often"}}, Exception, "checkpointInterval"),
-        ({"properties": {"delta.enableRowTracking": "true"}}, ProtocolError, "rowTracking"),
+        ({"properties": {"delta.enableIcebergCompatV2": "true"}}, ProtocolError, "icebergCompatV2"),
         ({"properties": {"delta.constraints.c": "id +"}}, ConstraintViolationError, "cannot be evaluated"),
     ],
 )
@@ -419,7 +419,7 @@ def test_tables_with_unsupported_writer_features_stay_read_only(tmp_path):
                 "protocol": {
                     "minReaderVersion": 1,
                     "minWriterVersion": 7,
-                    "writerFeatures": ["identityColumns", "rowTracking"],
+                    "writerFeatures": ["identityColumns", "icebergCompatV1"],
                 }
             }
         )
@@ -427,7 +427,7 @@ def test_tables_with_unsupported_writer_features_stay_read_only(tmp_path):
     )
     table = DeltaTable(path)
     assert table.to_arrow().num_rows == 2
-    with pytest.raises(ProtocolError, match="rowTracking"):
+    with pytest.raises(ProtocolError, match="icebergCompatV1"):
         table.append(rows(2, 1))
 
 
