@@ -57,6 +57,7 @@ from deltaplane.engine.schema import (
     StructField,
     StructType,
     from_arrow_schema,
+    from_arrow_type,
     to_arrow_type,
 )
 
@@ -345,8 +346,11 @@ class ColumnValues:
         try:
             value = evaluate(row, expr)
             value.cast(to_arrow_type(f.type))
-            if not pa.types.is_null(value.type) and _family(value.type) != _family(to_arrow_type(f.type)):
-                raise SchemaError(f"its values are {value.type}")
+            strict = what == "generation expression"  # a default is cast, as Spark casts it
+            if strict and not pa.types.is_null(value.type) and from_arrow_type(value.type) != f.type:
+                # Delta Spark refuses a generation expression of another type than its column's.
+                got = from_arrow_type(value.type).to_json()
+                raise SchemaError(f"its values are {got}; CAST the expression to the column's type")
         except (DeltaError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             raise SchemaError(
                 f"the {what} of column {f.name!r}{self._where} ({sql}) does not give a "
@@ -486,20 +490,6 @@ class ColumnValues:
             elif g.reads & assigned and rows.num_rows:
                 rows = self._set(rows, name, self._compute(g, conform_table(rows, self.schema)))
         return rows
-
-
-def _family(t: pa.DataType) -> str:
-    """Kinds of values a column may take from an expression (with a checked cast): numbers into
-    any number, text into text, ... never a number into a date."""
-    for name, test in (
-        ("number", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)),
-        ("text", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
-        ("binary", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
-        ("time", lambda t: pa.types.is_date(t) or pa.types.is_timestamp(t)),
-    ):
-        if test(t):
-            return name
-    return str(t)
 
 
 def identity_only_tag(commit_metadata: Mapping[str, Any]) -> dict[str, Any]:

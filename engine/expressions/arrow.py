@@ -171,9 +171,11 @@ def _function(expr: Func) -> pc.Expression:
         "exp": pc.exp,
         "ln": pc.ln_checked,
         "negate": pc.negate_checked,
-        "year": pc.year,
-        "month": pc.month,
-        "day": pc.day,
+        # Spark's date parts are INT (a generated column's type must equal its expression's).
+        "year": lambda x: pc.year(x).cast(pa.int32()),
+        "month": lambda x: pc.month(x).cast(pa.int32()),
+        "day": lambda x: pc.day(x).cast(pa.int32()),
+        "hour": lambda x: pc.hour(x).cast(pa.int32()),
     }
     if name in simple and len(a) == 1:
         return simple[name](a[0])

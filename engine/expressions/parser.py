@@ -89,6 +89,7 @@ _FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "Year": ("year", ("this",)),
     "Month": ("month", ("this",)),
     "Day": ("day", ("this",)),
+    "Hour": ("hour", ("this",)),
     "CurrentTimestamp": ("current_timestamp", ()),
     "CurrentDate": ("current_date", ()),
 }

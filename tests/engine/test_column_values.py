@@ -245,6 +245,7 @@ def test_identity_only_winner_does_not_fail_a_delete(tmp_path):
         (generated_column("g", pa.int32(), "rand()"), "cannot be evaluated"),
         (generated_column("g", pa.timestamp("us", "UTC"), "current_timestamp()"), "not deterministic"),
         (generated_column("g", pa.date32(), "x"), "does not give"),
+        (generated_column("g", pa.int64(), "x + 1"), "values are integer"),  # Delta Spark refuses too
         (
             pa.field(
                 "i",
