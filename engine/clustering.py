@@ -173,7 +173,8 @@ def _skipping_eligible(t) -> bool:
 
 def domain_metadata(columns: list[ClusteringColumn]) -> DomainMetadata:
     """The ``delta.clustering`` domain recording ``columns``."""
-    config = {"clusteringColumns": [list(c.physical) for c in columns]}
+    # Delta Spark's JSON domain also names itself; written the same so the logs match.
+    config = {"clusteringColumns": [list(c.physical) for c in columns], "domainName": DOMAIN}
     return DomainMetadata(DOMAIN, json.dumps(config, separators=(",", ":")), False)
 
 

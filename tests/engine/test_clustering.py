@@ -57,6 +57,10 @@ def domain_of(path: str, version: int) -> dict | None:
     return None
 
 
+def domain_columns(path: str, version: int) -> list[list[str]]:
+    return json.loads(domain_of(path, version)["configuration"])["clusteringColumns"]
+
+
 def live_adds(dt: DeltaTable) -> list[dict]:
     """The live files as their add actions in the log (provider and tags included)."""
     live = set(dt.snapshot.files.column("path").to_pylist())
@@ -89,7 +93,10 @@ def test_create_writes_the_feature_and_the_domain(tmp_path):
     assert protocol["minWriterVersion"] == 7
     assert {"clustering", "domainMetadata"} <= set(protocol["writerFeatures"])
     domain = domain_of(dt.uri, 0)
-    assert json.loads(domain["configuration"]) == {"clusteringColumns": [["a"], ["s", "x"]]}
+    assert json.loads(domain["configuration"]) == {
+        "clusteringColumns": [["a"], ["s", "x"]],
+        "domainName": "delta.clustering",  # as Delta Spark writes it
+    }
     assert domain["removed"] is False
     metadata = next(a["metaData"] for a in log_actions(dt.uri, 0) if "metaData" in a)
     assert metadata["partitionColumns"] == []
@@ -116,7 +123,7 @@ def test_column_mapping_stores_physical_names(tmp_path):
     y = next(f for f in fields["s"]["type"]["fields"] if f["name"] == "y")
     y = y["metadata"]["delta.columnMapping.physicalName"]
     assert b.startswith("col-") and s.startswith("col-")
-    assert json.loads(domain_of(dt.uri, 0)["configuration"]) == {"clusteringColumns": [[b], [s, y]]}
+    assert domain_columns(dt.uri, 0) == [[b], [s, y]]
     assert dt.clustering_columns == ["b", "s.y"]  # logical names, as the schema spells them
     dt.append(rows(1))
     dt.optimize()
@@ -183,15 +190,13 @@ def test_variant_columns_are_refused(tmp_path):
 def test_alter_changes_the_domain_and_cluster_by_none(tmp_path):
     dt = clustered(tmp_path, appends=1)
     result = dt.alter.cluster_by(["c", "b"])
-    assert json.loads(domain_of(dt.uri, result.version)["configuration"]) == {
-        "clusteringColumns": [["c"], ["b"]]
-    }
+    assert domain_columns(dt.uri, result.version) == [["c"], ["b"]]
     assert dt.clustering_columns == ["c", "b"]
     entry = dt.history(1)[0]
     assert entry["operation"] == "CLUSTER BY"
     assert entry["operationParameters"] == {"oldClusteringColumns": "a,b", "newClusteringColumns": "c,b"}
     none = dt.alter.cluster_by(None)
-    assert json.loads(domain_of(dt.uri, none.version)["configuration"]) == {"clusteringColumns": []}
+    assert domain_columns(dt.uri, none.version) == []
     assert dt.clustering_columns == []
     assert "clustering" in dt.protocol.writer_features  # features are never dropped this way
     dt.optimize()  # clustered by no columns: a plain compaction
@@ -206,7 +211,7 @@ def test_alter_makes_an_unclustered_table_clustered(tmp_path):
     assert skipped.skipped and dt.version == 1
     result = dt.alter.cluster_by(["b"])
     assert {"clustering", "domainMetadata"} <= set(dt.protocol.writer_features)
-    assert json.loads(domain_of(dt.uri, result.version)["configuration"]) == {"clusteringColumns": [["b"]]}
+    assert domain_columns(dt.uri, result.version) == [["b"]]
     dt.optimize()
     assert {a["clusteringProvider"] for a in live_adds(dt)} == {"liquid"}
 
