@@ -386,3 +386,33 @@ def test_adds_without_a_row_count_cannot_get_ids(tmp_path):
     ctx.txn._adds = [dataclasses.replace(add, stats=None)]
     with pytest.raises(DeltaError, match="no numRecords statistic"):
         ctx.txn.commit()
+
+
+def test_distributed_update_and_bin_tasks_keep_ids(tmp_path):
+    """The pieces Spark jobs run in tasks (a PortableSnapshot each) keep ids as in-process runs."""
+    from deltaplane.engine.commands.dml import change_files, commit_row_level, plan_row_level
+    from deltaplane.engine.commands.optimize import bin_tasks, commit_optimize, plan_optimize, run_bin_task
+    from deltaplane.engine.portable import PortableSnapshot
+
+    t = make(tmp_path)
+    root = t._store.root
+    snapshot = DeltaTable(root).snapshot
+    plan = plan_row_level(snapshot, predicate="id = 12", updates={"v": "'d'"}, strategy="copy_on_write")
+    sets = [change_files(PortableSnapshot.of(snapshot, plan.candidates), plan.for_tasks())]
+    version = commit_row_level(snapshot.store, snapshot, plan, sets).version
+    expected = appended_lineage()
+    expected[12] = (expected[12][0], version)
+    assert lineage(root) == expected
+    snapshot = DeltaTable(root).snapshot
+    optimize = plan_optimize(snapshot)
+    added = [a for task in bin_tasks(optimize) for a in run_bin_task(task)]
+    commit_optimize(snapshot.store, optimize, added)
+    assert lineage(root) == expected
+
+
+def test_restore_brings_back_the_old_ids(tmp_path):
+    t = make(tmp_path, WITH_DV)
+    t.update({"v": "'u'"}, "id = 1", strategy="copy_on_write")  # version 4
+    t.optimize.compact()  # version 5
+    t.restore(3)
+    assert lineage(t._store.root) == appended_lineage()
