@@ -145,7 +145,9 @@ def high_water_mark(domains: Iterable[DomainMetadata | None]) -> int:
 
 
 def domain_metadata(mark: int) -> DomainMetadata:
-    return DomainMetadata(DOMAIN, json.dumps({"rowIdHighWaterMark": mark}, separators=(",", ":")))
+    # Delta Spark writes the domain's name into its configuration too.
+    config = {"rowIdHighWaterMark": mark, "domainName": DOMAIN}
+    return DomainMetadata(DOMAIN, json.dumps(config, separators=(",", ":")))
 
 
 def num_records(add: Add) -> int:

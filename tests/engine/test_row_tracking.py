@@ -320,7 +320,7 @@ def test_checkpoint_keeps_ids_and_the_high_water_mark(tmp_path):
     assert sorted((a["baseRowId"], a["defaultRowCommitVersion"]) for a in add) == [(0, 1), (5, 2), (10, 3)]
     domains = [d for d in checkpoint.column("domainMetadata").to_pylist() if d]
     assert [json.loads(d["configuration"]) for d in domains if d["domain"] == "delta.rowTracking"] == [
-        {"rowIdHighWaterMark": 14}
+        {"rowIdHighWaterMark": 14, "domainName": "delta.rowTracking"}
     ]
     for v in (0, 1, 2):  # only the checkpoint remains to read from
         (tmp_path / "t" / "_delta_log" / f"{v:020d}.json").unlink()
