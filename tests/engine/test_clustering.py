@@ -441,3 +441,25 @@ def test_hilbert_index_walks_between_neighbours(dims, bits):
     steps = np.abs(np.diff(points, axis=0)).sum(axis=1)
     assert set(steps.tolist()) == {1}  # consecutive cells are adjacent
     assert points[0].tolist() == [0] * dims  # starts in the origin's corner
+
+
+def test_the_spark_jobs_plan_clusters_too(tmp_path):
+    """The compaction path of the operators and the Spark job: the plan chosen once, shipped as
+    JSON, rewritten bin by bin where the tasks run, committed by the driver."""
+    from deltaplane.engine.commands.optimize import bin_tasks, commit_optimize, run_bin_task
+    from deltaplane.spark_jobs.compact import plan_from_json, plan_to_json
+
+    dt = clustered(tmp_path, appends=3)
+    plan = plan_optimize(dt.snapshot, target_file_size=8_000)
+    doc = json.loads(json.dumps(plan_to_json(plan)))
+    assert doc["clusterBy"] == ["a", "b"] and doc["zOrderBy"] == []
+    shipped = plan_from_json(doc, dt.uri)
+    assert shipped.cluster_by == ("a", "b") and [b.paths for b in shipped.bins] == [
+        b.paths for b in plan.bins
+    ]
+    adds = [a for task in bin_tasks(shipped, uri=dt.uri) for a in run_bin_task(task)]
+    commit_optimize(dt.snapshot.store, shipped, adds)
+    dt.refresh()
+    assert {a["clusteringProvider"] for a in live_adds(dt)} == {"liquid"}
+    assert len({a["tags"]["ZCUBE_ID"] for a in live_adds(dt)}) == 1
+    assert dt.optimize().version is None and dt.count() == 1500
