@@ -266,6 +266,14 @@ ACTION_KEYS: dict[type, str] = {cls: key for key, cls in ACTION_TYPES.items()}
 FILE_ACTION_KEYS = ("add", "remove")
 
 
+def row_tags(value) -> dict[str, str] | None:
+    """The ``tags`` of a live-file row (Arrow's map: key/value pairs, or already a dict) as the
+    action field, for re-adding a file as the log holds it."""
+    if value is None:
+        return None
+    return dict(value)
+
+
 def known_actions(obj: dict[str, Any]) -> list[tuple[str, Any]]:
     """The ``(key, body)`` pairs of the known actions on one log line (already JSON-decoded).
 

@@ -272,7 +272,9 @@ class _CheckpointLayout:
             "size": _plain(files.column("size")),
             "modificationTime": _plain(files.column("modification_time")),
             "dataChange": pa.repeat(False, n),  # a checkpoint states what is, it changes nothing
-            "tags": pa.nulls(n, _MAP),
+            "tags": _plain(files.column("tags")).cast(_MAP)
+            if "tags" in files.column_names
+            else pa.nulls(n, _MAP),
             "deletionVector": _plain(files.column("deletion_vector")).cast(_DV),
             "baseRowId": _plain(files.column("base_row_id")),
             "defaultRowCommitVersion": _plain(files.column("default_row_commit_version")),

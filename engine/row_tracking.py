@@ -36,7 +36,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltaplane.engine.actions import Add, DeletionVectorDescriptor, DomainMetadata, Metadata, Protocol
+from deltaplane.engine.actions import (
+    Add,
+    DeletionVectorDescriptor,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    row_tags,
+)
 from deltaplane.engine.errors import DeltaError, InvalidArgumentError, ProtocolError
 
 FEATURE = "rowTracking"
@@ -210,6 +217,7 @@ def backfill_adds(files: pa.Table) -> list[Add]:
                 else None,
                 default_row_commit_version=row.get("default_row_commit_version"),
                 clustering_provider=row.get("clustering_provider"),
+                tags=row_tags(row.get("tags")),
             )
         )
     return out

@@ -14,25 +14,20 @@ Delta Spark's rules (``ClusteringStrategy``), so that both engines agree on what
 * Candidates, unclustered first and then cube by cube, are packed in order into bins of at most
   ``max_bin_size`` bytes; each bin is clustered as a whole (even a single file).
 
-Tags are not kept in the live-file table, so they are read back from the commits that added the
-clustered files (one small JSON read per such commit). When that commit is gone (log cleanup),
-or it carried no tags (a row-level change re-adding a file with a deletion vector), the files
-count as one cube per commit, clustered by the current columns.
+The cube of a clustered file is read from its tags in the live-file table, which keeps them
+through checkpoints and log cleanup. A clustered file without them (written by a tool that did
+not tag it) counts as one cube per commit, clustered by the current columns.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.clustering import PROVIDER, ZCUBE_COLUMNS_TAG, ZCUBE_ID_TAG
-from deltaplane.engine.errors import ObjectNotFoundError
-from deltaplane.engine.log.files import commit_key
-from deltaplane.engine.storage.base import ObjectStore
 
 GiB = 1 << 30
 # Delta Spark's defaults are 100 GiB (minCubeSize.threshold) and 150 GiB (targetCubeSize): a
@@ -41,41 +36,8 @@ DEFAULT_MIN_CUBE_SIZE = 2 * GiB
 MAX_BIN_FACTOR = 1.5  # Delta Spark's target cube size over its minimum
 
 
-def cube_tags(store: ObjectStore, files: pa.Table) -> dict[str, dict[str, str]]:
-    """The tags of every clustered file of ``files`` (by path as the log names it), read from the
-    commits that added them; files whose commit is gone are missing from the answer."""
-    providers = files.column("clustering_provider")
-    if providers.null_count == len(providers):
-        return {}
-    clustered = files.filter(pc.is_valid(providers))
-    versions = sorted(set(clustered.column("version").to_pylist()))
-    wanted = set(clustered.column("path").to_pylist())
-
-    def read(version: int) -> dict[str, dict[str, str]]:
-        try:
-            data = store.get(commit_key(version))
-        except ObjectNotFoundError:
-            return {}
-        out = {}
-        for line in data.splitlines():
-            if not line.startswith(b'{"add"') or b"ZCUBE" not in line:
-                continue
-            add = json.loads(line)["add"]
-            if add.get("path") in wanted and isinstance(add.get("tags"), dict):
-                out[add["path"]] = {str(k): str(v) for k, v in add["tags"].items() if v is not None}
-        return out
-
-    tags: dict[str, dict[str, str]] = {}
-    workers = min(8, len(versions)) if store.remote else 1
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="deltaplane-liquid") as pool:
-        for found in pool.map(read, versions):
-            tags.update(found)
-    return tags
-
-
 def select_bins(
     files: pa.Table,
-    tags: Mapping[str, Mapping[str, str]],
     columns: Sequence[str],
     *,
     min_cube_size: int,
@@ -83,10 +45,11 @@ def select_bins(
     full: bool = False,
 ) -> list[list[int]]:
     """Row indices of ``files`` grouped into the bins to cluster (see the module docstring)."""
-    paths = files.column("path").to_pylist()
     sizes = files.column("size").to_pylist()
     providers = files.column("clustering_provider").to_pylist()
     versions = files.column("version").to_pylist()
+    cube_ids = _tag(files, ZCUBE_ID_TAG)
+    cube_columns = _tag(files, ZCUBE_COLUMNS_TAG)
     current = list(columns)
     unclustered: list[int] = []
     cubes: dict[str, list[int]] = {}
@@ -97,8 +60,7 @@ def select_bins(
             continue
         if provider != PROVIDER:
             continue  # another clustering implementation's layout
-        t = tags.get(paths[i]) or {}
-        cube, by = t.get(ZCUBE_ID_TAG), _columns(t.get(ZCUBE_COLUMNS_TAG))
+        cube, by = cube_ids[i], _columns(cube_columns[i])
         if cube is None or by is None:
             cube, by = f"deltaplane:commit:{versions[i]}", current
         if by != current:
@@ -122,6 +84,16 @@ def select_bins(
     if current_bin:
         bins.append(current_bin)
     return bins
+
+
+def _tag(files: pa.Table, key: str) -> list[str | None]:
+    """Each file's value of tag ``key`` (``None`` where it has none)."""
+    if "tags" not in files.column_names:
+        return [None] * files.num_rows
+    tags = files.column("tags")
+    if tags.null_count == len(tags):
+        return [None] * files.num_rows
+    return pc.map_lookup(tags, pa.scalar(key), "first").to_pylist()
 
 
 def _columns(value: str | None) -> list[str] | None:

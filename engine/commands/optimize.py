@@ -44,7 +44,7 @@ from deltaplane.engine import row_tracking
 from deltaplane.engine.actions import Add, Remove
 from deltaplane.engine.clustering import clustering_column_names, key_column, zcube_adds
 from deltaplane.engine.commands.hilbert import hilbert_sort
-from deltaplane.engine.commands.liquid import DEFAULT_MIN_CUBE_SIZE, MAX_BIN_FACTOR, cube_tags, select_bins
+from deltaplane.engine.commands.liquid import DEFAULT_MIN_CUBE_SIZE, MAX_BIN_FACTOR, select_bins
 from deltaplane.engine.commands.write import WriteContext, remove_action
 from deltaplane.engine.commands.zorder import cut_points, key_bits, zorder_sort
 from deltaplane.engine.enforcement import conform_table
@@ -293,9 +293,8 @@ def _plan_clustering(snapshot, columns, target, full, min_cube_size, auto) -> Op
     if min_cube <= 0:
         raise OptimizeError(f"min_cube_size must be positive, got {min_cube}")
     files = snapshot.files
-    tags = cube_tags(snapshot.store, files) if files.num_rows else {}
     chosen = select_bins(
-        files, tags, columns, min_cube_size=min_cube, max_bin_size=int(min_cube * MAX_BIN_FACTOR), full=full
+        files, columns, min_cube_size=min_cube, max_bin_size=int(min_cube * MAX_BIN_FACTOR), full=full
     )
     bins = []
     if chosen:

@@ -35,8 +35,7 @@ Departures from Delta Spark, on purpose:
   check it;
 * the in-commit-timestamp properties of the current version are kept (the table's timeline does
   not switch back to file times), and ``delta.columnMapping.maxColumnId`` never goes down (column
-  ids are never reused);
-* file ``tags`` are not restored (the live-file state does not keep them).
+  ids are never reused).
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltaplane.engine.actions import Add, DeletionVectorDescriptor, Metadata, Protocol
+from deltaplane.engine.actions import Add, DeletionVectorDescriptor, Metadata, Protocol, row_tags
 from deltaplane.engine.commands.manifest import check_manifest_compatible
 from deltaplane.engine.commands.write import WriteContext, union_protocol
 from deltaplane.engine.deletion_vectors import dv_file_key
@@ -315,6 +314,7 @@ def add_action(row: dict[str, Any]) -> Add:
         base_row_id=row.get("base_row_id"),
         default_row_commit_version=row.get("default_row_commit_version"),
         clustering_provider=row.get("clustering_provider"),
+        tags=row_tags(row.get("tags")),
     )
 
 

@@ -47,6 +47,7 @@ _ADD_FIELDS = [
     "baseRowId",
     "defaultRowCommitVersion",
     "clusteringProvider",
+    "tags",
 ]
 _REMOVE_FIELDS = [
     "path",

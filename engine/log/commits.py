@@ -55,15 +55,16 @@ DV_TYPE = pa.struct(
 )
 
 
-def _file_action_schema(partition_keys: frozenset[str]) -> pa.Schema:
+def _file_action_schema(partition_keys: frozenset[str], tag_keys: frozenset[str] = frozenset()) -> pa.Schema:
     """The explicit JSON schema for add/remove lines.
 
     ``partitionValues`` keys are declared as strings when known: left to inference, pyarrow
     would turn a value like ``"2021-01-01"`` into a timestamp and back into a different string.
     Unknown keys (and ``tags``) are inferred; :func:`parse_log_json` re-parses a file whose
-    inferred partition values are not strings, with those keys declared.
+    inferred partition values or tags are not strings, with those keys declared.
     """
     pv = pa.struct([(k, pa.string()) for k in sorted(partition_keys)])
+    tags = [("tags", pa.struct([(k, pa.string()) for k in sorted(tag_keys)]))] if tag_keys else []
     add = pa.struct(
         [
             ("path", pa.string()),
@@ -76,6 +77,7 @@ def _file_action_schema(partition_keys: frozenset[str]) -> pa.Schema:
             ("baseRowId", pa.int64()),
             ("defaultRowCommitVersion", pa.int64()),
             ("clusteringProvider", pa.string()),
+            *tags,
         ]
     )
     remove = pa.struct(
@@ -89,6 +91,7 @@ def _file_action_schema(partition_keys: frozenset[str]) -> pa.Schema:
             ("deletionVector", DV_TYPE),
             ("baseRowId", pa.int64()),
             ("defaultRowCommitVersion", pa.int64()),
+            *tags,
         ]
     )
     return pa.schema([("add", add), ("remove", remove)])
@@ -97,20 +100,21 @@ def _file_action_schema(partition_keys: frozenset[str]) -> pa.Schema:
 _THREADED_PARSE_BYTES = 1 << 20
 
 
-def _parse_options(partition_keys: frozenset[str]) -> pj.ParseOptions:
+def _parse_options(partition_keys: frozenset[str], tag_keys: frozenset[str] = frozenset()) -> pj.ParseOptions:
     return pj.ParseOptions(
-        explicit_schema=_file_action_schema(partition_keys), unexpected_field_behavior="infer"
+        explicit_schema=_file_action_schema(partition_keys, tag_keys), unexpected_field_behavior="infer"
     )
 
 
-def _non_string_partition_keys(table: pa.Table) -> set[str]:
-    """Keys of ``partitionValues`` that inference typed as something other than a string."""
+def _non_string_partition_keys(table: pa.Table, field: str = "partitionValues") -> set[str]:
+    """Keys of ``partitionValues`` (or ``tags``) that inference typed as something other than a
+    string."""
     out = set()
     for kind in ("add", "remove"):
         if kind not in table.column_names:
             continue
         t = table.schema.field(kind).type
-        index = t.get_field_index("partitionValues")
+        index = t.get_field_index(field)
         if index < 0:
             continue
         pv = t.field(index).type
@@ -121,6 +125,15 @@ def _non_string_partition_keys(table: pa.Table) -> set[str]:
                     out.add(child.name)
     return out
 
+
+def _reparse_keys(table: pa.Table) -> tuple[set[str], set[str]]:
+    """The partition-value and tag keys that a second parse must declare as strings."""
+    return _non_string_partition_keys(table), _non_string_partition_keys(table, "tags")
+
+
+# An action's ``tags`` in a file-action table: a map, as checkpoints store it (null for the
+# usual file without tags). JSON commits come in as an inferred struct and are turned into it.
+TAGS_TYPE = pa.map_(pa.string(), pa.string())
 
 # The columns of a file-action table, whatever its source (commit, checkpoint, sidecar).
 # partition_values stays in its source shape (struct or map) until replay reshapes it.
@@ -135,6 +148,7 @@ FILE_ACTION_FIELDS: list[tuple[str, str, pa.DataType]] = [
     ("base_row_id", "baseRowId", pa.int64()),
     ("default_row_commit_version", "defaultRowCommitVersion", pa.int64()),
     ("clustering_provider", "clusteringProvider", pa.string()),
+    ("tags", "tags", TAGS_TYPE),
     ("deletion_timestamp", "deletionTimestamp", pa.int64()),
     ("extended_file_metadata", "extendedFileMetadata", pa.bool_()),
 ]
@@ -252,11 +266,13 @@ def parse_log_json(
         table = pj.read_json(
             io.BytesIO(data), read_options=read_options, parse_options=_parse_options(frozenset(keys))
         )
-        typed = _non_string_partition_keys(table)
-        if typed:
+        typed, tag_keys = _reparse_keys(table)
+        if typed or tag_keys:
             keys |= typed
             table = pj.read_json(
-                io.BytesIO(data), read_options=read_options, parse_options=_parse_options(frozenset(keys))
+                io.BytesIO(data),
+                read_options=read_options,
+                parse_options=_parse_options(frozenset(keys), frozenset(tag_keys)),
             )
     except pa.ArrowInvalid:
         return _parse_line_by_line(data, version=version, source=source, partition_keys=keys)
@@ -381,10 +397,11 @@ def _parse_file_lines(lines: list[bytes], out: LogActions, partition_keys: set[s
     try:
         body = b"\n".join(lines)
         table = pj.read_json(io.BytesIO(body), parse_options=_parse_options(frozenset(partition_keys)))
-        typed = _non_string_partition_keys(table)
-        if typed:
+        typed, tag_keys = _reparse_keys(table)
+        if typed or tag_keys:
             partition_keys |= typed
-            table = pj.read_json(io.BytesIO(body), parse_options=_parse_options(frozenset(partition_keys)))
+            options = _parse_options(frozenset(partition_keys), frozenset(tag_keys))
+            table = pj.read_json(io.BytesIO(body), parse_options=options)
     except pa.ArrowInvalid:
         return _parse_file_lines_slowly(lines, out)
     if table.num_rows != len(lines) or not _valid_rows(table, FILE_ACTION_KEYS).all():
@@ -431,6 +448,11 @@ def _checked_file_action(kind: str, body, source: str, line: bytes) -> dict:
             raise ValueError("partitionValues must be an object")
         if body.get("stats") is not None and not isinstance(body["stats"], str):
             raise ValueError("stats must be a JSON string")
+        tags = body.get("tags")
+        if tags is not None and (
+            not isinstance(tags, dict) or any(isinstance(v, dict | list) for v in tags.values())
+        ):
+            raise ValueError("tags must be an object of strings")
     except ValueError as e:
         raise CorruptLogError(f"{source}: invalid file action ({e}): {line[:200]!r}", source) from e
     return body
@@ -458,6 +480,7 @@ def _file_actions_from_bodies(rows: list[tuple[str, dict]], source: str) -> pa.T
     columns: dict[str, list] = {"is_add": [kind == "add" for kind, _ in rows]}
     for column, key, _ in FILE_ACTION_FIELDS:
         columns[column] = [body.get(key) for _, body in rows]
+    columns["tags"] = [tags_value(v) for v in columns["tags"]]
     columns["partition_values"] = [
         None
         if body.get("partitionValues") is None
@@ -481,6 +504,58 @@ def pv_string(value):
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def tags_value(value):
+    """An action's parsed JSON ``tags`` as the map column takes it: values are strings (a writer
+    that wrote a bare JSON scalar gets it as a string, as Delta Spark reads it)."""
+    if not value or all(v is None or isinstance(v, str) for v in value.values()):
+        return value
+    return {str(k): pv_string(v) for k, v in value.items()}
+
+
+def tags_array(child: pa.Array | pa.ChunkedArray, source: str) -> pa.Array | pa.ChunkedArray:
+    """A source's ``tags`` column as :data:`TAGS_TYPE`: a checkpoint's map as it is (cast when its
+    field names or string types differ), a JSON commit's inferred struct turned into a map."""
+    if child.type == TAGS_TYPE:
+        return child
+    if isinstance(child, pa.ChunkedArray):
+        return pa.chunked_array([_tags_chunk(c, source) for c in child.chunks], TAGS_TYPE)
+    return _tags_chunk(child, source)
+
+
+def _tags_chunk(chunk: pa.Array, source: str) -> pa.Array:
+    typ = chunk.type
+    try:
+        if pa.types.is_null(typ):
+            return pa.nulls(len(chunk), TAGS_TYPE)
+        if pa.types.is_map(typ):
+            return chunk.cast(TAGS_TYPE)
+        if pa.types.is_struct(typ):
+            return _struct_tags(chunk)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise CorruptLogError(f"{source}: field tags has type {typ}: {e}", source) from e
+    raise CorruptLogError(f"{source}: field tags has type {typ}, not an object of strings", source)
+
+
+def _struct_tags(chunk: pa.StructArray) -> pa.Array:
+    """Inferred ``struct<key: value, ...>`` tags to a map holding each row's present keys."""
+    n = len(chunk)
+    names = [chunk.type.field(i).name for i in range(chunk.type.num_fields)]
+    mask = chunk.is_null() if chunk.null_count else None
+    children = [c.cast(pa.string()) for c in chunk.flatten()]  # parent nulls folded in
+    if children:
+        present = np.column_stack([c.is_valid().to_numpy(zero_copy_only=False) for c in children])
+        rows, fields = np.nonzero(present)  # row-major: each row's keys together, in order
+        keys = pa.array(names, pa.string()).take(pa.array(fields))
+        values = pa.concat_arrays(children).take(pa.array(fields * n + rows))
+        counts = present.sum(axis=1)
+    else:
+        keys = values = pa.array([], pa.string())
+        counts = np.zeros(n, dtype=np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, values, type=TAGS_TYPE, mask=mask)
 
 
 def file_actions_from_structs(table: pa.Table, source: str) -> pa.Table:
@@ -519,6 +594,9 @@ def flat_file_actions(children: dict, n: int, is_add: bool, source: str) -> pa.T
         child = children.get(key)
         if child is None:
             arrays[col] = pa.nulls(n, typ)
+            continue
+        if col == "tags":
+            arrays[col] = tags_array(child, source)
             continue
         if child.type != typ:
             try:

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltaplane.engine.log.commits import FILE_ACTION_FIELDS, empty_file_actions, pv_string
+from deltaplane.engine.log.commits import FILE_ACTION_FIELDS, empty_file_actions, pv_string, tags_value
 
 _NEEDS_CANONICAL = r"%|^[a-zA-Z][a-zA-Z0-9+.\-]*:|^/"
 
@@ -273,7 +273,8 @@ def _rows_table(rows: list[tuple[int, dict]], physical: list[str], *, tombstone:
     for column, key, typ in FILE_ACTION_FIELDS:
         if not tombstone and column in _LIVE_DROP:
             continue
-        columns[column] = pa.array([body.get(key) for _, body in rows], type=typ)
+        values = [body.get(key) for _, body in rows]
+        columns[column] = pa.array([tags_value(v) for v in values] if column == "tags" else values, type=typ)
     pv_type = pa.struct([(c, pa.string()) for c in physical])
     columns["partition_values"] = pa.array(
         [
