@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine import row_tracking
-from deltaplane.engine.actions import Add, AddCDCFile
+from deltaplane.engine.actions import Add, AddCDCFile, row_tags
 from deltaplane.engine.commands.write import CHANGE_TYPE, WriteContext, remove_action
 from deltaplane.engine.deletion_vectors import (
     DeletionVectorWriter,
@@ -222,6 +222,7 @@ class RowLevelChange:
             base_row_id=row.get("base_row_id"),
             default_row_commit_version=row.get("default_row_commit_version"),
             clustering_provider=row.get("clustering_provider"),
+            tags=row_tags(row.get("tags")),
         )
 
     def file_metrics(self) -> dict[str, int]:
