@@ -15,7 +15,10 @@ depends on the pinned version only, and Spark applies every filter to the rows i
 A batch write plans once on the driver (``plan_write``: schema, mode, idempotency), every task
 writes Parquet files through the engine's writer and returns their ``add`` actions, and the
 driver commits them in one transaction (``commit_write``). A failed job commits nothing; its
-files are left for VACUUM.
+files are left for VACUUM. Identity values missing from the data are assigned by each task from
+the block its partition id owns (see ``engine/column_values.py``); the commit moves the
+high-water marks to the values written, so a retried task attempt repeats only its own values
+and only the attempt Spark reports is committed.
 """
 
 from __future__ import annotations
@@ -122,7 +125,10 @@ class DeltaplaneWriter(DataSourceArrowWriter):
             )
 
     def write(self, iterator) -> FilesWritten:
-        adds = write_files(self.spec, iterator)
+        from pyspark import TaskContext
+
+        context = TaskContext.get()  # the partition id picks the task's block of identity values
+        adds = write_files(self.spec, iterator, task=context.partitionId() if context is not None else 0)
         return FilesWritten([a.to_json() for a in adds])
 
     def commit(self, messages) -> None:

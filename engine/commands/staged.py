@@ -9,12 +9,17 @@ files, the driver commits) and for writers that must look at the data before it 
    ``schema_mode="merge"``; a new table's when there is none yet), the mode (append, overwrite,
    replaceWhere, dynamic partition overwrite), the idempotency key. The result, ``WriteSpec``, is
    a frozen value that pickles and round-trips through JSON.
-2. ``write_files(spec, data)`` (anywhere, any number of times in parallel): conforms the rows to
-   the table schema, checks constraints (and the replaceWhere predicate), writes Parquet through
-   the engine's writer and returns ``add`` actions with statistics. Nothing is committed.
+2. ``write_files(spec, data, task=n)`` (anywhere, any number of times in parallel): conforms the
+   rows to the table schema, fills generated, default and identity columns, checks constraints
+   (and the replaceWhere predicate), writes Parquet through the engine's writer and returns
+   ``add`` actions with statistics. Nothing is committed. Identity values (when the data lacks
+   an identity column) come from the block of task ``n`` (``column_values.IDENTITY_BLOCK``), so
+   parallel tasks never hand out the same value and a retried task repeats only its own.
 3. ``commit_write(spec, adds)`` (once): one transaction based on the version the spec was
    planned at (so conflicts with anything committed since are detected as for any write), with
-   the removals the mode implies, the metadata change, and ``txn(app_id, app_version)``.
+   the removals the mode implies, the metadata change, ``txn(app_id, app_version)``, and the
+   identity high-water marks moved to the largest values the committed files hold (a concurrent
+   identity write makes it fail with ``MetadataChangedError``).
 
 ``StagedWrite`` bundles a spec with its adds: what ``deltaplane`` writes as a staged-commit
 manifest, what a quality gate reads (``read()``) before it commits (``commit()``).
@@ -33,9 +38,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Add, Metadata, Protocol
-from deltaplane.engine.column_values import ColumnValues
+from deltaplane.engine.column_values import (
+    ColumnValues,
+    assigned_identity_columns,
+    with_high_water_marks,
+    written_high_water_marks,
+)
 from deltaplane.engine.commands.write import (
     WriteContext,
     _check_app,
@@ -89,6 +100,8 @@ class WriteSpec:
     skip: bool = False  # (app_id, app_version) already committed: write and commit nothing
     target_file_size: int | None = None
     user_metadata: str | None = None
+    # identity columns the data lacks: the tasks assign them, the commit moves their marks
+    identity_columns: tuple[str, ...] = ()
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -122,6 +135,7 @@ class WriteSpec:
             "skip": self.skip,
             "targetFileSize": self.target_file_size,
             "userMetadata": self.user_metadata,
+            "assignsIdentity": list(self.identity_columns),
         }
 
     @classmethod
@@ -141,6 +155,7 @@ class WriteSpec:
                 skip=bool(obj.get("skip", False)),
                 target_file_size=obj.get("targetFileSize"),
                 user_metadata=obj.get("userMetadata"),
+                identity_columns=tuple(obj.get("assignsIdentity") or ()),
                 storage_options=dict(storage_options or {}),
             )
         except (KeyError, TypeError) as e:
@@ -204,9 +219,11 @@ def plan_write(
         protocol, metadata = new_table_actions(
             store, schema, partition_by=partition_by, properties=properties
         )
-        _check_predicate(replace_where, parse_schema(metadata.schema_string))
+        table_schema = parse_schema(metadata.schema_string)
+        _check_predicate(replace_where, table_schema)
         return WriteSpec(
             read_version=None,
+            identity_columns=assigned_identity_columns(table_schema, schema.names),
             protocol_json=json.dumps(protocol.to_json()),
             metadata_json=json.dumps(metadata.to_json()),
             metadata_changed=True,
@@ -233,6 +250,7 @@ def plan_write(
         protocol_json=json.dumps(write.protocol.to_json()),
         metadata_json=json.dumps(write.metadata.to_json()),
         metadata_changed=write.metadata != snapshot.metadata,
+        identity_columns=assigned_identity_columns(write.schema, schema.names),
         skip=app_id is not None and WorkKey(app_id, app_version).done_in(snapshot),
         **common,
     )
@@ -244,13 +262,25 @@ def _check_predicate(predicate: str | None, schema: StructType):
     return bind_predicate(parse_predicate(predicate), schema)
 
 
-def write_files(spec: WriteSpec, data: Any, *, store: ObjectStore | None = None, on_file=None) -> list[Add]:
+def write_files(
+    spec: WriteSpec,
+    data: Any,
+    *,
+    store: ObjectStore | None = None,
+    on_file=None,
+    task: int | None = None,
+) -> list[Add]:
     """Write ``data`` (anything a write accepts, or an iterable of record batches) as data files
     of the table ``spec`` describes; returns their ``add`` actions. Commits nothing.
 
     Rows are conformed to the table schema (lossless casts only), NOT NULL and CHECK constraints
     and the replaceWhere predicate are checked per batch; on any error the files written so far
     are left for VACUUM and the error is raised.
+
+    ``task``: which task of the write this is (a Spark partition id; 0 for a write done in one
+    piece). It is needed when the write assigns identity values (``spec.identity_columns``):
+    each task number owns a block of them, and two calls with the same number hand out the
+    same values, so only one of them may be committed (a retried task attempt).
     """
     if spec.skip:
         return []
@@ -258,15 +288,24 @@ def write_files(spec: WriteSpec, data: Any, *, store: ObjectStore | None = None,
     schema = spec.schema
     metadata = spec.metadata
     constraints = table_constraints(schema, metadata.configuration)
-    values = ColumnValues(schema, table=spec.uri)
+    values = ColumnValues(schema, table=spec.uri, task=task if spec.identity_columns else None)
+    planned = {n.lower() for n in spec.identity_columns}
+    unplanned = [n for n in values.identity if n.lower() not in planned]
     check = None
     if spec.replace_where is not None:
         check = replace_where_check(_check_predicate(spec.replace_where, schema), spec.replace_where)
     writer = DataFileWriter(store, writer_config(metadata, spec.protocol, schema, spec.target_file_size))
     try:
         for batch in _batches(data, schema):
+            names = {n.lower() for n in batch.schema.names}
+            lacking = [n for n in unplanned if n.lower() not in names]
+            if lacking:  # its values would be assigned, but the commit would not move its mark
+                raise SchemaMismatchError(
+                    f"cannot write to {spec.uri}: the data lacks identity column(s) {lacking}, which "
+                    "the write was planned to receive; plan it with the data's schema"
+                )
             try:
-                table = values.insert(batch)  # generated and default columns; identity refused
+                table = values.insert(batch)  # generated, default and identity columns
             except SchemaMismatchError as e:
                 raise SchemaMismatchError(f"cannot write to {spec.uri}: {e}") from None
             try:
@@ -351,6 +390,10 @@ def commit_write(
         if new_protocol != snapshot.protocol:
             write.protocol = new_protocol
             write.txn.update_protocol(new_protocol)
+    if spec.identity_columns:
+        marks = _written_marks(spec, write.schema, adds)
+        if marks:  # the same commit records them, tagged identity-only unless metadata changed
+            write._high_water_marks_moved(with_high_water_marks(write.schema, marks))
     write.txn.add_files(adds)
     if spec.mode == "overwrite":
         predicate = _check_predicate(spec.replace_where, write.schema)
@@ -389,6 +432,12 @@ def _commit_create(
         operation_parameters=params,
         commit_metadata=metadata,
     )
+    if spec.identity_columns:
+        schema = parse_schema(table_metadata.schema_string)
+        marks = _written_marks(spec, schema, adds)
+        if marks:
+            schema_string = with_high_water_marks(schema, marks).to_json_string()
+            table_metadata = replace(table_metadata, schema_string=schema_string)
     txn.update_protocol(spec.protocol)
     txn.update_metadata(table_metadata)
     if spec.app_id is not None:
@@ -401,6 +450,31 @@ def _commit_create(
             f"{spec.uri} was created by someone else while this write was staged; plan the write again "
             "(its files are left for VACUUM)"
         ) from None
+
+
+def _written_marks(spec: WriteSpec, schema: StructType, adds: list[Add]) -> dict[str, int]:
+    """The identity high-water marks after committing ``adds``: the extreme values they hold,
+    from their statistics (or, for a file without them, from the column itself)."""
+    extremes: dict[str, tuple[int | None, int | None]] = {}
+    for name in spec.identity_columns:
+        f = schema.find(name)
+        physical = f.physical_name if f is not None else name
+        low = high = None
+        for add in adds:
+            stats = json.loads(add.stats) if add.stats else {}
+            if stats.get("numRecords") == 0:
+                continue
+            lo = (stats.get("minValues") or {}).get(physical)
+            hi = (stats.get("maxValues") or {}).get(physical)
+            if lo is None or hi is None:  # no statistics for this column: read it
+                column = StagedWrite(spec, (add,)).read().column(name)
+                lo, hi = pc.min(column).as_py(), pc.max(column).as_py()
+                if lo is None:
+                    continue
+            low = lo if low is None else min(low, lo)
+            high = hi if high is None else max(high, hi)
+        extremes[name] = (low, high)
+    return written_high_water_marks(schema, spec.identity_columns, extremes)
 
 
 def _write_metrics(adds: list[Add]) -> dict[str, int]:
@@ -498,7 +572,7 @@ def stage_write(
     """Plan and write ``data`` in this process; commit later with ``.commit()``."""
     reader = as_reader(data, None)
     spec = plan_write(uri, reader.schema, mode=mode, storage_options=storage_options, **plan_options)
-    return StagedWrite(spec, tuple(write_files(spec, reader)))
+    return StagedWrite(spec, tuple(write_files(spec, reader, task=0)))
 
 
 def _split_location(uri: str) -> tuple[str, str]:
