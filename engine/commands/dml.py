@@ -40,8 +40,9 @@ from deltaplane.engine.errors import DeltaError, InvalidArgumentError, InvalidPr
 from deltaplane.engine.expressions.arrow import evaluate
 from deltaplane.engine.expressions.bind import bind, bind_predicate
 from deltaplane.engine.expressions.parser import parse_expression, parse_predicate
-from deltaplane.engine.expressions.tree import Expr, columns
+from deltaplane.engine.expressions.tree import Expr, Literal, columns
 from deltaplane.engine.scan import FileRows, Scan, file_keep_mask
+from deltaplane.engine.schema import DecimalType, PrimitiveType, to_arrow_type
 from deltaplane.engine.snapshot import Snapshot
 from deltaplane.engine.storage.base import ObjectStore
 from deltaplane.engine.table_features import reader_features
@@ -510,10 +511,48 @@ def apply_assignments(
     for f in schema.fields:
         if f.name in assignments:
             value = evaluate(rows, assignments[f.name], where)
-            columns_out.append(value)
+            columns_out.append(assigned_value(value, f, where, assignments[f.name]))
         else:
             columns_out.append(rows.column(f.name))
     return pa.Table.from_arrays(columns_out, names=[f.name for f in schema.fields])
+
+
+def assigned_value(value, f, where: str | None = None, expr: Expr | None = None):
+    """A SET value as its column's type, by Spark's (ANSI) store assignment for numbers, as in
+    Delta Spark's UPDATE and MERGE: ``amount = amount * 2`` on a decimal(12,2) is rounded half
+    away from zero to 2 digits, ``i = d / 2`` on an INT truncates toward zero, and a value that
+    does not fit the column is an error. Other types, and bare literals (``new_values={"id":
+    1.5}`` is refused, not truncated), go through the write path's lossless checks."""
+    if isinstance(expr, Literal):
+        return value
+    target = to_arrow_type(f.type) if isinstance(f.type, PrimitiveType | DecimalType) else None
+    source = value.type
+
+    def number(t) -> bool:
+        return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+    if target is None or source == target or not (number(source) and number(target)):
+        return value
+    try:
+        if pa.types.is_floating(target):
+            return value.cast(target, safe=False)  # Spark never fails a cast to a float
+        if pa.types.is_integer(target):
+            if pa.types.is_floating(source):
+                value = pc.trunc(value)
+            return pc.cast(value, options=pc.CastOptions(target, allow_decimal_truncate=True))
+        if pa.types.is_decimal(source):
+            value = value.cast(pa.decimal128(min(source.precision + 1, 38), source.scale))
+        if pa.types.is_integer(source):  # pyarrow checks an int64's width, not its values
+            value = value.cast(pa.decimal128(20, 0))
+        else:
+            value = pc.round(value, ndigits=target.scale, round_mode="half_towards_infinity")
+        return value.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise InvalidPredicateError(
+            f"the value assigned to column {f.name!r} does not fit its type {f.type.to_json()}"
+            + (f" ({where})" if where else "")
+            + f": {e}"
+        ) from None
 
 
 def bind_assignments(snapshot: Snapshot, updates: dict[str, str | Any]) -> dict[str, Expr]:

@@ -35,7 +35,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine import row_tracking
-from deltaplane.engine.commands.dml import RowLevelChange, _ms, choose_strategy, rewrite_threshold
+from deltaplane.engine.commands.dml import (
+    RowLevelChange,
+    _ms,
+    assigned_value,
+    choose_strategy,
+    rewrite_threshold,
+)
 from deltaplane.engine.commands.write import WriteContext
 from deltaplane.engine.enforcement import conform_table
 from deltaplane.engine.errors import DeltaError, InvalidPredicateError, SchemaMismatchError
@@ -508,7 +514,8 @@ def _assign(
     n = pairs.num_rows
     for f in schema.fields:
         if f.name in assignments:
-            out.append(evaluate(pairs, assignments[f.name], where))
+            value = evaluate(pairs, assignments[f.name], where)
+            out.append(assigned_value(value, f, where, assignments[f.name]))
         elif base is not None:
             out.append(base.column(f.name))
         else:

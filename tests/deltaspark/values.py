@@ -31,7 +31,7 @@ def normalize(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): normalize(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+        if value and all(isinstance(v, tuple) and len(v) == 2 and not hasattr(v, "asDict") for v in value):
             return {str(k): normalize(v) for k, v in value}  # an Arrow map: (key, value) pairs
         return [normalize(v) for v in value]
     return str(value)
