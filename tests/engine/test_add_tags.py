@@ -317,3 +317,64 @@ def test_enabling_row_tracking_keeps_the_tags(tmp_path):
     assert {a["path"]: a.get("tags") for a in re_added} == cube
     assert dt.optimize().version is None
     assert live_tags(dt) == cube
+
+
+# --- Delta Spark keeps its tags through deltaplane's checkpoint ------------------------------------
+
+
+def spark_values(seed: int, n: int = 200) -> str:
+    rng = np.random.default_rng(seed)
+    return ", ".join(
+        f"({int(a)}, 'k{int(b):03d}', {float(c)!r})"
+        for a, b, c in zip(rng.integers(0, 1000, n), rng.integers(0, 300, n), rng.random(n), strict=True)
+    )
+
+
+def json_live_tags(path: str, live: set[str]) -> dict[str, dict[str, str] | None]:
+    """Tags of the live files as Delta Spark wrote them in its JSON commits."""
+    found: dict[str, dict[str, str] | None] = {}
+    for f in sorted(Path(path, "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            add_action = json.loads(line).get("add") if line.strip() else None
+            if add_action is not None and add_action["path"] in live:
+                found[add_action["path"]] = add_action.get("tags")
+    return found
+
+
+def test_delta_spark_tags_survive_a_deltaplane_checkpoint(delta_spark, tmp_path):
+    path = str(tmp_path / "spark_clustered")
+    delta_spark.sql(
+        f"CREATE TABLE delta.`{path}` (a BIGINT, b STRING, c DOUBLE) USING delta CLUSTER BY (a, b)"
+    )
+    for seed in range(3):
+        delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {spark_values(seed)}")
+    delta_spark.sql(f"OPTIMIZE delta.`{path}`")  # Delta Spark's own ZCube
+    delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {spark_values(3)}")
+    live = set(DeltaTable(path).snapshot.files.column("path").to_pylist())
+    written = json_live_tags(path, live)
+    assert sum(1 for t in written.values() if t and "ZCUBE_ID" in t) >= 1
+
+    dt = DeltaTable(path)
+    info = dt.checkpoint()
+    # Delta Spark reads deltaplane's checkpoint file: each live add carries the tags it wrote.
+    in_checkpoint = delta_spark.sql(
+        f"SELECT add.path AS path, add.tags AS tags FROM parquet.`{path}/{info.key}` WHERE add IS NOT NULL"
+    )
+    assert {r["path"]: r["tags"] for r in in_checkpoint} == written
+    # The commits before the checkpoint go (as log cleanup would): both engines now know the
+    # files only from deltaplane's checkpoint.
+    for v in range(info.version):
+        Path(path, "_delta_log", f"{v:020d}.json").unlink()
+    assert tags_of(DeltaTable(path).snapshot.files) == written
+    # Delta Spark clusters the new file (with its small cube); once deltaplane has checkpointed
+    # that too and the older commits are gone, Delta Spark still knows its cube: nothing to do.
+    delta_spark.sql(f"OPTIMIZE delta.`{path}`")
+    after = DeltaTable(path)
+    assert after.version == info.version + 1
+    info = after.checkpoint()
+    for v in range(info.version):
+        Path(path, "_delta_log", f"{v:020d}.json").unlink(missing_ok=True)
+    delta_spark.sql(f"OPTIMIZE delta.`{path}`")
+    assert DeltaTable(path).version == info.version
+    assert after.optimize().version is None  # and deltaplane agrees
+    assert len(delta_spark.sql(f"SELECT * FROM delta.`{path}`")) == after.count() == 800
