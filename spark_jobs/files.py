@@ -30,12 +30,19 @@ class FilesPartition(InputPartition):
         self.predicate = predicate
 
 
-def read_partition(partition: FilesPartition, schema: SparkStructType) -> Iterator[pa.RecordBatch]:
-    """The rows of one partition's files, shaped exactly as ``schema`` (deletion vectors applied)."""
+def read_partition(
+    partition: FilesPartition, schema: SparkStructType, row_tracking: tuple[str, str] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one partition's files, shaped exactly as ``schema`` (deletion vectors applied).
+
+    ``row_tracking`` names two columns of ``schema`` that are not table columns: they get each
+    row's stable row id and row commit version (``Scan``'s ``row_tracking``), which a rewrite
+    hands to the writer so the rows keep them."""
     if partition.files.num_files == 0:
         return
     snapshot = partition.files.snapshot()
-    scan = Scan(snapshot, list(schema.names), partition.predicate)
+    columns = [n for n in schema.names if not row_tracking or n not in row_tracking]
+    scan = Scan(snapshot, columns, partition.predicate, row_tracking=row_tracking)
     target = arrow_schema(schema)
     for batch in scan.to_batches():
         if batch.num_rows:

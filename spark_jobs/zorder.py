@@ -8,6 +8,10 @@ Rows are then range-partitioned on the key into as many partitions as output fil
 within each, and each partition is written as one file by the engine's writer. Files therefore
 cover contiguous stretches of the curve, as when one process sorts the partition, and
 statistics skipping works for every Z-order column.
+
+On a row-tracking table each row is read with its stable row id and row commit version (two
+extra columns named as the table's materialized ones), which travel with it through the sort
+and are written into the new files, so the rewrite keeps them as the commit says it does.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import numpy as np
 import pyarrow as pa
 
+from deltaplane.engine import row_tracking
 from deltaplane.engine.commands.optimize import BinTask, write_rows_for_bin
 from deltaplane.engine.commands.zorder import bits_per_column, interleave, scale_ranks
 from deltaplane.spark_jobs.files import FilesPartition, read_partition
@@ -24,6 +29,7 @@ from deltaplane.spark_jobs.types import spark_schema
 
 KEY = "__deltaplane_zkey"
 RANK = "__deltaplane_rank_{}"
+VALUE = "__deltaplane_value"  # a column's distinct values, joined back (never a table column)
 READ_GROUP_BYTES = 128 << 20
 _SIGN = np.uint64(1 << 63)
 
@@ -34,13 +40,16 @@ def zorder_partition(spark, task: BinTask) -> list[dict]:
     from pyspark.sql.types import LongType, StructField, StructType
 
     snapshot = task.files.snapshot()
+    lineage = row_tracking.materialized_columns(snapshot.protocol, snapshot.metadata)
     schema = spark_schema(snapshot.schema)
+    if lineage is not None:  # each row's row id and commit version go along with it
+        schema = StructType([*schema.fields, *(StructField(n, LongType(), False) for n in lineage)])
     groups = task.files.split(READ_GROUP_BYTES)
 
     def read(batches):
         for batch in batches:
             for g in batch.column(0).to_pylist():
-                yield from read_partition(FilesPartition(g, groups[g], None), schema)
+                yield from read_partition(FilesPartition(g, groups[g], None), schema, lineage)
 
     source = spark.createDataFrame([(i,) for i in range(len(groups))], "g int").repartition(len(groups), "g")
     rows = source.mapInArrow(read, schema).persist()
@@ -50,13 +59,14 @@ def zorder_partition(spark, task: BinTask) -> list[dict]:
     ranked = rows
     cached = [rows]
     for i, name in enumerate(columns):
-        table = _dense_ranks(spark, rows, name, RANK.format(i), cached)
+        # (renamed: a table column may be called "v", and the join must not touch it)
+        table = _dense_ranks(spark, rows, name, RANK.format(i), cached).withColumnRenamed("v", VALUE)
         distinct.append(table.count())
         small = distinct[-1] < 1_000_000
         ranked = ranked.join(
-            F.broadcast(table) if small else table, ranked[name].eqNullSafe(table["v"]), "left"
+            F.broadcast(table) if small else table, ranked[name].eqNullSafe(table[VALUE]), "left"
         )
-        ranked = ranked.drop("v")
+        ranked = ranked.drop(VALUE)
 
     rank_names = [RANK.format(i) for i in range(len(columns))]
     keyed_schema = StructType([*schema.fields, StructField(KEY, LongType(), False)])
