@@ -453,6 +453,8 @@ def _summary(entry: Entry, table, health) -> dict[str, Any]:
         max_deleted_rows_ratio=config.auto_optimize.max_deleted_rows_ratio,
     )
     decision = decide_auto_optimize(health, policy)
+    # OPTIMIZE clusters a liquid-clustered table, whatever zorder_by says (as maintenance reports)
+    kind = "cluster" if table.clustering_columns else "zorder" if config.zorder_by else "compact"
     gate = gate_history(entry, table.storage_options)
     history = gate["history"]
     return {
@@ -474,7 +476,7 @@ def _summary(entry: Entry, table, health) -> dict[str, Any]:
         "last_optimize": _event(health.last_optimize),
         "last_vacuum": _event(health.last_vacuum),
         "auto_optimize": {
-            "action": ("zorder" if config.zorder_by else "compact") if decision.compact else "skip",
+            "action": kind if decision.compact else "skip",
             "reasons": list(decision.reasons)
             or [f"no partition has {policy.min_num_small_files}+ small files or too many deleted rows"],
             "scheduled": entry.consumer_of is None,  # a consumer's target has no maintenance DAG

@@ -964,3 +964,21 @@ async def _browse(ws_url: str, base: str, urls: list[str], cookie: str, token: s
                 }
             )
         return seen
+
+
+def test_a_clustered_table_is_clustered_not_compacted(airflow_db, tmp_path):
+    """OPTIMIZE of a liquid-clustered table clusters it (zorder_by or not), and the ops view says
+    so, as the maintenance DAG's decision does."""
+    from deltaplane.operators.factory.config import TableConfig
+    from deltaplane.operators.plugins.ops_view import Entry, table_summary
+
+    rows = pa.table({"id": pa.array(range(10), pa.int64()), "v": pa.array(range(10), pa.int64())})
+    actions = {}
+    for name, cluster_by, zorder_by in (("clustered", ["id"], ["v"]), ("plain", None, ["v"])):
+        uri = str(tmp_path / name)
+        dt = DeltaTable.create(uri, rows.schema, cluster_by=cluster_by)
+        for _ in range(60):  # enough small files for auto-optimize to act
+            dt.append(rows)
+        config = TableConfig(uri=uri, zorder_by=zorder_by)
+        actions[name] = table_summary(Entry(name, config, ()))["auto_optimize"]["action"]
+    assert actions == {"clustered": "cluster", "plain": "zorder"}
