@@ -322,7 +322,8 @@ class DeltaplaneStreamWriter(DataSourceStreamArrowWriter):
 
         context = TaskContext.get()
         query_id = context.getLocalProperty("sql.streaming.queryId") if context is not None else None
-        adds = write_files(self.spec, iterator)
+        task = context.partitionId() if context is not None else 0  # its block of identity values
+        adds = write_files(self.spec, iterator, task=task)
         return FilesWritten([a.to_json() for a in adds], query_id, self.spec)
 
     def commit(self, messages, batchId: int) -> None:

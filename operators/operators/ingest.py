@@ -192,11 +192,12 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         """Plan the write against the table, then stream every file into staged data files."""
         import pyarrow as pa
 
+        from deltaplane.engine.column_values import ColumnValues
         from deltaplane.engine.commands.staged import StagedWrite, plan_write, write_files
         from deltaplane.engine.enforcement import table_constraints
         from deltaplane.engine.errors import SchemaMismatchError
         from deltaplane.engine.log.segment import list_log
-        from deltaplane.engine.schema import parse_schema, to_arrow_schema
+        from deltaplane.engine.schema import StructType, parse_schema, to_arrow_schema
         from deltaplane.engine.snapshot import load_table_config
         from deltaplane.engine.storage import open_store
 
@@ -225,10 +226,19 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
             raise Refused(None, f"the batch's columns do not fit the table: {e}") from None
         if spec.skip:
             return StagedWrite(spec, ())
-        target = spec.schema
+        # The files' rows are conformed to the table's columns, except those the table fills
+        # itself when they are missing (generated, default, identity): write_files fills them.
+        supplied = {n.lower() for source in sources for n in source.schema.names}
+        values = ColumnValues(spec.schema, table=self.table_uri)
+        target = StructType(
+            tuple(f for f in spec.schema.fields if f.name.lower() in supplied or not values.computes(f.name))
+        )
         for source in sources:
             source.check(target)
-        constraints = table_constraints(target, spec.metadata.configuration)
+        try:
+            constraints = table_constraints(target, spec.metadata.configuration)
+        except SchemaMismatchError:  # a constraint reads a filled column: write_files checks it
+            constraints = []
 
         def batches():
             for source in sources:
@@ -237,7 +247,7 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         store = _Recording(spec.store())
         reader = pa.RecordBatchReader.from_batches(to_arrow_schema(target), batches())
         try:
-            adds = write_files(spec, reader, store=store)
+            adds = write_files(spec, reader, store=store, task=0)  # the one writer of this batch
         except Refused as refused:
             refused.staged = store.published()
             raise

@@ -163,3 +163,38 @@ def test_spark_compaction_of_a_clustered_row_tracking_table(airflow_db, delta_sp
     """The compaction above its threshold: deltaplane.spark_jobs.compact through spark-submit."""
     _, compact = _maintain(delta_spark, tmp_path, "all_features", threshold=0, dag_id="ds_maintain_spark")
     assert compact["engine"] == "spark"
+
+
+INGEST_DAG = """
+import pendulum
+from airflow.sdk import DAG
+from deltaplane.operators.operators.commit import DeltaCommitOperator
+from deltaplane.operators.operators.ingest import DeltaStageOperator
+
+M = "{{{{ ti.xcom_pull(task_ids='stage')['manifest'] }}}}"
+with DAG("ingest_identity", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+    stage = DeltaStageOperator(task_id="stage", table_uri={table!r}, landing={landing!r}, staging={staging!r})
+    commit = DeltaCommitOperator(task_id="commit", table_uri={table!r}, staged_manifest=M)
+    stage >> commit
+"""
+
+
+def test_the_ingest_path_assigns_identity_values_delta_spark_continues(airflow_db, delta_spark, tmp_path):
+    """Landing files without the identity column, staged and committed by the operators into
+    Delta Spark's identity table (start 10, step 5, mark 20): values continue past the mark, and
+    Delta Spark's next insert continues past ours."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "identity_always"
+    shutil.copytree(CORPUS / "identity_always", table)
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    pq.write_table(pa.table({"x": ["d", "e"]}), landing / "batch.parquet")
+    source = INGEST_DAG.format(table=str(table), landing=str(landing), staging=str(tmp_path / "staging"))
+    run = run_dag("ingest_identity", source, logical_date=dt.datetime(2026, 3, 1, tzinfo=dt.UTC))
+    assert task_states(run) == {"stage": "success", "commit": "success"}
+    delta_spark.sql(f"INSERT INTO delta.`{table}` (x) VALUES ('spark')")
+    theirs = {r["x"]: r["id"] for r in delta_spark.rows(str(table))}
+    assert theirs == {"a": 10, "b": 15, "c": 20, "d": 25, "e": 30, "spark": 35}
+    assert sorted_rows(arrow_rows(DeltaTable(str(table)).to_arrow())) == sorted_rows(delta_spark.rows(str(table)))
