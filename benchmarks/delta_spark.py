@@ -39,7 +39,8 @@ skipping (see the README's Spark section): its filters and probes read every fil
 
     python benchmarks/delta_spark.py [--quick] [--rows 10000000] [--repeat 3]
 
-Prints the table and writes ``benchmarks/results/delta_spark.json``.
+Prints the table and writes ``benchmarks/results/delta_spark.json`` (with the machine and its
+load average). About 30 minutes on 2 cores (``--quick``: about 5, two JVM start-ups included).
 """
 
 from __future__ import annotations
@@ -638,6 +639,14 @@ def main(argv: list[str] | None = None) -> dict:
         "figure5": {},
         "startup_seconds": {},
     }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(f"{out}.tmp")  # what the finished engines measured, should a later one fail
+
+    def engine(runner) -> None:
+        run_engine(runner, paths, work, args, results)
+        partial.write_text(json.dumps(results, indent=2, default=str))
+
     work = Path(tempfile.mkdtemp(prefix="work-", dir=data_root))
     try:
         started = time.perf_counter()
@@ -646,24 +655,23 @@ def main(argv: list[str] | None = None) -> dict:
                 "session": client.startup_seconds,
                 "with_process": time.perf_counter() - started,
             }
-            run_engine(DeltaSparkRunner(client), paths, work, args, results)
-        run_engine(DeltaplaneRunner(), paths, work, args, results)
+            engine(DeltaSparkRunner(client))
+        engine(DeltaplaneRunner())
         conf = {"spark.driver.memory": "4g", "spark.ui.showConsoleProgress": "false"}
         seconds, spark = clock(lambda: get_spark("local[2]", app_name="deltaplane-vs-delta-spark", conf=conf))
         spark.sparkContext.setLogLevel("ERROR")
         results["startup_seconds"]["spark_source"] = {"session": seconds}
         try:
-            run_engine(SparkSourceRunner(spark), paths, work, args, results)
+            engine(SparkSourceRunner(spark))
         finally:
             spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["machine"]["load_average_at_end"] = os.getloadavg()
     results["checks"] = checks(results, args)
-    report(results, args)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str))
+    partial.unlink(missing_ok=True)
+    report(results, args)
     return results
 
 
