@@ -55,7 +55,7 @@ reference: $(REFERENCE)/stamp
 test: lint $(REFERENCE)/stamp
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
-bench: $(STAMP)
+bench: $(STAMP) $(REFERENCE)/stamp
 	$(BIN)/python benchmarks/snapshot_load.py
 	$(BIN)/python benchmarks/write_commit.py
 	$(BIN)/python benchmarks/dml.py
@@ -64,6 +64,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/page_checksums.py
 	$(BIN)/python benchmarks/everyday.py
 	$(BIN)/python benchmarks/spark.py
+	$(BIN)/python benchmarks/clustering_skipping.py
+	$(BIN)/python benchmarks/delta_spark.py
 
 clean:
 	rm -rf $(VENV) demo demo-table .pytest_cache .ruff_cache
