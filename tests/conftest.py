@@ -154,8 +154,9 @@ def s3_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def delta_spark():
-    """Delta Spark 4.4 (one JVM per test worker, driven by tests/deltaspark/client.py). Not set
-    up is a failure, not a skip: `make test` provisions it (tests/deltaspark/provision.py)."""
+    """Delta Spark 4.4 (one JVM per test worker that needs it, driven by tests/deltaspark/client.py;
+    its tests are spread over the workers like any other). Not set up is a failure, not a skip:
+    `make test` provisions it (tests/deltaspark/provision.py)."""
     from tests.deltaspark.client import DeltaSpark
 
     spark = DeltaSpark.start()
@@ -164,10 +165,3 @@ def delta_spark():
     finally:
         spark.close()
 
-
-@pytest.hookimpl(tryfirst=True)  # before xdist turns the marker into the item's group
-def pytest_collection_modifyitems(config, items):
-    """Every test that uses Delta Spark runs on one xdist worker, so one JVM serves them all."""
-    for item in items:
-        if "delta_spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("delta_spark"))
