@@ -108,13 +108,15 @@ def test_the_newest_add_of_a_file_decides_its_tags(tmp_path):
     assert files["empty.parquet"] == {}
 
 
+@pytest.mark.parametrize("filler", [0, 300])
 @pytest.mark.parametrize("tags", ['"a string"', "[1, 2]", '{"nested": {"x": "1"}}'])
-def test_tags_that_are_not_an_object_of_strings_are_a_corrupt_log(tmp_path, tags):
+def test_tags_that_are_not_an_object_of_strings_are_a_corrupt_log(tmp_path, tags, filler):
     store = LocalStore(str(tmp_path))
     write_commit(store, 0, [commit_info(), protocol(), metadata()])
     line = '{"add": {"path": "x.parquet", "partitionValues": {}, "size": 1, "modificationTime": 1, '
     line += f'"dataChange": true, "tags": {tags}}}}}\n'
-    write_commit(store, 1, [], raw=json.dumps(commit_info()) + "\n" + line)
+    others = "".join(json.dumps(a) + "\n" for a in tagged_commit(filler))  # a big commit or not
+    write_commit(store, 1, [], raw=json.dumps(commit_info()) + "\n" + others + line)
     with pytest.raises(CorruptLogError, match="tags"):
         load_snapshot(store)
 
