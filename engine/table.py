@@ -518,6 +518,8 @@ class DeltaTable:
             self._snapshot, self._stale = result.snapshot, False
         else:
             self._stale = True  # read the new version only when it is next needed
+        if not result.committed and not result.skipped:
+            return  # nothing to commit (a DELETE that matched no row): no commit, no hooks
         result.manifest = refresh_manifest_after_commit(self._store, read, result)  # None unless enabled
         if data_write and not result.skipped and auto_compact_enabled(self.snapshot):
             before = self.snapshot

@@ -187,7 +187,13 @@ def current_app_transaction() -> tuple[str, int] | None:
 
 @dataclass
 class CommitResult:
-    """What a commit did: the version it created (or found) and Delta Spark-style metrics."""
+    """What a commit did: the version it created (or found) and Delta Spark-style metrics.
+
+    ``committed`` says whether this call wrote the commit ``version``. It is false for a
+    ``skipped`` write (an idempotent (appId, version) write found already committed: ``version``
+    is the table's) and for a command that had nothing to commit (``Transaction.commit_if_needed``:
+    a DELETE/UPDATE that matched no row, a MERGE that changed nothing; ``version`` is the version
+    read, ``skipped`` is false)."""
 
     version: int
     operation: str
@@ -202,6 +208,11 @@ class CommitResult:
     auto_compaction: Any = field(default=None, repr=False, compare=False)
     # Set by the table facade when it refreshed the symlink manifest after this commit.
     manifest: Any = field(default=None, repr=False, compare=False)
+    committed: bool | None = None  # None: true unless ``skipped``
+
+    def __post_init__(self) -> None:
+        if self.committed is None:
+            self.committed = not self.skipped
 
 
 class Transaction:
@@ -354,6 +365,35 @@ class Transaction:
         return self.summary.isolation_level
 
     # --- committing ---------------------------------------------------------------------------
+
+    @property
+    def has_actions(self) -> bool:
+        """Whether committing would record anything besides commitInfo: files, change-data
+        files, protocol, metadata, domains, or a txn (one set here, or the pending one of an
+        ``app_transaction_scope``: a work key is recorded even when the work changed nothing)."""
+        return bool(
+            self._adds
+            or self._removes
+            or self._cdc
+            or self._protocol is not None
+            or self._metadata is not None
+            or self._txns
+            or self._domains
+            or self._scope_txn is not None
+        )
+
+    def commit_if_needed(self, operation_metrics: dict[str, Any] | None = None) -> CommitResult:
+        """``commit()``, unless the transaction has no action to record (``has_actions``): then
+        nothing is written and the result says so (``committed=False``, ``version`` = the version
+        read, the metrics as computed), as Delta Spark's ``commitIfNeeded`` does for
+        DELETE/UPDATE/MERGE. Commands whose commitInfo alone is the record (VACUUM START/END)
+        call ``commit()``."""
+        if self.snapshot is None or self.has_actions:
+            return self.commit(operation_metrics)
+        metrics = {k: str(v) for k, v in (operation_metrics or {}).items()}
+        return CommitResult(
+            self.read_version, self.operation, metrics, committed=False, attempts=0, snapshot=self.snapshot
+        )
 
     def commit(self, operation_metrics: dict[str, Any] | None = None) -> CommitResult:
         metrics = {k: str(v) for k, v in (operation_metrics or {}).items()}

@@ -13,6 +13,10 @@ A file whose deleted fraction would pass ``rewrite_threshold`` is rewritten even
 stay fast); a file left with no rows is simply removed. Updated rows always go to new files.
 With the change data feed on, every changed row is also written to ``_change_data/`` with its
 ``_change_type`` (copied rows are not changes and are not written there).
+
+A command that changes no row commits nothing, as Delta Spark's: the ``CommitResult`` has
+``committed=False`` and the version read. Inside an ``app_transaction_scope`` it still commits,
+to record the work key (``Transaction.commit_if_needed``).
 """
 
 from __future__ import annotations
@@ -374,7 +378,7 @@ def execute_delete(
     change.stage()
     metrics = {"numDeletedRows": deleted, **change.file_metrics()}
     metrics |= {"scanTimeMs": scan_ms, "rewriteTimeMs": _ms(rewrite_start), "executionTimeMs": _ms(start)}
-    return context.txn.commit(metrics)
+    return context.txn.commit_if_needed(metrics)
 
 
 def _delete_whole_files(change: RowLevelChange, candidates: pa.Table) -> int:
@@ -499,7 +503,7 @@ def execute_update(
     change.stage()
     metrics = {"numUpdatedRows": updated, **change.file_metrics()}
     metrics |= {"scanTimeMs": scan_ms, "rewriteTimeMs": _ms(rewrite_start), "executionTimeMs": _ms(start)}
-    return context.txn.commit(metrics)
+    return context.txn.commit_if_needed(metrics)
 
 
 def apply_assignments(
@@ -673,4 +677,4 @@ def commit_row_level(
     name = "numDeletedRows" if plan.operation == "DELETE" else "numUpdatedRows"
     metrics = {name: matched, **change.file_metrics()}
     metrics |= {"rewriteTimeMs": _ms(start), "executionTimeMs": int(seconds * 1000) + _ms(start)}
-    return context.txn.commit(metrics)
+    return context.txn.commit_if_needed(metrics)

@@ -135,7 +135,8 @@ class MergeBuilder:
         return self._add("not_matched_by_source", "delete", predicate)
 
     def execute(self, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
-        """Run the merge as one commit; ``commit_metadata`` adds to the one given to ``merge()``."""
+        """Run the merge as one commit (none when it changes nothing: ``result.committed`` is
+        false); ``commit_metadata`` adds to the one given to ``merge()``."""
         if not self._clauses:
             raise MergeError("MERGE needs at least one WHEN clause")
         with commit_metadata_scope({**self._commit_metadata, **check_commit_metadata(commit_metadata)}):
@@ -446,7 +447,7 @@ def execute_merge(
             "executionTimeMs": _ms(start),
         }
     )
-    return context.txn.commit(m)
+    return context.txn.commit_if_needed(m)
 
 
 def _join_columns(keys, target: pa.Table, source: pa.Table, scope: _Scope):
