@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.actions import DeletionVectorDescriptor
-from deltaplane.engine.commands.write import CHANGE_TYPE
+from deltaplane.engine.commands.write import CHANGE_TYPE, files_table
 from deltaplane.engine.deletion_vectors import keep_mask, read_deletion_vector
 from deltaplane.engine.errors import (
     DeltaError,
@@ -182,7 +182,7 @@ def _output_schema(snapshot: Snapshot, change_schema: StructType) -> pa.Schema:
 
 def _changes_of(snapshot: Snapshot, actions: LogActions, change_schema: StructType, physical: list[str]):
     if actions.cdc:
-        files = _files_table(
+        files = files_table(
             [c.path for c in actions.cdc],
             [c.partition_values for c in actions.cdc],
             [c.size for c in actions.cdc],
@@ -241,35 +241,6 @@ def _deleted_mask(snapshot: Snapshot, file_row: pa.Table, num_rows: int) -> np.n
     descriptor = DeletionVectorDescriptor.from_json(dv)
     deleted = read_deletion_vector(snapshot.store, descriptor, data_file=file_row.column("path")[0].as_py())
     return ~keep_mask(num_rows, deleted)
-
-
-def _files_table(paths: list[str], partition_values: list[dict], sizes: list[int]) -> pa.Table:
-    keys = sorted({k for pv in partition_values for k in (pv or {})})
-    pv_type = pa.struct([(k, pa.string()) for k in keys])
-    n = len(paths)
-    return pa.table(
-        {
-            "path": pa.array(paths, pa.string()),
-            "partition_values": pa.array(
-                [{k: (pv or {}).get(k) for k in keys} for pv in partition_values], pv_type
-            )
-            if keys
-            else pa.repeat(pa.scalar({}, pv_type), n),
-            "size": pa.array(sizes, pa.int64()),
-            "deletion_vector": pa.nulls(
-                n,
-                pa.struct(
-                    [
-                        ("storageType", pa.string()),
-                        ("pathOrInlineDv", pa.string()),
-                        ("offset", pa.int32()),
-                        ("sizeInBytes", pa.int32()),
-                        ("cardinality", pa.int64()),
-                    ]
-                ),
-            ),
-        }
-    )
 
 
 def _read(snapshot: Snapshot, files: pa.Table, schema: StructType) -> pa.Table:

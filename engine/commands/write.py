@@ -32,7 +32,6 @@ from deltaplane.engine.commands.manifest import check_manifest_compatible
 from deltaplane.engine.enforcement import (
     check_constraints,
     check_unique_names,
-    conform_table,
     table_constraints,
 )
 from deltaplane.engine.errors import (
@@ -50,7 +49,7 @@ from deltaplane.engine.expressions.tree import And, Column, Comparison, Expr, Is
 from deltaplane.engine.inputs import as_reader
 from deltaplane.engine.log.segment import list_log
 from deltaplane.engine.partitions import parse_partition_values
-from deltaplane.engine.row_tracking import attach, materialized_columns, with_column_names
+from deltaplane.engine.row_tracking import materialized_columns, with_column_names
 from deltaplane.engine.scan import Scan, file_keep_mask
 from deltaplane.engine.schema import (
     ArrayType,
@@ -686,41 +685,71 @@ def stage_overwrite(
             file_keep_mask(candidates, predicate, snapshot.schema, snapshot.metadata, write.store.root)
         )
     write.txn.read_files(candidates, predicate)
-    copied = 0
     if partition_only or candidates.num_rows == 0:
-        to_remove = candidates
-    else:
-        to_remove, copied = _rewrite_partial_files(write, snapshot, candidates, predicate)
-    removed_bytes = write.remove_files(to_remove)
-    return {"numRemovedFiles": to_remove.num_rows, "numRemovedBytes": removed_bytes, "numCopiedRows": copied}
+        removed_bytes = write.remove_files(candidates)
+        return {"numRemovedFiles": candidates.num_rows, "numRemovedBytes": removed_bytes, "numCopiedRows": 0}
+    return _delete_replaced_rows(write, snapshot, adds, candidates, predicate)
 
 
-def _rewrite_partial_files(write: WriteContext, snapshot: Snapshot, candidates: pa.Table, predicate: Expr):
-    """Files where some rows match: remove them and rewrite the rows that do not match."""
-    remove_rows = []
-    copied = 0
-    keep_writer = write.writer()
-    tracked = list(materialized_columns(snapshot.protocol, snapshot.metadata) or ())  # row ids kept
-    try:
-        for i in range(candidates.num_rows):
-            one = candidates.slice(i, 1)
-            rows = Scan(snapshot, None, None, files=one, row_tracking=tuple(tracked) or None).to_table()
-            matches = pc.fill_null(evaluate(rows, predicate), False)
-            hits = pc.sum(matches).as_py() or 0
-            if hits == 0:
-                continue
-            remove_rows.append(i)
-            if hits < rows.num_rows:
-                kept = rows.filter(pc.invert(matches))
-                lineage = kept.select(tracked) if tracked else None
-                keep_writer.write(attach(conform_table(kept.drop_columns(tracked), write.schema), lineage))
-                copied += kept.num_rows
-        adds = keep_writer.close()
-    except BaseException:
-        keep_writer.abort()
-        raise
-    write.txn.add_files(adds)
-    return candidates.take(pa.array(remove_rows, pa.int64())), copied
+def _delete_replaced_rows(
+    write: WriteContext, snapshot: Snapshot, adds: list, candidates: pa.Table, predicate: Expr
+) -> dict[str, int]:
+    """replaceWhere on data columns: delete the matching rows as DELETE does (deletion vectors
+    when the table uses them, else the files' other rows are copied), change data included.
+    A commit with change data files is read by its change data alone, so when the deletes wrote
+    some, the new rows (``adds``) are written there as inserts too, as Delta Spark does."""
+    from deltaplane.engine.commands import dml  # dml builds on this module
+
+    change = dml.RowLevelChange(
+        write, snapshot, dml.choose_strategy(snapshot, None), dml.rewrite_threshold(snapshot, None)
+    )
+    deleted = dml.delete_matching_rows(change, snapshot, candidates, predicate)
+    if change.cdf and deleted:
+        written = dataclasses.replace(snapshot, metadata=write.metadata, protocol=write.protocol)
+        for add in adds:
+            files = files_table([add.path], [add.partition_values], [add.size])
+            change.record_change(Scan(written, None, None, files=files).to_table(), "insert")
+    change.stage()
+    metrics = change.file_metrics()
+    return {
+        "numRemovedFiles": metrics["numRemovedFiles"],
+        "numRemovedBytes": metrics["numRemovedBytes"],
+        "numCopiedRows": metrics["numCopiedRows"],
+        "numDeletedRows": deleted,
+        "numAddedChangeFiles": metrics["numAddedChangeFiles"],
+        "numDeletionVectorsAdded": metrics["numDeletionVectorsAdded"],
+    }
+
+
+def files_table(paths: list[str], partition_values: list[dict], sizes: list[int]) -> pa.Table:
+    """Live-file rows (what ``Scan(files=...)`` reads) for files known by path, partition values
+    (physical names) and size, without deletion vectors."""
+    keys = sorted({k for pv in partition_values for k in (pv or {})})
+    pv_type = pa.struct([(k, pa.string()) for k in keys])
+    n = len(paths)
+    return pa.table(
+        {
+            "path": pa.array(paths, pa.string()),
+            "partition_values": pa.array(
+                [{k: (pv or {}).get(k) for k in keys} for pv in partition_values], pv_type
+            )
+            if keys
+            else pa.repeat(pa.scalar({}, pv_type), n),
+            "size": pa.array(sizes, pa.int64()),
+            "deletion_vector": pa.nulls(
+                n,
+                pa.struct(
+                    [
+                        ("storageType", pa.string()),
+                        ("pathOrInlineDv", pa.string()),
+                        ("offset", pa.int32()),
+                        ("sizeInBytes", pa.int32()),
+                        ("cardinality", pa.int64()),
+                    ]
+                ),
+            ),
+        }
+    )
 
 
 def _touched_partitions(adds: list, snapshot: Snapshot) -> set[tuple]:

@@ -126,14 +126,8 @@ def assert_agree(delta_spark, create, first_rows, ops) -> None:
         run.finish()
 
 
-EMPTY_COMMITS = pytest.mark.xfail(
-    strict=True,
-    reason="deltaplane commits an empty DELETE/UPDATE/MERGE (only commitInfo) when nothing matched; "
-    "Delta Spark commits nothing (OptimisticTransaction.commitIfNeeded: no actions, no commit)",
-)
-
-
-@EMPTY_COMMITS
+# deltaplane used to commit an empty DELETE/UPDATE/MERGE (only commitInfo) when nothing matched;
+# Delta Spark commits nothing (OptimisticTransaction.commitIfNeeded: no actions, no commit).
 @pytest.mark.parametrize(
     "op",
     [
@@ -150,12 +144,6 @@ def test_dml_matching_nothing_commits_nothing(delta_spark, op):
 THREE_ROWS = (*TWO_ROWS, RowSpec(part=0, v=3, cents=-5, ts=2))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deltaplane's replaceWhere on a data column with the change data feed on rewrites the "
-    "files it touches without cdc files, so the feed reads the copied, unchanged rows as deleted "
-    "and re-inserted (Delta Spark writes cdc files: only the replaced rows are deletes)",
-)
 @pytest.mark.parametrize("sql", [False, True], ids=["dataframe-option", "insert-replace-where"])
 def test_replace_where_on_a_data_column_feeds_only_replaced_rows(delta_spark, sql):
     cdf = Create(deletion_vectors=False, change_data_feed=True, partitioned=False, name_mapping=False)
