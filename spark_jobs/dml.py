@@ -103,9 +103,19 @@ def main(args) -> dict:
         sets = job.run_tasks(spark, [(g, task_plan) for g in groups], _change)
     with commit_metadata_scope(job.commit_metadata(args)), app_transaction_scope(*job.app_transaction(args)):
         result = commit_row_level(snapshot.store, snapshot, plan, sets, seconds=time.perf_counter() - start)
+    nothing = not result.committed and not result.skipped
     return {
         "operation": plan.operation,
-        "version": result.version,
+        "version": None if nothing else result.version,  # None: no row changed, nothing committed
+        "committed": result.committed,
+        **(
+            {
+                "reason": f"nothing to commit: the {plan.operation} changed no row (table at version "
+                f"{plan.read_version})"
+            }
+            if nothing
+            else {}
+        ),
         "strategy": plan.strategy,
         "candidateFiles": plan.candidates.num_rows,
         "tasks": tasks,

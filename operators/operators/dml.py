@@ -237,7 +237,7 @@ class DeltaDMLOperator(DeltaTableOperator):
             result.version,
             result.operation_metrics,
         )
-        return {"version": result.version, "engine": "in-process"}
+        return _report(result)
 
     def _merge(self, table) -> dict[str, Any]:
         import pyarrow.dataset as ds
@@ -252,8 +252,7 @@ class DeltaDMLOperator(DeltaTableOperator):
             builder = builder.when_matched_delete()
         if self.when_not_matched == "insert_all":
             builder = builder.when_not_matched_insert_all()
-        result = builder.execute()
-        return {"version": result.version, "engine": "in-process"}
+        return _report(builder.execute())
 
     def default_operation(self) -> str:
         return self.operation.upper()
@@ -266,3 +265,11 @@ class DeltaDMLOperator(DeltaTableOperator):
             return [], [output]
         sources = [self.source] if isinstance(self.source, str) else list(self.source)
         return [Ref(s, table=False) for s in sources], [output]
+
+
+def _report(result) -> dict[str, Any]:
+    """A commit's version; a command that changed nothing (``committed`` false) commits nothing."""
+    if result.committed or result.skipped:
+        return {"version": result.version, "engine": "in-process"}
+    reason = f"nothing to commit: the {result.operation} changed no row (table at version {result.version})"
+    return {"version": None, "committed": False, "reason": reason, "engine": "in-process"}

@@ -11,7 +11,9 @@ task's XCom (``return_value``) is always::
                                          # holding its work; null when nothing was committed
       "read_version": 11 | null,         # the table version the task started from (null: no
                                          # table yet, or an operator that does not read it)
-      "committed": true,                 # this try made the commit ``version``
+      "committed": true,                 # this try made the commit ``version``; false with
+                                         # version null when nothing was committed (a DELETE
+                                         # that matched no row: read_version is the table's)
       "already_applied": false,          # the work was found in the table (``version`` holds it)
       "metrics": {"numFiles": "3", ...}, # ``version``'s operationMetrics exactly as the commit
                                          # holds them (Delta writes strings); {} without a commit
@@ -69,12 +71,15 @@ def shape_result(
     commit=None,
 ) -> dict[str, Any]:
     """``raw`` (a ``run`` result: ``version``, optionally ``already_applied``/``skipped``,
-    ``operation``, ``reason``, ``engine``, plus operator-specific keys) in the one shape.
-    ``commit`` is ``deltaplane.engine.tail.CommitChanges`` of ``raw["version"]`` (``None`` when
-    there is no version): the operation and metrics are taken from it."""
+    ``committed``, ``operation``, ``reason``, ``engine``, plus operator-specific keys) in the one
+    shape. ``commit`` is ``deltaplane.engine.tail.CommitChanges`` of ``raw["version"]`` (``None``
+    when there is no version): the operation and metrics are taken from it. ``committed: False``
+    in ``raw`` (a command that had nothing to commit) reports no version, whatever ``raw`` says."""
     version = raw.get("version")
     version = int(version) if version is not None else None
     applied = bool(raw.get("already_applied") or raw.get("skipped") or raw.get("already_committed"))
+    if raw.get("committed") is False and not applied:
+        version, commit = None, None  # the version read is not this task's commit
     committed = version is not None and not applied
     if commit is not None and commit.operation:
         operation = commit.operation
