@@ -189,3 +189,24 @@ def test_a_concurrent_commit_does_not_disturb_a_command_that_changes_nothing(tmp
     result = t.delete("id > 1000")  # plans on the latest version, which now holds the append
     assert not result.committed and result.version == before + 1 == t.version
     assert t.count() == 21
+
+
+def test_the_dml_job_reports_a_delete_that_matched_nothing(tmp_path):
+    """``python -m deltaplane.spark_jobs.dml`` (no Spark starts: statistics prune every file)."""
+    import subprocess
+    import sys
+
+    t = make(tmp_path, TABLES["dv"], partitioned=False)
+    before = t.version
+    done = subprocess.run(
+        [sys.executable, "-m", "deltaplane.spark_jobs.dml", "--table", t.uri, "--delete", "id > 1000"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert done.returncode == 0 and out["status"] == "ok", done.stderr[-2000:]
+    assert (out["version"], out["committed"], out["candidateFiles"], out["tasks"]) == (None, False, 0, 0)
+    assert out["reason"] == f"nothing to commit: the DELETE changed no row (table at version {before})"
+    assert out["operationMetrics"]["numDeletedRows"] == "0"
+    assert DeltaTable(t.uri).version == before
