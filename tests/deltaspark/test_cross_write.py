@@ -19,7 +19,6 @@ from tests.deltaspark.test_cross_read import (
     assert_detail_agrees,
     assert_history_agrees,
     assert_same_changes,
-    assert_same_every_version,
     assert_same_now,
     copy_without_commits_before,
     dp_rows,
@@ -141,8 +140,8 @@ CONFIGS = {
 def test_deltaplane_maintains_a_delta_spark_table(delta_spark, tmp_path, config):
     """A table Delta Spark created and checkpointed: deltaplane runs every kind of change on it,
     Delta Spark reads each result identically and keeps writing (INSERT, MERGE, OPTIMIZE); both
-    read every version, the change feed and the history identically; after deltaplane's VACUUM
-    and checkpoint Delta Spark still reads and writes it."""
+    read the change feed and the history identically; after deltaplane's checkpoint and VACUUM
+    Delta Spark still reads and writes it."""
     path = str(tmp_path / config)
     layout, properties = CONFIGS[config]
     props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
@@ -196,7 +195,6 @@ def test_deltaplane_maintains_a_delta_spark_table(delta_spark, tmp_path, config)
     alone = copy_without_commits_before(path, str(tmp_path / "alone"), table.version)
     assert spark_rows(delta_spark, alone) == dp_rows(path)
 
-    assert_same_every_version(delta_spark, path)
     assert_same_changes(delta_spark, path, 0)
     assert_history_agrees(delta_spark, path, timestamps="enableInCommitTimestamps" in props)
     assert_detail_agrees(delta_spark, path)
@@ -223,7 +221,7 @@ def test_writers_take_turns(delta_spark, tmp_path):
     )
     delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {_values(range(12))}")
     table = DeltaTable(path)
-    for round_ in range(3):
+    for round_ in range(2):
         first = DeltaTable(path).version + 1
         base = 100 * (round_ + 1)
         table.append(_rows(range(base, base + 5)))
