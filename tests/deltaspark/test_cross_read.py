@@ -214,14 +214,14 @@ def test_checkpoints_and_in_commit_timestamps(delta_spark, tmp_path, policy):
     by deltaplane (also alone)."""
     path = str(tmp_path / f"cp_{policy}")
     properties = {
-        "delta.checkpointInterval": "3",
+        "delta.checkpointInterval": "2",
         "delta.enableInCommitTimestamps": "true",
         "delta.enableDeletionVectors": "true",
     }
     if policy == "v2":
         properties["delta.checkpointPolicy"] = "v2"
     table = DeltaTable.create(path, data=_rows(range(5)), partition_by=["p"], properties=properties)
-    for start in range(5, 35, 5):
+    for start in range(5, 20, 5):
         table.append(_rows(range(start, start + 5)))
     table.delete("id % 7 = 0")
     ours_cp = checkpoint_versions(path)
