@@ -36,13 +36,6 @@ from tests.deltaspark.compare import arrow_rows, sorted_rows
 
 SPARK, ENGINE = "spark", "engine"
 TRACE = os.environ.get("DELTAPLANE_DIFF_TRACE") == "1"
-# Delta Spark commits these through commitIfNeeded: with no action to commit, no commit at all
-# (OptimisticTransaction.commitImpl skips empty commits; skipRecordingEmptyCommits is on).
-EMPTY_COMMIT_OPERATIONS = {"DELETE", "UPDATE", "MERGE", "WRITE"}
-KNOWN_REPLACE_WHERE_CDF = (
-    "deltaplane's replaceWhere on a data column writes no cdc files: the CDF shows its copied "
-    "rows as deleted and inserted"
-)
 SIDES = (SPARK, ENGINE)
 
 
@@ -164,7 +157,6 @@ class Rendered:
     then: Callable[[], None] = lambda: None
     reread_latest: bool = False  # commits nothing, but changes how the latest version is read
     vacuum: bool = False
-    known_cdf: str | None = None  # why the change data feed is known to differ (not compared)
     optimize: bool = False  # commits only when there is something to compact (file layouts differ)
 
 
@@ -267,11 +259,9 @@ class ReplaceWhere:
         else:
             def spark_side(spark, path):
                 spark.write(path, [], "", mode="overwrite", options={"replaceWhere": predicate}, query=query)
-        data_predicate = not (self.on_part and run.partitioned)
         return Rendered(
             spark=spark_side,
             engine=lambda path: DeltaTable(path).overwrite(arrow_table(rows, columns), predicate=predicate),
-            known_cdf=KNOWN_REPLACE_WHERE_CDF if data_predicate else None,
         )
 
 
@@ -517,8 +507,6 @@ class Differential:
     steps: list[Step] = field(default_factory=list)
     oldest_readable: dict[str, int] = field(default_factory=lambda: {SPARK: 0, ENGINE: 0})
     findings: list[str] = field(default_factory=list)
-    known_differences: list[str] = field(default_factory=list)  # known_difference() hits
-    strict: bool = False  # known differences are findings too (the regression tests)
     known: dict[str, Column] = field(default_factory=lambda: {c.name: c for c in BASE_COLUMNS})
 
     def path(self, side: str) -> str:
@@ -598,7 +586,7 @@ class Differential:
             if rendered.vacuum:
                 self.oldest_readable = dict(before)
             rendered.then()
-        self.check_step(step, reread_latest=rendered.reread_latest, known_cdf=rendered.known_cdf)
+        self.check_step(step, reread_latest=rendered.reread_latest)
         if TRACE:
             print(f"[differential] step {len(self.steps) - 1} {time.monotonic() - started:.1f}s {op!r}"
                   f" {step.versions} {step.errors}", file=sys.stderr)
@@ -626,7 +614,7 @@ class Differential:
                 pairs.append((s[-1], e[-1]))
         return pairs
 
-    def check_step(self, step: Step, *, reread_latest: bool = False, known_cdf: str | None = None) -> None:
+    def check_step(self, step: Step, *, reread_latest: bool = False) -> None:
         if (step.errors[SPARK] is None) != (step.errors[ENGINE] is None):
             self.mismatch(f"outcome differs: Delta Spark {step.errors[SPARK] or 'succeeded'}; "
                           f"deltaplane {step.errors[ENGINE] or 'succeeded'}")
@@ -641,20 +629,14 @@ class Differential:
                         f"{'' if step.compactable[side] else 'no '}small files to compact"
                     )
         elif len(s) != len(e):
-            known = self.known_difference(step)
-            if known and not self.strict:
-                self.known_differences.append(f"step {len(self.steps) - 1} {step.op!r}: {known}")
-            else:
-                self.mismatch(f"Delta Spark committed {s}, deltaplane committed {e}")
+            self.mismatch(f"Delta Spark committed {s}, deltaplane committed {e}")
         ops = {side: [self.operation(side, v) for v in step.versions[side]] for side in SIDES}
         if len(s) == len(e) and ops[SPARK] != ops[ENGINE]:
             self.mismatch(f"operations differ: Delta Spark {ops[SPARK]}, deltaplane {ops[ENGINE]}")
         if s and e:
             self.compare_rows(s[-1], e[-1])
-            if len(s) == len(e) and (self.strict or not known_cdf):
+            if len(s) == len(e):
                 self.compare_changes(s, e)
-            elif known_cdf:
-                self.known_differences.append(f"step {len(self.steps) - 1} {step.op!r}: {known_cdf}")
         if reread_latest:
             self.compare_rows(self.latest(SPARK), self.latest(ENGINE))
         self.reread_all(spark_reads=False)  # every earlier version, deltaplane's reads (quick)
@@ -669,23 +651,6 @@ class Differential:
             return False
         partitions = Counter(tuple(v for k, v in f.items() if k.startswith("partition.")) for f in files)
         return any(n > 1 for n in partitions.values()) or any(f["num_deleted_records"] for f in files)
-
-    def commit_actions(self, side: str, version: int) -> list[str]:
-        log = Path(self.path(side)) / "_delta_log" / f"{version:020d}.json"
-        return [next(iter(json.loads(line))) for line in log.read_text().splitlines() if line.strip()]
-
-    def known_difference(self, step: Step) -> str | None:
-        """A reported, known difference in what gets committed (the regression tests pin each
-        one): None for anything else."""
-        s, e = step.versions[SPARK], step.versions[ENGINE]
-        if (
-            not s
-            and len(e) == 1
-            and self.commit_actions(ENGINE, e[0]) == ["commitInfo"]
-            and self.operation(ENGINE, e[0]) in EMPTY_COMMIT_OPERATIONS
-        ):
-            return "deltaplane commits an empty commit where Delta Spark commits nothing"
-        return None
 
     def operation(self, side: str, version: int) -> str | None:
         for entry in DeltaTable(self.path(side), version=version).history(limit=1):
