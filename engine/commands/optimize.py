@@ -158,6 +158,18 @@ class OptimizeMetrics:
 # --- planning -----------------------------------------------------------------------------------
 
 
+def _row_counts(files: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Each live file's ``numRecords`` and rows hidden by its deletion vector (0 without one)."""
+    records = parse_file_stats(files, {}).num_records.to_numpy(zero_copy_only=False)
+    dv = files.column("deletion_vector")
+    deleted = (
+        pc.fill_null(pc.struct_field(dv, "cardinality"), 0).to_numpy(zero_copy_only=False)
+        if dv.null_count < len(dv)
+        else np.zeros(files.num_rows, dtype=np.int64)
+    )
+    return records, deleted
+
+
 def plan_optimize(
     snapshot: Snapshot,
     *,
@@ -200,14 +212,7 @@ def plan_optimize(
     if considered == 0:
         return _plan(snapshot, target, zorder, filter, [], considered, files.slice(0, 0), auto)
 
-    stats = parse_file_stats(files, {})
-    records = stats.num_records.to_numpy(zero_copy_only=False)
-    dv = files.column("deletion_vector")
-    deleted = (
-        pc.fill_null(pc.struct_field(dv, "cardinality"), 0).to_numpy(zero_copy_only=False)
-        if dv.null_count < len(dv)
-        else np.zeros(considered, dtype=np.int64)
-    )
+    records, deleted = _row_counts(files)
     sizes = files.column("size").to_numpy()
     paths = files.column("path").to_pylist()
     partition_values = files.column("partition_values").to_pylist()
@@ -298,14 +303,7 @@ def _plan_clustering(snapshot, columns, target, full, min_cube_size, auto) -> Op
     )
     bins = []
     if chosen:
-        stats = parse_file_stats(files, {})
-        records = stats.num_records.to_numpy(zero_copy_only=False)
-        dv = files.column("deletion_vector")
-        deleted = (
-            pc.fill_null(pc.struct_field(dv, "cardinality"), 0).to_numpy(zero_copy_only=False)
-            if dv.null_count < len(dv)
-            else np.zeros(files.num_rows, dtype=np.int64)
-        )
+        records, deleted = _row_counts(files)
         sizes = files.column("size").to_numpy()
         paths = files.column("path").to_pylist()
         for b in chosen:

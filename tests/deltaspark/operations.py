@@ -202,19 +202,22 @@ class Create:
         )
 
 
+def _write(run: Differential, specs: tuple[RowSpec, ...], mode: str) -> Rendered:
+    """A plain append or overwrite of new rows, by each side's own write call."""
+    rows = run.new_rows(specs)
+    columns = run.columns
+    return Rendered(
+        spark=lambda spark, path: spark.write(path, [], "", mode=mode, query=select_sql(rows, columns)),
+        engine=lambda path: getattr(DeltaTable(path), mode)(arrow_table(rows, columns)),
+    )
+
+
 @dataclass(frozen=True)
 class Append:
     rows: tuple[RowSpec, ...]
 
     def render(self, run: Differential) -> Rendered:
-        rows = run.new_rows(self.rows)
-        columns = run.columns
-        return Rendered(
-            spark=lambda spark, path: spark.write(
-                path, [], "", mode="append", query=select_sql(rows, columns)
-            ),
-            engine=lambda path: DeltaTable(path).append(arrow_table(rows, columns)),
-        )
+        return _write(run, self.rows, "append")
 
 
 @dataclass(frozen=True)
@@ -222,14 +225,7 @@ class Overwrite:
     rows: tuple[RowSpec, ...]
 
     def render(self, run: Differential) -> Rendered:
-        rows = run.new_rows(self.rows)
-        columns = run.columns
-        return Rendered(
-            spark=lambda spark, path: spark.write(
-                path, [], "", mode="overwrite", query=select_sql(rows, columns)
-            ),
-            engine=lambda path: DeltaTable(path).overwrite(arrow_table(rows, columns)),
-        )
+        return _write(run, self.rows, "overwrite")
 
 
 @dataclass(frozen=True)

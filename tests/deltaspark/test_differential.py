@@ -116,13 +116,7 @@ TWO_ROWS = (RowSpec(part=0, v=1, cents=150, ts=1), RowSpec(part=1, v=None, cents
 
 def assert_agree(delta_spark, create, first_rows, ops) -> None:
     """Run a fixed sequence; every difference is a finding."""
-    with tempfile.TemporaryDirectory(prefix="differential-") as root:
-        run = Differential(delta_spark, Path(root))
-        run.apply(create)
-        run.apply(Append(first_rows))
-        for op in ops:
-            run.apply(op)
-        run.finish()
+    run_sequence(delta_spark, create, first_rows, ops)
 
 
 # deltaplane used to commit an empty DELETE/UPDATE/MERGE (only commitInfo) when nothing matched;
