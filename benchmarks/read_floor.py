@@ -488,7 +488,24 @@ def machine() -> dict:
         "deltalake": deltalake.__version__,
         "duckdb": duckdb.__version__,
         "load_average_at_start": os.getloadavg(),
+        **source_tree(),
     }
+
+
+def source_tree() -> dict:
+    """The commit measured and the engine files changed on top of it (a shared working tree)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", *args], cwd=HERE.parent, capture_output=True, text=True, check=True
+            ).stdout.rstrip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    changed = git("status", "--porcelain", "--", "engine", "spark_jobs").splitlines()
+    return {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted": [line[3:] for line in changed]}
 
 
 def parse(argv: list[str] | None):
