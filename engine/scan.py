@@ -57,7 +57,7 @@ from deltaplane.engine.schema import (
     to_arrow_type,
 )
 from deltaplane.engine.snapshot import Snapshot
-from deltaplane.engine.stats import FileStats, parse_file_stats
+from deltaplane.engine.stats import FileStats, parse_file_stats, stats_supported
 from deltaplane.engine.storage import resolve_location
 from deltaplane.engine.variant import is_shredded, unshred
 
@@ -179,6 +179,12 @@ class Scan:
             f for f in self.schema.fields if f.name in needed and f.name not in self._partition_fields
         ]
         self._partitions_needed = [name for name in self._partition_fields if name in needed]
+        # Filtered reads go row group by row group: groups whose statistics exclude the predicate
+        # are skipped, and the predicate's columns are decoded before the others, which are then
+        # read only for the groups holding matching rows (late materialization).
+        filtered = {c.path[0] for c in columns(self.predicate)} if self.predicate is not None else set()
+        self._predicate_fields = [f for f in self._read_fields if f.name in filtered]
+        self._other_fields = [f for f in self._read_fields if f.name not in filtered]
         self._filter_expr = to_arrow_expression(self.predicate) if self.predicate is not None else None
         self._materialized: tuple[str, str] | None = None
         self._lineage_names: tuple[str, str] | None = None
@@ -269,15 +275,22 @@ class Scan:
 
     # --- reading -----------------------------------------------------------------------------
 
+    @property
+    def _by_row_group(self) -> bool:
+        """Whether files are read row group by row group (a filter on data columns; row ids need
+        every row's position and take the whole-file path)."""
+        return bool(self._predicate_fields) and self._lineage_names is None
+
     def to_table(self) -> pa.Table:
         plans = self._plans()
         if not plans:
             return self.arrow_schema.empty_table()
+        read = self._read_filtered if self._by_row_group else self._read_whole
         if len(plans) == 1:
-            tables = [self._read_whole(plans[0])]
+            tables = [read(plans[0])]
         else:
             with ThreadPoolExecutor(min(_READ_WORKERS, len(plans))) as pool:
-                tables = list(pool.map(self._read_whole, plans))
+                tables = list(pool.map(read, plans))
         tables = [t for t in tables if t.num_rows] or [self.arrow_schema.empty_table()]
         # One chunk per file: no second copy of the result just to make it contiguous.
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
@@ -290,6 +303,19 @@ class Scan:
         return self.to_batches().__arrow_c_stream__(requested_schema)
 
     def _iter_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
+        if self._by_row_group:
+            for plan in self._plans():
+                pf = self._open(plan)
+                self._count(files=1)
+                deleted = False
+                for group in self._row_groups(pf, plan):
+                    if deleted is False:  # only once some group of the file is read
+                        deleted = self._deleted_rows(plan, pf.metadata.num_rows)
+                    out = self._read_groups(pf, plan, [group], deleted)
+                    for b in out.to_batches(max_chunksize=batch_size):
+                        if b.num_rows:
+                            yield b
+            return
         for plan in self._plans():
             pf = self._open(plan)
             deleted = self._deleted_rows(plan, pf.metadata.num_rows)
@@ -373,6 +399,73 @@ class Scan:
         mask = keep_mask(table.num_rows, deleted) if deleted is not None else None
         return self._finish(table, plan, mask)
 
+    def _read_filtered(self, plan: _FilePlan) -> pa.Table:
+        """A file's rows matching the filter, reading only the row groups that can hold them."""
+        pf = self._open(plan)
+        self._count(files=1)
+        groups = self._row_groups(pf, plan)
+        if not groups:
+            return self.arrow_schema.empty_table()
+        deleted = self._deleted_rows(plan, pf.metadata.num_rows)
+        return self._read_groups(pf, plan, groups, deleted)
+
+    def _row_groups(self, pf: pq.ParquetFile, plan: _FilePlan) -> list[int]:
+        """The file's row groups whose statistics admit the predicate (every group when the
+        file has one: the file's own statistics already decided that)."""
+        count = pf.metadata.num_row_groups
+        if count <= 1 or self.predicate is None:
+            return list(range(count))
+        mask = row_group_keep_mask(pf.metadata, pf.schema_arrow, self.predicate, self, plan)
+        return np.flatnonzero(mask).tolist()
+
+    def _read_groups(
+        self, pf: pq.ParquetFile, plan: _FilePlan, groups: list[int], deleted: np.ndarray | None
+    ) -> pa.Table:
+        """Rows of ``groups`` matching the filter: the predicate's columns first, the others
+        only for the groups that hold a match, and only those rows of them."""
+        metadata = pf.metadata
+        sizes = np.array([metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        positions = np.concatenate([np.arange(starts[g], starts[g + 1]) for g in groups])
+        table = self._read_row_groups(pf, plan, groups, self._predicate_fields, len(positions))
+        self._count(rows=len(positions))
+        if deleted is not None:
+            keep = keep_mask(int(starts[-1]), deleted)[positions]
+            table, positions = table.filter(pa.array(keep)), positions[keep]
+        matched = self._conformed(table, plan, self._predicate_fields)
+        for name in self._partitions_needed:
+            matched[name] = pa.repeat(plan.partition_values[name], table.num_rows)
+        position_column = _unused_name(matched)
+        matched[position_column] = pa.array(positions, pa.int64())
+        full = self._apply_filter(pa.table(matched), plan)
+        if not full.num_rows:
+            return self.arrow_schema.empty_table()
+        if self._other_fields:
+            hits = full.column(position_column).to_numpy()
+            group_of = np.searchsorted(starts, hits, side="right") - 1
+            wanted = np.unique(group_of)  # ascending, as the rows are
+            # Where each wanted group starts among the rows read for the wanted groups.
+            base = np.concatenate([[0], np.cumsum(sizes[wanted])])[:-1]
+            index = hits - starts[group_of] + base[np.searchsorted(wanted, group_of)]
+            rest = self._read_row_groups(
+                pf, plan, wanted.tolist(), self._other_fields, int(sizes[wanted].sum())
+            )
+            rest = rest.take(pa.array(index))
+            for name, column in self._conformed(rest, plan, self._other_fields).items():
+                full = full.append_column(name, column)
+        return self._output(full)
+
+    def _read_row_groups(
+        self, pf: pq.ParquetFile, plan: _FilePlan, groups: list[int], fields: list[StructField], rows: int
+    ) -> pa.Table:
+        names = self._file_columns(pf, fields)
+        if not names:  # none of these columns is in the file: rows only
+            return pa.table({"__rows": pa.nulls(rows)})
+        try:
+            return pf.read_row_groups(groups, columns=names, use_threads=True)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise self._unreadable(plan, e) from e
+
     def _count(self, *, files: int = 0, rows: int = 0, deleted: int = 0) -> None:
         with self._metrics_lock:  # files are read from several threads
             self.metrics.files_read += files
@@ -441,15 +534,16 @@ class Scan:
         self._count(deleted=len(rows))
         return rows
 
-    def _file_columns(self, pf: pq.ParquetFile) -> list[str]:
-        """Names of the file's top-level columns that hold the fields this scan needs."""
+    def _file_columns(self, pf: pq.ParquetFile, fields: list[StructField] | None = None) -> list[str]:
+        """Names of the file's top-level columns that hold ``fields`` (by default every field this
+        scan needs, row-tracking columns included)."""
         file_schema = pf.schema_arrow
         names = []
-        for f in self._read_fields:
+        for f in self._read_fields if fields is None else fields:
             match = _match_field(file_schema, f, self.mode)
             if match is not None:
                 names.append(match.name)
-        if self._materialized is not None:
+        if self._materialized is not None and fields is None:
             names += [n for n in self._materialized if n in file_schema.names]
         return names
 
@@ -460,38 +554,51 @@ class Scan:
             if lineage is not None:
                 lineage = lineage.filter(pa.array(mask))
         n = table.num_rows
-        file_schema = table.schema
-        columns_out: dict[str, pa.Array | pa.ChunkedArray] = {}
-        for f in self._read_fields:
-            match = _match_field(file_schema, f, self.mode)
-            if match is None:
-                columns_out[f.name] = pa.nulls(n, to_arrow_type(f.type))
-            else:
-                column = table.column(match.name)
-                try:
-                    columns_out[f.name] = _conform_chunked(column, match, f.type, self.mode)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                    raise DataFileError(
-                        f"column {f.name!r} of data file {plan.location} has type {match.type}, "
-                        f"which cannot be read as {f.type.to_json()}: {e}",
-                        plan.location,
-                    ) from e
+        columns_out = self._conformed(table, plan, self._read_fields)
         for name in self._partitions_needed:
             columns_out[name] = pa.repeat(plan.partition_values[name], n)
         if lineage is not None:
             columns_out.update(zip(lineage.column_names, lineage.columns, strict=True))
         full = pa.table(columns_out) if columns_out else pa.table({"__rows": pa.nulls(n)})
         if self._filter_expr is not None:
-            try:
-                full = full.filter(self._filter_expr)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                where = f"data file {plan.location} of {self.snapshot.store.root}"
-                raise evaluation_error(self.predicate, e, where) from None
+            full = self._apply_filter(full, plan)
+        return self._output(full)
+
+    def _output(self, full: pa.Table) -> pa.Table:
+        """``full`` (every needed column under its logical name) projected to the scan's schema."""
         extra = [full.column(name) for name in self._lineage_names or ()]
         return pa.Table.from_arrays(
             [_as_type(full.column(f.name), to_arrow_type(f.type)) for f in self.output_fields] + extra,
             schema=self.arrow_schema,
         )
+
+    def _apply_filter(self, table: pa.Table, plan: _FilePlan) -> pa.Table:
+        try:
+            return table.filter(self._filter_expr)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            where = f"data file {plan.location} of {self.snapshot.store.root}"
+            raise evaluation_error(self.predicate, e, where) from None
+
+    def _conformed(self, table: pa.Table, plan: _FilePlan, fields: list[StructField]) -> dict:
+        """``fields`` read from ``table`` (a file's columns) as the table's types, by logical name;
+        a field the file lacks is all nulls."""
+        n = table.num_rows
+        file_schema = table.schema
+        out: dict[str, pa.Array | pa.ChunkedArray] = {}
+        for f in fields:
+            match = _match_field(file_schema, f, self.mode)
+            if match is None:
+                out[f.name] = pa.nulls(n, to_arrow_type(f.type))
+                continue
+            try:
+                out[f.name] = _conform_chunked(table.column(match.name), match, f.type, self.mode)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                raise DataFileError(
+                    f"column {f.name!r} of data file {plan.location} has type {match.type}, "
+                    f"which cannot be read as {f.type.to_json()}: {e}",
+                    plan.location,
+                ) from e
+        return out
 
     def _lineage(self, table: pa.Table, plan: _FilePlan, offset: int) -> pa.Table:
         """Stable row ids and commit versions of a file's rows (``table``: consecutive physical
@@ -552,6 +659,82 @@ def file_keep_mask(
 
     context = SkippingContext(files.num_rows, partition_table, set(partitions), stats, physical_path)
     return files_to_keep(predicate, context)
+
+
+def row_group_keep_mask(
+    metadata: pq.FileMetaData, file_schema: pa.Schema, predicate: Expr, scan: Scan, plan: _FilePlan
+) -> pa.Array:
+    """Which row groups of one file may hold rows satisfying the bound ``predicate``: the file
+    skipping evaluator run over the row groups' Parquet statistics instead of the log's."""
+    count = metadata.num_row_groups
+    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+
+    def partition_table(names: list[str]) -> pa.Table:
+        if not names:
+            return pa.table({"_": pa.nulls(count)})
+        return pa.table({n: pa.repeat(plan.partition_values[n], count) for n in names})
+
+    def stats(cols: list[Column]) -> FileStats:
+        rows = [metadata.row_group(g).num_rows for g in range(count)]
+        out = FileStats(num_records=pa.array(rows, pa.int64()))
+        for col in cols:
+            field = scan.schema.find(col.path[0]) if len(col.path) == 1 else None
+            if field is None or not _prunable_type(field.type):
+                continue  # nested fields and floats (NaN ordering) prune nothing
+            match = _match_field(file_schema, field, scan.mode)
+            if match is None:  # the file predates the column: every value is null
+                out.null_count[col.path] = pa.array(rows, pa.int64())
+                continue
+            index = leaves.get(match.name)
+            if index is None:
+                continue
+            bounds = _row_group_bounds(metadata, index, match.type, to_arrow_type(field.type))
+            if bounds is not None:
+                out.min_values[col.path], out.max_values[col.path], out.null_count[col.path] = bounds
+        return out
+
+    context = SkippingContext(count, partition_table, set(scan._partition_fields), stats, lambda path: path)
+    return files_to_keep(predicate, context)
+
+
+def _prunable_type(dtype: DataType) -> bool:
+    return stats_supported(dtype) and not (
+        isinstance(dtype, PrimitiveType) and dtype.name in ("float", "double")
+    )
+
+
+def _row_group_bounds(metadata: pq.FileMetaData, index: int, file_type: pa.DataType, target: pa.DataType):
+    """Minima, maxima and null counts of one column over the row groups, as ``target``; a group
+    without statistics has nulls (unknown). ``None`` when the values cannot be typed."""
+    lows, highs, nulls = [], [], []
+    for g in range(metadata.num_row_groups):
+        st = metadata.row_group(g).column(index).statistics
+        known = st is not None and st.has_min_max
+        lows.append(st.min if known else None)
+        highs.append(st.max if known else None)
+        nulls.append(st.null_count if st is not None and st.has_null_count else None)
+    if pa.types.is_dictionary(file_type):
+        file_type = file_type.value_type
+    try:
+        low = pa.array(lows, file_type).cast(target)
+        high = pa.array(highs, file_type).cast(target)
+    except (
+        pa.ArrowInvalid,
+        pa.ArrowNotImplementedError,
+        pa.ArrowTypeError,
+        TypeError,
+        ValueError,
+        OverflowError,
+    ):
+        return None
+    return low, high, pa.array(nulls, pa.int64())
+
+
+def _unused_name(columns_: dict) -> str:
+    name = "__deltaplane_row"
+    while name in columns_:
+        name += "_"
+    return name
 
 
 def _as_type(column, typ: pa.DataType):

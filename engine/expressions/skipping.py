@@ -109,6 +109,21 @@ def _as_array(n: int, arr: pa.Array) -> pa.Array:
 
 
 def _from_stats(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.BooleanArray:
+    result = _from_bounds(expr, ctx, stats)
+    # A comparison, IN or LIKE is never true on a column whose values are all null.
+    child = expr.child if isinstance(expr, (In, Like)) else None
+    if isinstance(expr, Comparison):
+        operands = [e for e in (expr.left, expr.right) if isinstance(e, Column)]
+        if expr.op != "<=>" and len(operands) == 1:
+            child = operands[0]
+    if isinstance(child, Column) and not ctx.is_partition(child):
+        counts = stats.null_count.get(ctx.physical_path(child.path))
+        if counts is not None:
+            result = pc.and_kleene(result, pc.invert(pc.equal(counts, stats.num_records)))
+    return result
+
+
+def _from_bounds(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.BooleanArray:
     if isinstance(expr, Column) and not ctx.is_partition(expr):
         # A bare boolean column used as a predicate: it may be true unless max is false.
         return _from_stats(Comparison("=", expr, Literal(True, expr.dtype)), ctx, stats)
