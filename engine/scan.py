@@ -171,6 +171,9 @@ class Scan:
             files = files.filter(mask)
         self.files = files
         self.metrics.files_selected = files.num_rows
+        # Parallelism goes where the work is: across files when there are enough of them (a
+        # decoder thread pool per small file costs more than it saves), within files otherwise.
+        self._threads_per_file = files.num_rows < _READ_WORKERS
 
         needed = {f.name for f in self.output_fields}
         if self.predicate is not None:
@@ -388,7 +391,7 @@ class Scan:
         names = self._file_columns(pf)
         try:
             if names:
-                table = pf.read(columns=names, use_threads=True)
+                table = pf.read(columns=names, use_threads=self._threads_per_file)
             else:
                 table = pa.table({"__rows": pa.nulls(pf.metadata.num_rows)})
         except (pa.ArrowInvalid, OSError) as e:
@@ -462,7 +465,7 @@ class Scan:
         if not names:  # none of these columns is in the file: rows only
             return pa.table({"__rows": pa.nulls(rows)})
         try:
-            return pf.read_row_groups(groups, columns=names, use_threads=True)
+            return pf.read_row_groups(groups, columns=names, use_threads=self._threads_per_file)
         except (pa.ArrowInvalid, OSError) as e:
             raise self._unreadable(plan, e) from e
 
