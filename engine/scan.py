@@ -322,16 +322,15 @@ class Scan:
         for plan in self._plans():
             pf = self._open(plan)
             deleted = self._deleted_rows(plan, pf.metadata.num_rows)
+            # The bitmap is decoded once per file; each batch takes its slice of one mask.
+            keep = keep_mask(pf.metadata.num_rows, deleted) if deleted is not None else None
             offset = 0
             names = self._file_columns(pf)
             self._count(files=1)
             for batch in self._file_batches(pf, names, batch_size, plan):
                 n = batch.num_rows
                 self._count(rows=n)
-                mask = None
-                if deleted is not None:
-                    local = deleted[(deleted >= offset) & (deleted < offset + n)] - offset
-                    mask = keep_mask(n, local)
+                mask = keep[offset : offset + n] if keep is not None else None
                 out = self._finish(pa.Table.from_batches([batch]), plan, mask, offset)
                 offset += n
                 for b in out.to_batches():
@@ -552,6 +551,8 @@ class Scan:
 
     def _finish(self, table: pa.Table, plan: _FilePlan, mask: np.ndarray | None, offset: int = 0) -> pa.Table:
         lineage = self._lineage(table, plan, offset) if self._lineage_names is not None else None
+        if mask is not None and mask.all():
+            mask = None  # nothing deleted here: no copy
         if mask is not None:
             table = table.filter(pa.array(mask))
             if lineage is not None:
