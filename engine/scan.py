@@ -63,6 +63,7 @@ from deltaplane.engine.variant import is_shredded, unshred
 
 _BATCH_ROWS = 128 * 1024
 _READ_WORKERS = max(2, min(8, (os.cpu_count() or 2) * 2))
+_REMOTE_READ_WORKERS = 32  # an object store's latency, not the CPU, bounds a read of many files
 
 
 @dataclass
@@ -173,7 +174,8 @@ class Scan:
         self.metrics.files_selected = files.num_rows
         # Parallelism goes where the work is: across files when there are enough of them (a
         # decoder thread pool per small file costs more than it saves), within files otherwise.
-        self._threads_per_file = files.num_rows < _READ_WORKERS
+        self._workers = _REMOTE_READ_WORKERS if getattr(snapshot.store, "remote", False) else _READ_WORKERS
+        self._threads_per_file = files.num_rows < self._workers
 
         needed = {f.name for f in self.output_fields}
         if self.predicate is not None:
@@ -292,7 +294,7 @@ class Scan:
         if len(plans) == 1:
             tables = [read(plans[0])]
         else:
-            with ThreadPoolExecutor(min(_READ_WORKERS, len(plans))) as pool:
+            with ThreadPoolExecutor(min(self._workers, len(plans))) as pool:
                 tables = list(pool.map(read, plans))
         tables = [t for t in tables if t.num_rows] or [self.arrow_schema.empty_table()]
         # One chunk per file: no second copy of the result just to make it contiguous.
@@ -367,7 +369,7 @@ class Scan:
             if materialized is not None:  # rewrites must keep each row's row id and version
                 self._track_rows(materialized)
                 plans = self._plans()
-        with ThreadPoolExecutor(min(_READ_WORKERS, len(plans))) as pool:
+        with ThreadPoolExecutor(min(self._workers, len(plans))) as pool:
             yield from enumerate(pool.map(self._read_with_positions, plans))
 
     def _read_with_positions(self, plan: _FilePlan) -> FileRows:
