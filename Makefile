@@ -64,6 +64,7 @@ bench: $(STAMP) $(REFERENCE)/stamp
 	$(BIN)/python benchmarks/page_checksums.py
 	$(BIN)/python benchmarks/everyday.py
 	$(BIN)/python benchmarks/spark.py
+	$(BIN)/python benchmarks/read_floor.py
 	$(BIN)/python benchmarks/clustering_skipping.py
 	$(BIN)/python benchmarks/delta_spark.py
 
