@@ -1,18 +1,38 @@
 """Data files: Arrow batches in, Parquet files out, one ``add`` action with statistics per file.
 
 Rows are split by partition values (a stable sort on the combined partition codes, so any number
-of partitions costs one pass), buffered per partition up to a row-group size, and written to a
-file per partition that is rolled over at the target file size. Buffered bytes are bounded
-across all partitions: when the budget is exceeded the largest buffers are written out early, so
-memory stays bounded however the input is shaped. Files are streamed to the object store and
-become visible only when complete; nothing is committed here (the transaction does that), and
-files of a failed write are left for VACUUM, never half-published.
+of partitions costs one pass) and buffered per partition; a partition's buffer is written out as a
+row group when it reaches the row-group size (``row_group_rows`` rows or ``row_group_bytes``), to a
+file per partition that is rolled over at the target file size. A partition has no open file
+until its first row group is written, and small partitions are written at ``close()`` one after
+the other, so a write whose partitions fit in the buffer writes one file per partition however
+many there are.
+
+Two bounds hold however the input is shaped:
+
+- memory: buffered rows are bounded across all partitions, counting the input batches that
+  buffered slices keep alive and the objects of each slice. Over the budget, slices of batches
+  that are mostly written are first copied out so that the batches can go (no file is written for
+  that), then the largest buffers are written out early;
+- open files: at most ``max_open_files`` (by default 256, and no more than a quarter of the
+  process's descriptor limit). Opening one more finishes the least recently written file: it
+  becomes a complete file with its statistics, and rows of that partition that come later start a
+  new file. Only input that spreads more partitions than fit in the buffer over many batches pays
+  for this (more, smaller files); sorted input or input that fits never reopens a partition.
+
+Files are streamed to the object store and become visible only when complete, at most
+``MAX_PUBLISHING`` at a time waiting for publication; nothing is committed here (the transaction
+does that), and files of a failed write are left for VACUUM, never half-published. Files carry
+page checksums and page indexes (column and offset indexes), so readers can skip pages.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 import uuid
+from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import quote
@@ -35,10 +55,37 @@ from deltaplane.engine.schema import (
 from deltaplane.engine.stats import StatsCollector, StatsLeaf
 from deltaplane.engine.storage.base import ObjectStore, PendingObject
 
+log = logging.getLogger(__name__)
+
 MiB = 1 << 20
 DEFAULT_TARGET_FILE_SIZE = 128 * MiB
-DEFAULT_ROW_GROUP_BYTES = 64 * MiB
+# Row groups of at most 1Mi rows (parquet-rs's and so delta-rs's default) and 128 MiB of Arrow
+# data (Delta Spark's parquet-mr row groups are 128 MiB): fine enough to skip by statistics.
+DEFAULT_ROW_GROUP_ROWS = 1 << 20
+DEFAULT_ROW_GROUP_BYTES = 128 * MiB
 DEFAULT_BUFFER_BUDGET = 256 * MiB
+DEFAULT_MAX_OPEN_FILES = 256
+PUBLISH_THREADS = 2
+MAX_PUBLISHING = 4 * PUBLISH_THREADS
+PROGRESS_SECONDS = 60.0
+# Memory of the Arrow and Python objects of one buffered piece beyond its data (measured: about
+# 1.5 KiB for three columns), so that many small pieces count against the budget too.
+PIECE_OVERHEAD = 512
+COLUMN_OVERHEAD = 384
+
+
+def default_max_open_files() -> int:
+    """Files one write keeps open at most: ``DEFAULT_MAX_OPEN_FILES``, and no more than a quarter
+    of the process's soft descriptor limit (RLIMIT_NOFILE), leaving the rest to reads, sockets,
+    files being published and whatever else the process does."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return DEFAULT_MAX_OPEN_FILES
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return DEFAULT_MAX_OPEN_FILES
+    return max(1, min(DEFAULT_MAX_OPEN_FILES, soft // 4))
 
 
 @dataclass(frozen=True)
@@ -52,7 +99,10 @@ class WriterConfig:
     tight_bounds: bool | None = None
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
     buffer_budget: int = DEFAULT_BUFFER_BUDGET
+    max_open_files: int | None = None  # None: default_max_open_files()
+    progress_seconds: float | None = PROGRESS_SECONDS  # a progress line this often; None: never
     compression: str = "zstd"
     random_prefix_length: int | None = None
     materialize_partitions: bool = False
@@ -154,8 +204,26 @@ class _OpenFile:
     writer: pq.ParquetWriter
     stats: StatsCollector
     partition_values: dict[str, str | None]
-    buffered: list[pa.Table] = field(default_factory=list)
-    buffered_bytes: int = 0
+
+
+@dataclass(eq=False)
+class _Batch:
+    """An input batch (sorted by partition) that buffered pieces are zero-copy slices of: its
+    memory stays allocated until the last of them is written or copied out."""
+
+    nbytes: int
+    pieces: int = 0
+
+
+@dataclass
+class _Buffer:
+    """Rows of one partition not yet written (physical layout): pieces that are slices of an
+    input batch (``sources``) or copies owning their memory (source ``None``)."""
+
+    tables: list[pa.Table] = field(default_factory=list)
+    sources: list[_Batch | None] = field(default_factory=list)
+    nbytes: int = 0
+    num_rows: int = 0
 
 
 class DataFileWriter:
@@ -169,16 +237,28 @@ class DataFileWriter:
             [physical_arrow_field(f, config.column_mapping) for f in self._data_fields]
             + [pa.field(name, pa.int64()) for name in config.row_tracking_columns or ()]
         )
-        self._open: dict[tuple, _OpenFile] = {}
+        self._max_open = max(1, config.max_open_files or default_max_open_files())
+        self._buffers: dict[tuple, _Buffer] = {}
+        self._open: OrderedDict[tuple, _OpenFile] = OrderedDict()  # least recently written first
         self._adds: list[Add] = []
-        self._buffered_total = 0
+        # Memory held by buffers: input batches that pieces still slice, copies owned by buffers,
+        # and an estimate of the Arrow and Python objects of each piece.
+        self._pinned = 0  # bytes of those input batches
+        self._pinned_live = 0  # bytes of the pieces slicing them
+        self._owned = 0
+        self._pieces = 0
+        self._piece_overhead = PIECE_OVERHEAD + COLUMN_OVERHEAD * len(self._file_schema)
         self._counter = 0
         self._write_id = uuid.uuid4()
         self._dictionary: list[str] | bool | None = None  # chosen from the first rows written
         self.rows_written = 0
         self.bytes_written = 0
+        self.files_reopened = 0  # files started for a partition whose earlier file was closed early
+        self._closed_early: set[tuple] = set()
         self._publisher: ThreadPoolExecutor | None = None
-        self._publishing: list = []
+        self._publishing: deque = deque()
+        self._started = time.monotonic()
+        self._last_progress = self._started
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -186,17 +266,61 @@ class DataFileWriter:
         """Add rows (already conformed to the table's logical schema)."""
         if table.num_rows == 0:
             return
-        for values, part in self._split(table):
-            self._buffer(values, part)
+        for values, part, source in self._split(table):
+            self._buffer(values, part, source)
         self.rows_written += table.num_rows
-        while self._buffered_total > self.config.buffer_budget:
-            largest = max(self._open.values(), key=lambda f: f.buffered_bytes)
-            self._flush(largest)
+        if self.buffered_bytes > self.config.buffer_budget:
+            self._relieve()
+        self._progress()
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Memory held by rows not yet written (an estimate that errs on the high side)."""
+        return self._pinned + self._owned + self._pieces * self._piece_overhead
+
+    def _relieve(self) -> None:
+        """Bring the buffers under the budget: first by copying small pieces out of the input
+        batches they keep alive (many partitions, a few rows each per batch), which frees memory
+        without writing anything; then by writing the largest buffers out early."""
+        budget = self.config.buffer_budget
+        extra_pieces = self._pieces - len(self._buffers)
+        reclaimable = self._pinned - self._pinned_live + extra_pieces * self._piece_overhead
+        if reclaimable > self.buffered_bytes // 2:
+            for b in self._buffers.values():
+                if len(b.tables) > 1 or b.sources[0] is not None:
+                    self._compact(b)
+        if self.buffered_bytes > budget:
+            # Largest first: the fewest, largest row groups leave the buffer.
+            for values in sorted(self._buffers, key=lambda v: self._buffers[v].nbytes, reverse=True):
+                self._flush(values)
+                if self.buffered_bytes <= budget:
+                    break
+
+    def _compact(self, b: _Buffer) -> None:
+        """Replace a buffer's pieces by one copy that owns its memory."""
+        table = pa.concat_tables(b.tables) if len(b.tables) > 1 else b.tables[0]
+        copy = table.take(pa.array(np.arange(table.num_rows)))
+        self._release(b)
+        b.tables, b.sources = [copy], [None]
+        self._owned += copy.nbytes
+        self._pieces += 1
+
+    def _release(self, b: _Buffer) -> None:
+        """Stop accounting for a buffer's pieces (written out or copied)."""
+        for table, source in zip(b.tables, b.sources, strict=True):
+            if source is None:
+                self._owned -= table.nbytes
+                continue
+            self._pinned_live -= table.nbytes
+            source.pieces -= 1
+            if source.pieces == 0:
+                self._pinned -= source.nbytes
+        self._pieces -= len(b.tables)
 
     def _split(self, table: pa.Table):
         columns = self.config.partition_columns
         if not columns:
-            yield (), table
+            yield (), table, _Batch(table.nbytes)
             return
         codes = np.zeros(table.num_rows, dtype=np.int64)
         for name in columns:
@@ -210,35 +334,46 @@ class DataFileWriter:
         starts = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
         ends = np.append(starts[1:], len(order))
         ordered = table.take(pa.array(order))
+        source = _Batch(ordered.nbytes)
         for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
             part = ordered.slice(start, end - start)
             values = tuple(part.column(name)[0].as_py() for name in columns)
-            yield values, part
+            yield values, part, source
 
-    def _buffer(self, values: tuple, part: pa.Table) -> None:
-        # A part larger than a row group is cut, so that files can roll at the target size even
-        # when one call brings a whole partition (OPTIMIZE's Z-order writes a bin at once).
+    def _buffer(self, values: tuple, part: pa.Table, source: _Batch) -> None:
+        # A part larger than a row group is cut into row-group-sized pieces, so that files can
+        # roll at the target size even when one call brings a whole partition (OPTIMIZE's
+        # Z-order writes a bin at once) and row groups stay whole.
         limit = min(self.config.row_group_bytes, self.config.target_file_size)
-        if part.num_rows > 1 and part.nbytes > 2 * limit:
+        rows = self.config.row_group_rows
+        if part.num_rows > 1 and (part.nbytes > 2 * limit or part.num_rows > rows):
             pieces = -(-part.nbytes // limit)
-            step = max(1, -(-part.num_rows // pieces))
+            step = max(1, min(rows, -(-part.num_rows // pieces)))
             for offset in range(0, part.num_rows, step):
-                self._buffer_piece(values, part.slice(offset, step))
+                self._buffer_piece(values, part.slice(offset, step), source)
             return
-        self._buffer_piece(values, part)
+        self._buffer_piece(values, part, source)
 
-    def _buffer_piece(self, values: tuple, part: pa.Table) -> None:
+    def _buffer_piece(self, values: tuple, part: pa.Table, source: _Batch) -> None:
         physical = self._physical_table(part)
         if self._dictionary is None:
             self._dictionary = dictionary_columns(physical)
-        f = self._open.get(values)
-        if f is None:
-            f = self._open[values] = self._new_file(values)
-        f.buffered.append(physical)
-        f.buffered_bytes += physical.nbytes
-        self._buffered_total += physical.nbytes
-        if f.buffered_bytes >= min(self.config.row_group_bytes, self.config.target_file_size):
-            self._flush(f)
+        b = self._buffers.get(values)
+        if b is None:
+            b = self._buffers[values] = _Buffer()
+        b.tables.append(physical)
+        b.sources.append(source)
+        b.nbytes += physical.nbytes
+        b.num_rows += physical.num_rows
+        if source.pieces == 0:
+            self._pinned += source.nbytes
+        source.pieces += 1
+        self._pinned_live += physical.nbytes
+        self._pieces += 1
+        if b.num_rows >= self.config.row_group_rows:
+            self._flush(values, whole_row_groups=True)
+        elif b.nbytes >= min(self.config.row_group_bytes, self.config.target_file_size):
+            self._flush(values)
 
     def _physical_table(self, part: pa.Table) -> pa.Table:
         arrays = []
@@ -259,6 +394,44 @@ class DataFileWriter:
 
     # --- files ----------------------------------------------------------------------------------
 
+    def _flush(self, values: tuple, *, whole_row_groups: bool = False) -> None:
+        """Write a partition's buffered rows to its open file (opening one if it has none);
+        ``whole_row_groups`` keeps a tail shorter than a row group buffered for the next rows."""
+        b = self._buffers.pop(values, None)
+        if b is None:
+            return
+        table = pa.concat_tables(b.tables) if len(b.tables) > 1 else b.tables[0]
+        rows = self.config.row_group_rows
+        tail = table.num_rows % rows if whole_row_groups else 0
+        if tail:
+            # A copy, so that the rows written do not stay in memory for the tail's sake.
+            rest = table.slice(table.num_rows - tail)
+            rest = rest.take(pa.array(np.arange(tail)))
+            table = table.slice(0, table.num_rows - tail)
+            self._buffers[values] = _Buffer([rest], [None], rest.nbytes, rest.num_rows)
+            self._owned += rest.nbytes
+            self._pieces += 1
+        self._release(b)
+        f = self._open.get(values)
+        if f is None:
+            while len(self._open) >= self._max_open:
+                # The least recently written file is finished (complete, with its statistics);
+                # rows of its partition that come later go to a new file.
+                oldest, lru = self._open.popitem(last=False)
+                self._closed_early.add(oldest)
+                self._finish(lru)
+            if values in self._closed_early:
+                self._closed_early.discard(values)
+                self.files_reopened += 1
+            f = self._open[values] = self._new_file(values)
+        else:
+            self._open.move_to_end(values)
+        f.writer.write_table(table, row_group_size=max(1, min(table.num_rows, rows)))
+        f.stats.update(table, parquet_bounds=True)
+        if f.pending.sink.tell() >= self.config.target_file_size:
+            del self._open[values]
+            self._finish(f)
+
     def _new_file(self, values: tuple) -> _OpenFile:
         config = self.config
         serialized = [
@@ -275,15 +448,21 @@ class DataFileWriter:
             directory = ""
         key = "/".join(part for part in (config.prefix, directory, name) if part)
         pending = self.store.open_output(key)
-        writer = pq.ParquetWriter(
-            pending.sink,
-            self._file_schema,
-            compression=config.compression,
-            write_statistics=True,
-            use_dictionary=True if self._dictionary is None else self._dictionary,
-            # A CRC per page: bit rot in a data file becomes an error on read, not wrong rows.
-            write_page_checksum=True,
-        )
+        try:
+            writer = pq.ParquetWriter(
+                pending.sink,
+                self._file_schema,
+                compression=config.compression,
+                write_statistics=True,
+                use_dictionary=True if self._dictionary is None else self._dictionary,
+                # A CRC per page: bit rot in a data file becomes an error on read, not wrong rows.
+                write_page_checksum=True,
+                # Column and offset indexes: readers skip pages, not only row groups.
+                write_page_index=True,
+            )
+        except BaseException:
+            pending.abort()
+            raise
         return _OpenFile(
             values=values,
             key=key,
@@ -293,42 +472,66 @@ class DataFileWriter:
             partition_values=dict(zip(physical_names, serialized, strict=True)),
         )
 
-    def _flush(self, f: _OpenFile) -> None:
-        if not f.buffered:
-            return
-        table = pa.concat_tables(f.buffered) if len(f.buffered) > 1 else f.buffered[0]
-        f.writer.write_table(table, row_group_size=max(table.num_rows, 1))
-        f.stats.update(table, parquet_bounds=True)
-        self._buffered_total -= f.buffered_bytes
-        f.buffered, f.buffered_bytes = [], 0
-        if f.pending.sink.tell() >= self.config.target_file_size:
-            self._finish(f)
-            del self._open[f.values]
-
     def _finish(self, f: _OpenFile) -> None:
         """Close the file and publish it in the background (fsync and link, or an upload),
-        overlapping with writing the next one; ``close()`` waits for every publication."""
-        f.writer.close()
+        overlapping with writing the next one. At most ``MAX_PUBLISHING`` files wait to be
+        published, so that neither their descriptors nor (on object stores) their bytes pile up;
+        ``close()`` waits for every publication."""
+        try:
+            f.writer.close()
+        except BaseException:
+            f.pending.abort()
+            raise
         f.stats.update_from_parquet(f.writer.writer.metadata)
         if self._publisher is None:
-            self._publisher = ThreadPoolExecutor(2, thread_name_prefix="deltaplane-publish")
+            self._publisher = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="deltaplane-publish")
         self._publishing.append((self._publisher.submit(f.pending.commit), f))
+        while len(self._publishing) > MAX_PUBLISHING:
+            self._collect_one()
+
+    def _collect_one(self) -> None:
+        future, f = self._publishing.popleft()
+        size = future.result()
+        self.bytes_written += size
+        self._adds.append(
+            Add(
+                path=quote(f.key, safe="/="),
+                partition_values=f.partition_values,
+                size=size,
+                modification_time=int(time.time() * 1000),
+                data_change=True,
+                stats=f.stats.to_json(),
+            )
+        )
 
     def _collect(self) -> None:
-        for future, f in self._publishing:
-            size = future.result()
-            self.bytes_written += size
-            self._adds.append(
-                Add(
-                    path=quote(f.key, safe="/="),
-                    partition_values=f.partition_values,
-                    size=size,
-                    modification_time=int(time.time() * 1000),
-                    data_change=True,
-                    stats=f.stats.to_json(),
-                )
-            )
-        self._publishing = []
+        while self._publishing:
+            self._collect_one()
+
+    def _progress(self, done: bool = False) -> None:
+        interval = self.config.progress_seconds
+        now = time.monotonic()
+        if interval is None or (not done and now - self._last_progress < interval):
+            return
+        if done and now - self._started < interval:
+            return  # a short write says nothing
+        self._last_progress = now
+        log.info(
+            "%s %s: %d rows in %.0f s, %d files written (%.1f MiB), %d open, "
+            "%d partitions buffered (%.1f MiB)%s",
+            "wrote" if done else "writing",
+            self.store.root,
+            self.rows_written,
+            now - self._started,
+            len(self._adds) + len(self._publishing),
+            self.bytes_written / MiB,
+            len(self._open),
+            len(self._buffers),
+            self.buffered_bytes / MiB,
+            f", {self.files_reopened} files started again for partitions closed early"
+            if self.files_reopened
+            else "",
+        )
 
     @property
     def adds(self) -> list[Add]:
@@ -338,23 +541,24 @@ class DataFileWriter:
     def roll(self) -> None:
         """Finish every open file now; the next rows start new files (callers that choose file
         boundaries themselves, like Z-order, cut here)."""
-        for f in list(self._open.values()):
-            self._flush(f)
-        for f in list(self._open.values()):
-            self._finish(f)
-        self._open.clear()
+        # Partition by partition, so that this opens at most one file more than is open.
+        for values in list(self._buffers):
+            self._flush(values)
+            f = self._open.pop(values, None)
+            if f is not None:
+                self._finish(f)
+        while self._open:
+            self._finish(self._open.popitem(last=False)[1])
+        self._closed_early.clear()
 
     def close(self) -> list[Add]:
         """Write what is buffered, finish every file, and return their add actions."""
-        for f in list(self._open.values()):
-            self._flush(f)
-        for f in list(self._open.values()):
-            self._finish(f)
-        self._open.clear()
         try:
+            self.roll()
             self._collect()
         finally:
             self._shutdown()
+        self._progress(done=True)
         return list(self._adds)
 
     def _shutdown(self) -> None:
@@ -363,11 +567,17 @@ class DataFileWriter:
             self._publisher = None
 
     def abort(self) -> None:
-        """Discard open files (already finished files stay, unreferenced, for VACUUM)."""
-        for f in self._open.values():
-            try:
-                f.writer.close()
-            finally:
-                f.pending.abort()
-        self._open.clear()
-        self._shutdown()
+        """Discard open files and buffered rows (already finished files stay, unreferenced, for
+        VACUUM)."""
+        try:
+            for f in self._open.values():
+                try:
+                    with contextlib.suppress(Exception):  # the file is discarded anyway
+                        f.writer.close()
+                finally:
+                    f.pending.abort()
+        finally:
+            self._open.clear()
+            self._buffers.clear()
+            self._pinned = self._pinned_live = self._owned = self._pieces = 0
+            self._shutdown()

@@ -1,0 +1,227 @@
+"""A write to any number of partitions keeps a bounded number of files open.
+
+The writes run in a child process whose descriptor limit (RLIMIT_NOFILE) is lowered far below the
+number of partitions written, so a writer holding one open file per partition fails there with
+"Too many open files". The tables are then checked here, by the engine and by delta-rs: every row
+exactly once, each file's rows belonging to the partition its add action names, and each file's
+statistics agreeing with the rows read back from that file with pyarrow.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import deltalake
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.writer import MAX_PUBLISHING, PUBLISH_THREADS
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 2003  # prime: ids spread over every partition
+ROWS_PER_PARTITION = 12
+BATCHES = 6
+DESCRIPTOR_LIMIT = 256
+
+pytestmark = pytest.mark.skipif(
+    not os.path.isdir("/proc/self/fd"), reason="lowers RLIMIT_NOFILE and counts descriptors in /proc (Linux)"
+)
+
+# Shared by the child processes: the rows, shuffled so that each partition's rows are spread
+# over every input batch, and a descriptor limit lowered below the number of partitions.
+CHILD_PRELUDE = textwrap.dedent(
+    f"""
+    import os, resource, sys
+    import numpy as np
+    import pyarrow as pa
+
+    def batches(partitions={PARTITIONS}, rows_per_partition={ROWS_PER_PARTITION}, count={BATCHES},
+                offset=0, pad=0, fail_after=None):
+        n = partitions * rows_per_partition
+        ids = np.random.default_rng(7).permutation(n).astype(np.int64) + offset
+        schema = pa.schema(
+            [("id", pa.int64()), ("name", pa.string()), ("p", pa.int64()), ("pad", pa.string())]
+        )
+        def gen():
+            for i, chunk in enumerate(np.array_split(ids, count)):
+                if fail_after is not None and i == fail_after:
+                    raise RuntimeError("the source failed midway")
+                yield pa.record_batch(
+                    [
+                        pa.array(chunk),
+                        pa.array([f"n{{x:07d}}" for x in chunk]),
+                        pa.array(chunk % partitions),
+                        pa.array([f"{{x}}" + "-" * pad for x in chunk]),
+                    ],
+                    schema=schema,
+                )
+        return pa.RecordBatchReader.from_batches(schema, gen())
+
+    def open_descriptors():
+        return len(os.listdir("/proc/self/fd"))
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, ({DESCRIPTOR_LIMIT}, hard))
+    """
+)
+
+
+def run_child(code: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD_PRELUDE + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout
+
+
+def expected_ids(offsets=(0,), partitions=PARTITIONS, rows_per_partition=ROWS_PER_PARTITION) -> list[int]:
+    n = partitions * rows_per_partition
+    return sorted(i + offset for offset in offsets for i in range(n))
+
+
+def check_rows(rows: pa.Table, ids: list[int], partitions: int = PARTITIONS) -> None:
+    assert sorted(rows.column("id").to_pylist()) == ids  # every row exactly once
+    for row in rows.select(["id", "name", "p", "pad"]).to_pylist():
+        assert row["p"] == row["id"] % partitions
+        assert row["name"] == f"n{row['id']:07d}"
+        assert row["pad"].startswith(f"{row['id']}-") or row["pad"] == str(row["id"])
+
+
+def check_files(path: Path, partitions: int = PARTITIONS) -> dict[int, int]:
+    """Each file's rows against its add action (the log as delta-rs reads it); returns the
+    number of files of each partition."""
+    actions = pa.table(deltalake.DeltaTable(str(path)).get_add_actions(flatten=True)).to_pylist()
+    files_per_partition: dict[int, int] = {}
+    for action in actions:
+        partition = int(action["partition.p"])
+        files_per_partition[partition] = files_per_partition.get(partition, 0) + 1
+        data = pq.read_table(path / action["path"])
+        assert "p" not in data.column_names  # partition values live in the log only
+        ids = data.column("id")
+        assert pc.all(pc.equal(pc.remainder(ids, partitions), partition)).as_py()
+        assert action["num_records"] == data.num_rows
+        assert action["min.id"] == pc.min(ids).as_py()
+        assert action["max.id"] == pc.max(ids).as_py()
+        assert action["null_count.id"] == 0
+        assert action["min.name"] == pc.min(data.column("name")).as_py()
+        assert action["max.name"] == pc.max(data.column("name")).as_py()
+        assert action["size_bytes"] == os.path.getsize(path / action["path"])
+    return files_per_partition
+
+
+def test_one_write_to_more_partitions_than_descriptors(tmp_path):
+    path = tmp_path / "t"
+    out = run_child(
+        f"""
+        from deltaplane.engine import write_table
+        before = open_descriptors()
+        result = write_table({str(path)!r}, batches(), partition_by="p")
+        print(result.version, before, open_descriptors())
+        """
+    )
+    version, before, after = out.split()
+    assert version == "0"
+    assert before == after  # no descriptor left behind
+    ids = expected_ids()
+    check_rows(DeltaTable(str(path)).to_arrow(), ids)
+    check_rows(deltalake.DeltaTable(str(path)).to_pyarrow_table(), ids)
+    # Every partition's rows fit in the write's buffer: one file each, none reopened.
+    assert check_files(path) == dict.fromkeys(range(PARTITIONS), 1)
+
+
+def test_beyond_the_buffer_budget_partitions_reopen_within_the_limit(tmp_path):
+    """A buffer too small for the data writes partitions out early and the cap on open files
+    closes them: a partition seen again after its file was closed starts a new file."""
+    path = tmp_path / "t"
+    out = run_child(
+        f"""
+        import dataclasses
+        from deltaplane.engine import DeltaTable
+        from deltaplane.engine.commands.write import writer_config
+        from deltaplane.engine.transaction import Transaction
+        from deltaplane.engine.writer import DataFileWriter
+
+        table = DeltaTable.create({str(path)!r}, batches().schema, partition_by=["p"])
+        snapshot = table.snapshot
+        config = dataclasses.replace(
+            writer_config(snapshot.metadata, snapshot.protocol, snapshot.schema),
+            buffer_budget=3 * 1024 * 1024,
+            max_open_files=16,
+        )
+        writer = DataFileWriter(snapshot.store, config)
+        before = open_descriptors()
+        peak = 0
+        for batch in batches(offset=10**6):
+            writer.write(pa.Table.from_batches([batch]))
+            peak = max(peak, open_descriptors() - before)
+        txn = Transaction(snapshot.store, snapshot, operation="WRITE")
+        txn.add_files(writer.close())
+        result = txn.commit()
+        # The same table object, used again after the write.
+        left = open_descriptors() - before
+        print(result.version, table.refresh().version, writer.files_reopened, peak, left)
+        """
+    )
+    version, refreshed, reopened, peak, left = map(int, out.split())
+    assert version == refreshed == 1
+    assert reopened > 0  # the small budget did force partitions out early
+    # The cap, files waiting to be published, and a file and its directory being fsynced per
+    # publishing thread.
+    assert peak <= 16 + MAX_PUBLISHING + 2 * PUBLISH_THREADS
+    assert left == 0
+    ids = expected_ids((10**6,))
+    check_rows(DeltaTable(str(path)).to_arrow(), ids)
+    check_rows(deltalake.DeltaTable(str(path)).to_pyarrow_table(), ids)
+    files = check_files(path)
+    assert set(files) == set(range(PARTITIONS))
+    assert max(files.values()) > 1  # some partitions were reopened
+
+
+def test_a_write_failing_midway_commits_nothing_and_leaks_no_descriptor(tmp_path):
+    """The source fails after files were finished (evicted, or rolled at a small target size):
+    nothing is committed, no descriptor or temporary file is left, and the same table object
+    takes the next write."""
+    path = tmp_path / "t"
+    partitions, rows = 400, 60
+    out = run_child(
+        f"""
+        from deltaplane.engine import DeltaTable, write_table
+        shape = dict(partitions={partitions}, rows_per_partition={rows}, pad=120)
+        write_table({str(path)!r}, batches(**shape), partition_by="p")
+        table = DeltaTable({str(path)!r})
+        before = open_descriptors()
+        try:
+            table.append(batches(offset=10**6, fail_after=4, **shape), target_file_size=4 * 1024)
+        except RuntimeError as e:
+            print("failed:", e)
+        print(table.refresh().version, before, open_descriptors())
+        print(table.append(batches(offset=2 * 10**6, **shape)).version)
+        """
+    )
+    failure, state, retried = out.splitlines()
+    assert failure == "failed: the source failed midway"
+    version, before, after = state.split()
+    assert version == "0"
+    assert before == after
+    assert retried == "1"
+    on_disk = [p for p in path.rglob("*") if p.is_file() and "_delta_log" not in p.parts]
+    assert not [p for p in on_disk if p.name.endswith(".tmp")]
+    actions = pa.table(deltalake.DeltaTable(str(path)).get_add_actions(flatten=True))
+    referenced = {path / a for a in actions.column("path").to_pylist()}
+    assert len(on_disk) > len(referenced)  # files published before the failure, left for VACUUM
+    ids = expected_ids((0, 2 * 10**6), partitions, rows)
+    check_rows(DeltaTable(str(path)).to_arrow(), ids, partitions)
+    check_rows(deltalake.DeltaTable(str(path)).to_pyarrow_table(), ids, partitions)
+    check_files(path, partitions)
+    assert DeltaTable(str(path)).load_version(0).count() == partitions * rows
