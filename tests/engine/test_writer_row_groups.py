@@ -1,4 +1,4 @@
-"""The layout of the files the writer produces: row groups of at most 1Mi rows whatever the input
+"""The layout of the files the writer produces: row groups of at most 128Ki rows whatever the input
 batches, page indexes on every column, and which file a partition's rows go to when the cap on
 open files is reached."""
 
@@ -38,10 +38,10 @@ def file_layout(table: DeltaTable) -> list[list[int]]:
     return layouts
 
 
-def test_row_groups_of_1mi_rows_from_one_large_batch(tmp_path):
+def test_row_groups_of_128ki_rows_from_one_large_batch(tmp_path):
     data = narrow_table(ROWS)
     table = DeltaTable.create(str(tmp_path / "t"), data.schema, data=data)
-    assert file_layout(table) == [[1_048_576, 1_048_576, 902_848]]
+    assert file_layout(table) == [[131_072] * 22 + [116_416]]
     assert table.to_arrow().sort_by("id").equals(data)
 
 
@@ -51,7 +51,7 @@ def test_row_groups_stay_whole_when_batches_do_not_divide_them(tmp_path):
     data = narrow_table(ROWS)
     reader = pa.RecordBatchReader.from_batches(data.schema, data.to_batches(max_chunksize=100_000))
     table = DeltaTable.create(str(tmp_path / "t"), data.schema, data=reader)
-    assert file_layout(table) == [[1_048_576, 1_048_576, 902_848]]
+    assert file_layout(table) == [[131_072] * 22 + [116_416]]
     assert pa.table(deltalake.DeltaTable(table.uri).to_pyarrow_table()).sort_by("id").equals(data)
     # Page checksums are still written beside the page indexes.
     (uri,) = table.file_uris()
