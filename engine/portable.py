@@ -7,6 +7,12 @@ version, its protocol and metadata as JSON, and the live-file rows (Arrow IPC) o
 task handles. ``snapshot()`` rebuilds an engine ``Snapshot`` of just those files without touching
 ``_delta_log``, so ``Scan``, ``rewrite_bin`` and the row-level readers work on it unchanged.
 
+``split_for_tasks`` groups the files into tasks as Spark's file sources do (``FilePartition``):
+each file costs its size plus an open cost, files go largest first into the current task until
+it would pass the split size, the split size shrinks so that a small table still spreads over
+``min_partitions`` tasks, and more than ``max_partitions`` tasks are packed again into about
+that many. Files are never cut: a task reads whole files.
+
 Storage options travel with the work (tasks need credentials). Where that is unwanted, leave
 them out and configure the workers' environment (``AWS_*``) instead: an empty mapping makes the
 store use boto3's default credential chain.
@@ -15,7 +21,7 @@ store use boto3's default credential chain.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -27,6 +33,71 @@ from deltaplane.engine.errors import InvalidArgumentError
 from deltaplane.engine.snapshot import Snapshot, files_snapshot
 from deltaplane.engine.storage import open_store
 from deltaplane.engine.storage.base import ObjectStore
+
+MAX_PARTITION_BYTES = 128 * 1024 * 1024  # spark.sql.files.maxPartitionBytes
+OPEN_COST_BYTES = 4 * 1024 * 1024  # spark.sql.files.openCostInBytes
+
+
+def split_bytes(
+    total_bytes: int, num_files: int, *, max_partition_bytes: int, open_cost_bytes: int, min_partitions: int
+) -> int:
+    """The most bytes one task takes, as Spark's ``maxSplitBytes``: ``max_partition_bytes``, or
+    less when the files (each counted with ``open_cost_bytes``) spread over ``min_partitions``
+    tasks need less; never below ``open_cost_bytes``."""
+    if max_partition_bytes <= 0:
+        raise InvalidArgumentError(f"max_partition_bytes must be positive, got {max_partition_bytes}")
+    if open_cost_bytes < 0:
+        raise InvalidArgumentError(f"open_cost_bytes must not be negative, got {open_cost_bytes}")
+    if min_partitions < 1:
+        raise InvalidArgumentError(f"min_partitions must be at least 1, got {min_partitions}")
+    per_core = (total_bytes + num_files * open_cost_bytes) // min_partitions
+    return min(max_partition_bytes, max(open_cost_bytes, per_core))
+
+
+def pack_files(
+    sizes: Sequence[int | None],
+    *,
+    max_partition_bytes: int,
+    open_cost_bytes: int,
+    min_partitions: int,
+    max_partitions: int | None = None,
+) -> list[list[int]]:
+    """Positions in ``sizes`` grouped into tasks as Spark packs a file scan: largest files first
+    (ties keep their order), each task filled until the next file would pass ``split_bytes``,
+    every file counted as its size plus ``open_cost_bytes``; a file larger than the split size
+    gets a task of its own. More than ``max_partitions`` tasks are packed again with the split
+    that makes about that many (Spark's ``spark.sql.files.maxPartitionNum``)."""
+    if max_partitions is not None and max_partitions < 1:
+        raise InvalidArgumentError(f"max_partitions must be at least 1, got {max_partitions}")
+    sizes = [size or 0 for size in sizes]
+    limit = split_bytes(
+        sum(sizes),
+        len(sizes),
+        max_partition_bytes=max_partition_bytes,
+        open_cost_bytes=open_cost_bytes,
+        min_partitions=min_partitions,
+    )
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    groups = _next_fit(order, sizes, limit, open_cost_bytes)
+    if max_partitions is not None and len(groups) > max_partitions:
+        counted = sum(sizes) + len(sizes) * open_cost_bytes
+        groups = _next_fit(order, sizes, -(-counted // max_partitions), open_cost_bytes)
+    return groups
+
+
+def _next_fit(order: list[int], sizes: list[int], limit: int, open_cost_bytes: int) -> list[list[int]]:
+    groups: list[list[int]] = []
+    current: list[int] = []
+    filled = 0
+    for i in order:
+        if current and filled + sizes[i] > limit:
+            groups.append(current)
+            current, filled = [], 0
+        current.append(i)
+        filled += sizes[i] + open_cost_bytes
+    if current:
+        groups.append(current)
+    return groups
 
 
 def table_to_ipc(table: pa.Table) -> bytes:
@@ -106,6 +177,34 @@ class PortableSnapshot:
             num_files=files.num_rows,
             num_bytes=int(pc.sum(files.column("size")).as_py() or 0) if files.num_rows else 0,
         )
+
+    def split_for_tasks(
+        self,
+        *,
+        max_partition_bytes: int = MAX_PARTITION_BYTES,
+        open_cost_bytes: int = OPEN_COST_BYTES,
+        min_partitions: int = 1,
+        max_partitions: int | None = None,
+    ) -> list[PortableSnapshot]:
+        """The files grouped into tasks as Spark groups a file scan (``pack_files``): one
+        snapshot per task, largest files first. No files, no tasks."""
+        files = self.files
+        if not files.num_rows:
+            return []
+        groups = pack_files(
+            files.column("size").to_pylist(),
+            max_partition_bytes=max_partition_bytes,
+            open_cost_bytes=open_cost_bytes,
+            min_partitions=min_partitions,
+            max_partitions=max_partitions,
+        )
+        # Groups are runs of the size order: one take, then zero-copy slices.
+        ordered = files.take(pa.array([i for group in groups for i in group], pa.int64()))
+        out, start = [], 0
+        for group in groups:
+            out.append(self.with_files(ordered.slice(start, len(group))))
+            start += len(group)
+        return out
 
     def split(self, target_bytes: int, *, max_files: int | None = None) -> list[PortableSnapshot]:
         """Consecutive groups of files of about ``target_bytes`` each (at least one file per
