@@ -11,7 +11,7 @@ def register(spark) -> None:
     """Register the ``deltaplane`` data source on ``spark``."""
     from deltaplane.spark_jobs.datasource import DeltaplaneDataSource
 
-    spark.dataSource.register(DeltaplaneDataSource)
+    spark.dataSource.register(DeltaplaneDataSource.for_session(spark))  # carries its parallelism
 
 
 __all__ = ["register"]

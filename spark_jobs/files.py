@@ -2,23 +2,27 @@
 (``streaming``) reads and writes: one task's files to read, what one task wrote, and the write
 plan every task of a write follows. Both modules import this one, and neither imports the other
 back (an import-linter contract keeps it so).
+
+Every read task unpickles a ``FilesPartition``, which imports this module: it imports the
+engine's reading parts when a partition is read, and its writing parts only where a write plans.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.datasource import InputPartition, WriterCommitMessage
-from pyspark.sql.types import StructType as SparkStructType
 
-from deltaplane.engine.commands.staged import WriteSpec, plan_write
-from deltaplane.engine.expressions.tree import Expr
-from deltaplane.engine.portable import PortableSnapshot
-from deltaplane.engine.scan import Scan
-from deltaplane.spark_jobs.options import WriteOptions
-from deltaplane.spark_jobs.types import arrow_schema, as_nullable, conform_batch
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType as SparkStructType
+
+    from deltaplane.engine.commands.staged import WriteSpec
+    from deltaplane.engine.expressions.tree import Expr
+    from deltaplane.engine.portable import PortableSnapshot
+    from deltaplane.spark_jobs.options import WriteOptions
 
 
 class FilesPartition(InputPartition):
@@ -38,6 +42,9 @@ def read_partition(
     ``row_tracking`` names two columns of ``schema`` that are not table columns: they get each
     row's stable row id and row commit version (``Scan``'s ``row_tracking``), which a rewrite
     hands to the writer so the rows keep them."""
+    from deltaplane.engine.scan import Scan
+    from deltaplane.spark_jobs.types import arrow_schema, conform_batch
+
     if partition.files.num_files == 0:
         return
     snapshot = partition.files.snapshot()
@@ -61,6 +68,9 @@ class FilesWritten(WriterCommitMessage):
 
 def plan_for(options: WriteOptions, schema: SparkStructType, overwrite: bool, **extra) -> WriteSpec:
     """The write plan (``plan_write``: reads the table's log) for data of ``schema``."""
+    from deltaplane.engine.commands.staged import plan_write
+    from deltaplane.spark_jobs.types import arrow_schema, as_nullable
+
     schema_mode = (
         "overwrite" if overwrite and options.overwrite_schema else "merge" if options.merge_schema else None
     )

@@ -15,7 +15,14 @@ from deltaplane.engine import units
 from deltaplane.engine.errors import InvalidArgumentError
 
 STORAGE_PREFIX = "storage."
-DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024  # as spark.sql.files.maxPartitionBytes
+# Spark's defaults (spark.sql.files.maxPartitionBytes, spark.sql.files.openCostInBytes); the same
+# numbers as deltaplane.engine.portable's, kept here so that parsing options imports no engine.
+DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024
+DEFAULT_OPEN_COST_BYTES = 4 * 1024 * 1024
+# A Python data source task costs PySpark tens of milliseconds before it reads anything (256 empty
+# tasks: 8 s on local[2]), where Spark's own file tasks cost almost nothing; so unless
+# maxPartitionNum says otherwise a read makes at most this many tasks per core.
+DEFAULT_TASKS_PER_CORE = 3
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -46,10 +53,15 @@ def _int(options: dict[str, str], name: str, *, minimum: int = 0) -> int | None:
     return number
 
 
-def _size(options: dict[str, str], name: str) -> int | None:
-    """A byte count option (``134217728``, ``128m``, ``128MiB``); ``None`` when not given."""
+def _size(options: dict[str, str], name: str, *, zero: bool = False) -> int | None:
+    """A byte count option (``134217728``, ``128m``, ``128MiB``); ``None`` when not given;
+    ``zero`` allows ``0``."""
     value = options.get(name.lower())
-    return None if value is None or value == "" else units.parse_size(value, f"option {name}")
+    if value is None or value == "":
+        return None
+    if zero and value.strip() == "0":
+        return 0
+    return units.parse_size(value, f"option {name}")
 
 
 def parse_size(text: str | None, what: str = "size") -> int | None:
@@ -81,20 +93,35 @@ class ReadOptions(TableOptions):
     version: int | None = None
     timestamp: str | None = None
     max_partition_bytes: int = DEFAULT_PARTITION_BYTES
+    open_cost_bytes: int = DEFAULT_OPEN_COST_BYTES
+    min_partitions: int | None = None
+    max_partitions: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        """A batch read's options. Tasks are planned as Spark plans a file scan:
+        ``maxPartitionBytes`` (default 128m) is the most one task reads, ``openCostInBytes``
+        (default 4m, may be 0) what opening one file is counted as, ``minPartitions`` the
+        number of tasks a small table is still spread over (default: the session's default
+        parallelism as ``register(spark)`` found it, else the planning machine's cores), and
+        ``maxPartitionNum`` the most tasks (default: 3 per ``minPartitions``; more are packed
+        again into about that many, as Spark's ``spark.sql.files.maxPartitionNum`` does)."""
         o = _lower(options)
         version = _int(o, "versionAsOf")
         timestamp = o.get("timestampasof") or None
         if version is not None and timestamp is not None:
             raise InvalidArgumentError("give versionAsOf or timestampAsOf, not both")
+        max_bytes = _size(o, "maxPartitionBytes")
+        open_cost = _size(o, "openCostInBytes", zero=True)
         return cls(
             uri=_path(o),
             storage_options=storage_options(o),
             version=version,
             timestamp=timestamp,
-            max_partition_bytes=_size(o, "maxPartitionBytes") or DEFAULT_PARTITION_BYTES,
+            max_partition_bytes=DEFAULT_PARTITION_BYTES if max_bytes is None else max_bytes,
+            open_cost_bytes=DEFAULT_OPEN_COST_BYTES if open_cost is None else open_cost,
+            min_partitions=_int(o, "minPartitions", minimum=1),
+            max_partitions=_int(o, "maxPartitionNum", minimum=1),
         )
 
     def at_version(self, version: int) -> ReadOptions:
@@ -179,12 +206,14 @@ class StreamOptions(TableOptions):
         o = _lower(options)
         starting = o.get("startingversion")
         latest = starting is not None and starting.strip().lower() == "latest"
+        max_files = _int(o, "maxFilesPerTrigger", minimum=1)
+        max_bytes = _size(o, "maxBytesPerTrigger")
         return cls(
             uri=_path(o),
             storage_options=storage_options(o),
             starting_version=None if latest else _int(o, "startingVersion"),
             starting_latest=latest,
-            max_files=_int(o, "maxFilesPerTrigger", minimum=1),
-            max_bytes=_size(o, "maxBytesPerTrigger"),
+            max_files=max_files,
+            max_bytes=max_bytes,
             skip_change_commits=_bool(o, "skipChangeCommits"),
         )

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -36,18 +35,18 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxFiles,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType as SparkStructType
 
-from deltaplane.engine.commands.staged import WriteSpec, commit_write, write_files
 from deltaplane.engine.errors import DeltaError
-from deltaplane.engine.log.segment import list_log
-from deltaplane.engine.portable import PortableSnapshot
-from deltaplane.engine.snapshot import Snapshot, files_snapshot, load_snapshot, load_table_config
-from deltaplane.engine.storage import open_store
-from deltaplane.engine.tail import FILE_COLUMNS, CommitChanges, IncrementalScan
 from deltaplane.spark_jobs.files import FilesPartition, FilesWritten, plan_for, read_partition
-from deltaplane.spark_jobs.options import DEFAULT_PARTITION_BYTES, StreamOptions, WriteOptions
-from deltaplane.spark_jobs.types import spark_schema
+from deltaplane.spark_jobs.options import DEFAULT_TASKS_PER_CORE, StreamOptions, WriteOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType as SparkStructType
+
+    from deltaplane.engine.commands.staged import WriteSpec
+    from deltaplane.engine.snapshot import Snapshot
+    from deltaplane.engine.tail import CommitChanges, IncrementalScan
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +60,10 @@ def offset(table_id: str, version: int, index: int, initial: bool) -> dict:
 
 
 class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: StreamOptions, schema: SparkStructType):
+    def __init__(self, options: StreamOptions, schema: SparkStructType, min_partitions: int = 1):
         self.options = options
         self.schema = schema
+        self.min_partitions = min_partitions  # a micro-batch's files spread over this many tasks
         self._reset()
 
     def _reset(self) -> None:
@@ -76,7 +76,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     # The reader is pickled to the tasks that call read(): caches and the store stay behind.
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "schema": self.schema}
+        return {"options": self.options, "schema": self.schema, "min_partitions": self.min_partitions}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -87,17 +87,23 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     @property
     def store(self):
         if self._store is None:
+            from deltaplane.engine.storage import open_store
+
             self._store = open_store(self.options.uri, self.options.storage_options)
         return self._store
 
     def _table_config(self):
         if self._config is None:
+            from deltaplane.engine.snapshot import load_table_config
+
             self._config = load_table_config(self.store)
         return self._config
 
     def _commits(self, from_version: int) -> IncrementalScan:
         """The commits from ``from_version`` on (up to the ``availableNow`` cap): the engine's
         incremental reader, reusing the commits this reader already holds."""
+        from deltaplane.engine.tail import IncrementalScan
+
         return IncrementalScan(
             self.store,
             from_version - 1,
@@ -107,6 +113,9 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         )
 
     def _snapshot_files(self, version: int) -> pa.Table:
+        from deltaplane.engine.snapshot import load_snapshot
+        from deltaplane.engine.tail import FILE_COLUMNS
+
         snapshot = self._snapshots.get(version)
         if snapshot is None:
             snapshot = load_snapshot(self.store, version)
@@ -128,6 +137,8 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return dict(self._initial)
 
     def _compute_initial_offset(self) -> dict:
+        from deltaplane.engine.log.segment import list_log
+
         latest = list_log(self.store, 0).max_version
         if latest is None:
             raise StreamingSourceError(f"no Delta table at {self.options.uri}")
@@ -151,6 +162,8 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        from deltaplane.engine.log.segment import list_log
+
         self._available_now = list_log(self.store, 0).max_version
         log.info("availableNow: reading %s up to version %s", self.options.uri, self._available_now)
 
@@ -215,6 +228,8 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _follow(self, changes: CommitChanges) -> CommitChanges | None:
         """The commit's changes if the stream reads them, ``None`` if it skips the commit."""
+        from deltaplane.spark_jobs.types import spark_schema
+
         version = changes.version
         if changes.metadata is not None and spark_schema(changes.metadata_schema()) != self.schema:
             raise StreamingSourceError(
@@ -236,6 +251,11 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     # --- planning and reading ----------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> list[FilesPartition]:
+        import pyarrow as pa
+
+        from deltaplane.engine.portable import PortableSnapshot
+        from deltaplane.engine.snapshot import files_snapshot
+
         if _before(end, start):
             raise StreamingSourceError(
                 f"{self.options.uri}: the batch ends ({end}) before it starts ({start})"
@@ -268,7 +288,9 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         portable = PortableSnapshot.of(
             snapshot, uri=self.options.uri, storage_options=self.options.storage_options
         )
-        groups = portable.split(DEFAULT_PARTITION_BYTES)
+        groups = portable.split_for_tasks(
+            min_partitions=self.min_partitions, max_partitions=DEFAULT_TASKS_PER_CORE * self.min_partitions
+        )
         return [FilesPartition(i, group, None) for i, group in enumerate(groups)]
 
     def read(self, partition: FilesPartition):
@@ -320,6 +342,8 @@ class DeltaplaneStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator) -> FilesWritten:
         from pyspark import TaskContext
 
+        from deltaplane.engine.commands.staged import write_files
+
         context = TaskContext.get()
         query_id = context.getLocalProperty("sql.streaming.queryId") if context is not None else None
         task = context.partitionId() if context is not None else 0  # its block of identity values
@@ -327,6 +351,8 @@ class DeltaplaneStreamWriter(DataSourceStreamArrowWriter):
         return FilesWritten([a.to_json() for a in adds], query_id, self.spec)
 
     def commit(self, messages, batchId: int) -> None:
+        from deltaplane.engine.commands.staged import commit_write
+
         written = [m for m in messages if m is not None]
         adds = [a for m in written for a in m.adds]
         query_id = next((m.query_id for m in written if m.query_id), None)
