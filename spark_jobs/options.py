@@ -19,6 +19,7 @@ STORAGE_PREFIX = "storage."
 # numbers as deltaplane.engine.portable's, kept here so that parsing options imports no engine.
 DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024
 DEFAULT_OPEN_COST_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_FILES_PER_TRIGGER = 1000  # Delta Spark's maxFilesPerTrigger default
 # A Python data source task costs PySpark tens of milliseconds before it reads anything (256 empty
 # tasks: 8 s on local[2]), where Spark's own file tasks cost almost nothing; so unless
 # maxPartitionNum says otherwise a read makes at most this many tasks per core.
@@ -203,11 +204,17 @@ class StreamOptions(TableOptions):
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
+        """A streaming read's options. Admission control is Delta Spark's: ``maxFilesPerTrigger``
+        (at least 1) and ``maxBytesPerTrigger`` bound each micro-batch, both apply when both are
+        given, and with neither a micro-batch takes at most 1,000 files (Delta Spark's default;
+        ``maxBytesPerTrigger`` alone sets no file limit)."""
         o = _lower(options)
         starting = o.get("startingversion")
         latest = starting is not None and starting.strip().lower() == "latest"
         max_files = _int(o, "maxFilesPerTrigger", minimum=1)
         max_bytes = _size(o, "maxBytesPerTrigger")
+        if max_files is None and max_bytes is None:
+            max_files = DEFAULT_MAX_FILES_PER_TRIGGER
         return cls(
             uri=_path(o),
             storage_options=storage_options(o),

@@ -109,6 +109,43 @@ def test_available_now_honours_limits_and_restarts_where_it_stopped(spark, tmp_p
     assert run_available_now(spark, src, dst2, ck2) == []
 
 
+def test_without_limits_a_micro_batch_takes_at_most_1000_files(spark, tmp_path):
+    """Delta Spark's default maxFilesPerTrigger (1,000) applies when neither limit is given; an
+    explicit maxFilesPerTrigger, or maxBytesPerTrigger alone, replaces it."""
+    from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxFiles
+
+    from deltaplane.spark_jobs.options import StreamOptions
+    from deltaplane.spark_jobs.streaming import DeltaplaneStreamReader
+    from deltaplane.spark_jobs.types import spark_schema
+
+    src = str(tmp_path / "src")
+    table = DeltaTable.create(src, pa.schema([pa.field("id", pa.int64())]))
+    for i in range(1200):  # 1,200 single-file commits of one row each
+        table.append(pa.table({"id": pa.array([i], pa.int64())}))
+    assert run_available_now(spark, src, str(tmp_path / "dst"), tmp_path / "ck", startingVersion=1) == [
+        1000,
+        200,
+    ]
+    assert ids(str(tmp_path / "dst")) == Counter(range(1200))
+
+    schema = spark_schema(table.snapshot.schema)
+
+    def reader(**options) -> DeltaplaneStreamReader:
+        return DeltaplaneStreamReader(
+            StreamOptions.parse({"path": src, "startingVersion": "1", **options}), schema
+        )
+
+    assert reader().getDefaultReadLimit() == ReadMaxFiles(1000)
+    assert reader(maxFilesPerTrigger="1100").getDefaultReadLimit() == ReadMaxFiles(1100)
+    both = reader(maxFilesPerTrigger="7", maxBytesPerTrigger="1g")
+    assert both.getDefaultReadLimit() == ReadMaxFiles(7) and both.options.max_bytes == 1 << 30
+    bytes_only = reader(maxBytesPerTrigger="1g")
+    assert bytes_only.getDefaultReadLimit() == ReadMaxBytes(1 << 30) and bytes_only.options.max_files is None
+    start = bytes_only.initialOffset()
+    end = bytes_only.latestOffset(start, bytes_only.getDefaultReadLimit())
+    assert end == {**start, "version": 1201, "index": 0}  # all 1,200 files: no hidden file limit
+
+
 def test_starting_versions(spark, tmp_path):
     src = str(tmp_path / "src")
     for start in range(0, 30, 10):
