@@ -1,0 +1,643 @@
+"""``read_table``: deltaplane tables through Spark's own Parquet reader (spark_jobs/native.py).
+
+Every read is compared with the engine's ``to_arrow()`` at the same version (rows as multisets,
+column names and types), on every table of the conformance corpus, the Delta Spark 4.4 corpus and
+tables made here: partition values of every kind (from the paths where they provably agree with
+the log, else from the log by a join), deletion vectors, column mapping with renames and drops
+(made by Delta Spark), type widening, time travel. The plans are inspected too: columns pruned,
+filters pushed into Parquet, files without a deletion vector read with no join.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import decimal
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+from deltaplane.engine import DeltaTable, write_table
+from deltaplane.engine.errors import (
+    DataFileError,
+    DeltaError,
+    InvalidArgumentError,
+    TableNotFoundError,
+    UnsupportedOperationError,
+    VersionNotFoundError,
+)
+from deltaplane.spark_jobs import native
+from deltaplane.spark_jobs.native import fallback_reasons, plan, read_table
+from deltaplane.spark_jobs.types import spark_schema
+from tests.conftest import CONFORMANCE
+from tests.deltaspark.compare import arrow_rows, sorted_rows
+from tests.helpers import assert_same_rows
+
+pytestmark = pytest.mark.xdist_group("spark")
+
+GOLDEN = CONFORMANCE / "golden"
+MANIFEST = GOLDEN / "MANIFEST.tsv"
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "delta_spark_44"
+
+
+def executed(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def is_native(df) -> bool:
+    """Read by Spark's Parquet reader, not the deltaplane Python data source."""
+    text = executed(df)
+    return ("FileScan parquet" in text or "LocalTableScan" in text) and "BatchScan" not in text
+
+
+def assert_reads_as_engine(df, uri: str, version: int | None = None) -> None:
+    """The DataFrame holds the engine's rows at ``version``, under the engine's names and types."""
+    table = DeltaTable(uri, version=version)
+    expected = table.to_arrow()
+    want = spark_schema(table.snapshot.schema)
+    assert df.schema.names == want.names
+    for got_field, want_field in zip(df.schema.fields, want.fields, strict=True):
+        assert _without_nullability(got_field.dataType) == _without_nullability(want_field.dataType), (
+            got_field.name,
+            got_field.dataType,
+            want_field.dataType,
+        )
+    actual = df.toArrow()
+    with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        expected = expected.cast(actual.schema)
+    assert_same_rows(actual, expected)
+
+
+def _without_nullability(t):
+    from pyspark.sql import types as T
+
+    if isinstance(t, T.StructType):
+        return T.StructType([T.StructField(f.name, _without_nullability(f.dataType), True) for f in t.fields])
+    if isinstance(t, T.ArrayType):
+        return T.ArrayType(_without_nullability(t.elementType), True)
+    if isinstance(t, T.MapType):
+        return T.MapType(_without_nullability(t.keyType), _without_nullability(t.valueType), True)
+    return t
+
+
+# --- the corpora -----------------------------------------------------------------------------------
+
+
+def _golden() -> list:
+    if not MANIFEST.exists():
+        return [
+            pytest.param(None, marks=pytest.mark.skip(reason=f"conformance corpus not found at {GOLDEN}"))
+        ]
+    with open(MANIFEST) as f:
+        return [pytest.param(row, id=row["name"]) for row in csv.DictReader(f, delimiter="\t")]
+
+
+def _root(name: str) -> str:
+    path = GOLDEN / name / "delta"
+    return str(path if path.is_dir() else GOLDEN / name)
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("entry", _golden())
+def test_every_conformance_table_reads_as_the_engine_reads_it(spark, entry):
+    """Refused by the engine means refused here with the engine's error; read by the engine means
+    the same rows, through Spark's Parquet reader (no table of the corpus needs the fallback)."""
+    uri = _root(entry["name"])
+    try:
+        table = DeltaTable(uri)
+        table.to_arrow()
+    except DeltaError as refused:
+        with pytest.raises(type(refused)):
+            read_table(spark, uri).collect()
+        return
+    assert entry["kind"] != "must-fail"
+    assert fallback_reasons(table.snapshot, spark) == []
+    df = read_table(spark, uri)
+    assert is_native(df)
+    assert_reads_as_engine(df, uri)
+
+
+@pytest.mark.conformance
+def test_the_corpus_exercises_every_mechanism():
+    """Partition values from Hive paths and from the lookup join, deletion vectors, column
+    mapping: the parametrized test above covers each on Delta Spark's own tables."""
+    if not MANIFEST.exists():
+        pytest.skip(f"conformance corpus not found at {GOLDEN}")
+    seen = set()
+    names = (
+        "dv-with-columnmapping",
+        "data-reader-partition-values",
+        "basic-decimal-table",
+        "data-reader-escaped-chars",
+        "dv-partitioned-with-checkpoint",
+        "table-with-columnmapping-mode-id",
+    )
+    for name in names:
+        p = plan(DeltaTable(_root(name)).snapshot)
+        if p.hive_root is not None:
+            seen.add("hive")
+        groups = [g for g in (p.plain, p.with_dv) if g is not None and g.lookup is not None]
+        if any(f.name in g.lookup.column_names for g in groups for f in p.partition_fields):
+            seen.add("lookup")
+        if p.with_dv is not None:
+            seen.add("dv")
+        if p.mode != "none":
+            seen.add("mapping")
+    assert seen == {"hive", "lookup", "dv", "mapping"}
+
+
+CORPUS_NAMES = sorted(p.stem for p in CORPUS.glob("*.json"))
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_every_version_of_the_delta_spark_corpus(spark, name, tmp_path):
+    """Row tracking, liquid clustering, identity/generated/default columns, and all of them with
+    deletion vectors, CDF, column mapping and a v2 checkpoint: every version reads as Delta Spark
+    read it when it wrote the table, and as the engine reads it."""
+    want = json.loads((CORPUS / f"{name}.json").read_text())
+    uri = str(tmp_path / name)
+    shutil.copytree(CORPUS / name, uri)  # another test may append to the shared copy
+    for version, rows in want["versions"].items():
+        df = read_table(spark, uri, version=int(version))
+        assert is_native(df), name
+        assert sorted_rows(arrow_rows(df.toArrow())) == rows, f"{name} at version {version}"
+        assert_reads_as_engine(df, uri, int(version))
+
+
+# --- partitions -----------------------------------------------------------------------------------
+
+AWKWARD = [
+    "plain",
+    "with space",
+    "100%",
+    "a=b",
+    "slash/inside",
+    "colon:and#hash",
+    "ünïcødé 中文",
+    "{brace}",
+    "[bracket]",
+    "star*?",
+    "back\\slash",
+    "quote'\"",
+    "__HIVE_DEFAULT_PARTITION__",
+    "01",
+    "tab\there",
+    "",
+    None,
+]
+
+
+def test_string_partition_values_of_every_kind(spark, table_dir):
+    """Spaces, %, =, /, unicode, glob characters, the Hive null marker as a real value, empty
+    strings and nulls: the rows and values are the engine's, read through Spark's reader."""
+    uri = str(table_dir)
+    data = pa.table({"id": pa.array(range(len(AWKWARD)), pa.int64()), "p": pa.array(AWKWARD, pa.string())})
+    write_table(uri, data, partition_by=["p"])
+    write_table(uri, data, mode="append", partition_by=["p"])
+    df = read_table(spark, uri)
+    assert is_native(df)
+    assert_reads_as_engine(df, uri)
+    assert df.where("p = '100%'").count() == 2
+    table = DeltaTable(uri)
+    for where in ("p = '__HIVE_DEFAULT_PARTITION__'", "p IS NULL", "p = ''", "p LIKE '%\\%%'"):
+        assert df.where(where).count() == table.count(where), where
+    assert table.count("p = '__HIVE_DEFAULT_PARTITION__'") == 2
+
+
+def test_typed_partition_values(spark, table_dir):
+    """Dates, timestamps, decimals, booleans, integers and strings, with nulls, several columns."""
+    uri = str(table_dir)
+    n = 12
+    data = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "d": pa.array([dt.date(2024, 1, 1 + i % 3) if i % 4 else None for i in range(n)], pa.date32()),
+            "ts": pa.array(
+                [
+                    dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC) if i % 3 else None
+                    for i in range(n)
+                ],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "dec": pa.array(
+                [decimal.Decimal(f"{i % 2}.25") if i % 5 else None for i in range(n)], pa.decimal128(9, 2)
+            ),
+            "b": pa.array([i % 2 == 0 if i % 7 else None for i in range(n)], pa.bool_()),
+            "i": pa.array([i % 3 - 1 for i in range(n)], pa.int32()),
+            "s": pa.array([f"v {i % 2}" for i in range(n)]),
+        }
+    )
+    write_table(uri, data, partition_by=["d", "ts", "dec", "b", "i", "s"])
+    p = plan(DeltaTable(uri).snapshot)
+    assert p.hive_root is None and p.plain.lookup is not None  # timestamps and decimals: the join
+    df = read_table(spark, uri)
+    assert is_native(df)
+    assert_reads_as_engine(df, uri)
+    assert df.where("ts IS NULL").count() == 4
+    assert df.where("dec = 1.25").count() == data.to_pandas().query("id % 5 != 0 and id % 2 == 1").shape[0]
+
+
+def test_hive_partitions_prune_files_and_count_from_footers(spark, table_dir):
+    """Where the paths agree with the log, Spark's partition discovery supplies the values: a
+    partition filter prunes files and the plan has no join."""
+    uri = str(table_dir)
+    for day in range(3):
+        data = pa.table(
+            {
+                "id": pa.array(range(day * 10, day * 10 + 10), pa.int64()),
+                "day": pa.array([dt.date(2024, 1, 1 + day)] * 10, pa.date32()),
+                "region": pa.array(["eu west", "us"] * 5),
+            }
+        )
+        write_table(uri, data, mode="append", partition_by=["day", "region"])
+    p = plan(DeltaTable(uri).snapshot)
+    assert p.hive_root is not None
+    df = read_table(spark, uri)
+    assert_reads_as_engine(df, uri)
+    filtered = df.where("day = DATE'2024-01-02' AND region = 'eu west'")
+    text = executed(filtered)
+    assert "PartitionFilters: [isnotnull(day" in text and "Join" not in text
+    assert filtered.count() == 5
+    assert "Join" not in executed(df.groupBy().count())
+
+
+def test_a_path_that_disagrees_with_the_log_is_read_from_the_log(spark, table_dir):
+    """A file whose directory says one value and whose log entry another (a writer that escapes
+    differently, a file moved by hand): the log wins, through the lookup join."""
+    uri = str(table_dir)
+    write_table(uri, pa.table({"id": [1, 2], "p": ["x", "y"]}), partition_by=["p"])
+    table = DeltaTable(uri)
+    # Re-point the log at a copy of the x file under a directory named for another value.
+    source = next(f for f in table.files() if f.startswith("p=x/"))
+    os.makedirs(os.path.join(uri, "p=z"))
+    shutil.copy(os.path.join(uri, source), os.path.join(uri, "p=z", "copy.parquet"))
+    log_dir = os.path.join(uri, "_delta_log")
+    version = table.version + 1
+    remove = {"remove": {"path": source, "deletionTimestamp": 1, "dataChange": True}}
+    add = {
+        "add": {
+            "path": "p=z/copy.parquet",
+            "partitionValues": {"p": "x"},
+            "size": os.path.getsize(os.path.join(uri, source)),
+            "modificationTime": 1,
+            "dataChange": True,
+        }
+    }
+    with open(os.path.join(log_dir, f"{version:020d}.json"), "w") as f:
+        f.write(json.dumps(remove) + "\n" + json.dumps(add) + "\n")
+    assert plan(DeltaTable(uri).snapshot).hive_root is None
+    df = read_table(spark, uri)
+    assert_reads_as_engine(df, uri)
+    assert sorted(r.p for r in df.collect()) == ["x", "y"]
+
+
+def test_partition_lookup_by_path_when_sizes_repeat(spark, table_dir):
+    """Files of equal size cannot be told apart by size: the lookup is keyed by path then."""
+    uri = str(table_dir)
+    stamps = [dt.datetime(2024, 1, 1, h, tzinfo=dt.UTC) for h in range(4)]
+    for stamp in stamps:
+        write_table(
+            uri,
+            pa.table({"id": pa.array([7], pa.int64()), "ts": pa.array([stamp])}),
+            mode="append",
+            partition_by=["ts"],
+        )
+    p = plan(DeltaTable(uri).snapshot)
+    sizes = DeltaTable(uri).snapshot.files.column("size").to_pylist()
+    assert len(set(sizes)) < len(sizes)
+    assert not p.plain.key_is_size
+    assert_reads_as_engine(read_table(spark, uri), uri)
+
+
+def test_a_table_root_with_awkward_characters(spark, tmp_path):
+    uri = str(tmp_path / "a dir % = ü [x]" / "t{1}")
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "p": ["a b", "c%d", None]})
+    write_table(uri, data, partition_by=["p"], properties={"delta.enableDeletionVectors": "true"})
+    DeltaTable(uri).delete("id = 2")
+    df = read_table(spark, uri)
+    assert is_native(df)
+    assert_reads_as_engine(df, uri)
+    assert sorted(df.toArrow().column("id").to_pylist()) == [1, 3]
+
+
+def test_spark_file_path_is_hadoops_spelling(spark):
+    """The lookup's path keys are computed in Python; Hadoop's own Path must spell them alike."""
+    jvm = spark._jvm
+    samples = [
+        "".join(chr(c) for c in range(32, 127)),
+        "\t\x01\x7f",
+        "ünï 中文 é",
+        "\u00a0nbsp\u2028ls",
+        "emoji 😀",
+    ]
+    for text in samples:
+        location = "file:/tmp/" + text.replace("/", "_")
+        assert native.spark_file_path(location) == jvm.org.apache.hadoop.fs.Path(location).toUri().toString()
+    s3 = "s3a://bucket/dir with space/p=a%b/x.parquet"
+    assert native.spark_file_path(s3) == jvm.org.apache.hadoop.fs.Path(s3).toUri().toString()
+
+
+# --- deletion vectors ---------------------------------------------------------------------------------
+
+
+def dv_table(uri: str, files: int = 4, rows: int = 1000) -> DeltaTable:
+    for f in range(files):
+        ids = pa.array(range(f * rows, (f + 1) * rows), pa.int64())
+        write_table(
+            uri,
+            pa.table({"id": ids, "v": pa.array([f"r{i}" for i in ids.to_pylist()])}),
+            mode="append",
+            properties={"delta.enableDeletionVectors": "true"} if f == 0 else None,
+        )
+    return DeltaTable(uri)
+
+
+def test_deletion_vectors_several_deletes_on_one_file(spark, table_dir):
+    uri = str(table_dir)
+    table = dv_table(uri)
+    table.delete("id % 7 = 0 AND id < 1000")  # file 0
+    table.delete("id % 11 = 0 AND id < 2000")  # files 0 and 1: file 0's DV grows
+    table.delete("id = 999 OR id = 0")  # the last row of file 0 (the bitmap's last word)
+    table.delete("id BETWEEN 1500 AND 1999")
+    df = read_table(spark, uri)
+    assert is_native(df)
+    assert_reads_as_engine(df, uri)
+    assert df.count() == DeltaTable(uri).count()
+    assert df.where("id >= 1000 AND id < 2000").count() == DeltaTable(uri).count("id >= 1000 AND id < 2000")
+
+
+def test_files_without_a_deletion_vector_get_no_join(spark, table_dir):
+    uri = str(table_dir)
+    table = dv_table(uri)
+    table.delete("id < 10")  # only the first file gets a DV
+    p = plan(DeltaTable(uri).snapshot)
+    assert len(p.plain.paths) == 3 and len(p.with_dv.paths) == 1 and p.plain.lookup is None
+    text = executed(read_table(spark, uri).select("id"))
+    scans = [line for line in text.splitlines() if "FileScan parquet" in line]
+    assert len(scans) == 2 and text.count("BroadcastHashJoin") == 1
+    plain = next(s for s in scans if "InMemoryFileIndex(3 paths)" in s)
+    assert "row_index" not in plain and "file_size" not in plain
+    dv = next(s for s in scans if "InMemoryFileIndex(1 paths)" in s)
+    assert "row_index" in dv
+    # no DV at all: no join anywhere
+    other = str(table_dir) + "-plain"
+    dv_table(other, files=2)
+    assert "Join" not in executed(read_table(spark, other).select("id"))
+
+
+def test_a_file_deleted_entirely_and_a_table_deleted_entirely(spark, table_dir):
+    uri = str(table_dir)
+    table = dv_table(uri, files=2, rows=10)
+    table.delete("id < 10")
+    table.delete("id = 15")
+    assert_reads_as_engine(read_table(spark, uri), uri)
+    table.delete("id >= 0")
+    df = read_table(spark, uri)
+    assert df.count() == 0
+    assert_reads_as_engine(df, uri)
+
+
+def test_deletion_vectors_with_partitions_from_the_log(spark, table_dir):
+    uri = str(table_dir)
+    data = pa.table(
+        {
+            "id": pa.array(range(40), pa.int64()),
+            "ts": pa.array([dt.datetime(2024, 1, 1, i % 2, tzinfo=dt.UTC) for i in range(40)]),
+        }
+    )
+    write_table(uri, data, partition_by=["ts"], properties={"delta.enableDeletionVectors": "true"})
+    DeltaTable(uri).delete("id % 3 = 0")
+    p = plan(DeltaTable(uri).snapshot)
+    assert p.with_dv is not None and p.hive_root is None and "ts" in p.with_dv.lookup.column_names
+    assert_reads_as_engine(read_table(spark, uri), uri)
+
+
+# --- column mapping, type widening (Delta Spark makes the tables) -------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["name", "id"])
+def test_column_mapping_with_renamed_and_dropped_columns(spark, delta_spark, tmp_path, mode):
+    """Renames (top level and nested), a drop, a re-added name: Spark reads physical names and the
+    plan renames them; the old column's data stays hidden; old files lack the new column."""
+    uri = str(tmp_path / f"cm_{mode}")
+    t = f"delta.`{uri}`"
+    delta_spark.sql(
+        f"CREATE TABLE {t} (id BIGINT, a STRING, s STRUCT<x: INT, y: STRING>, part STRING) USING delta "
+        f"PARTITIONED BY (part) TBLPROPERTIES ('delta.columnMapping.mode' = '{mode}', "
+        "'delta.enableDeletionVectors' = 'true')"
+    )
+    delta_spark.sql(
+        f"INSERT INTO {t} VALUES (1, 'a1', named_struct('x', 1, 'y', 'y1'), 'p 1'), "
+        "(2, 'a2', named_struct('x', 2, 'y', 'y2'), 'p 2')"
+    )
+    delta_spark.sql(f"ALTER TABLE {t} RENAME COLUMN a TO b")
+    delta_spark.sql(f"ALTER TABLE {t} RENAME COLUMN s.x TO z")
+    delta_spark.sql(f"ALTER TABLE {t} DROP COLUMN s.y")
+    delta_spark.sql(f"ALTER TABLE {t} ADD COLUMNS (a STRING)")
+    delta_spark.sql(f"INSERT INTO {t} VALUES (3, 'b3', named_struct('z', 3), 'p 1', 'new a')")
+    delta_spark.sql(f"DELETE FROM {t} WHERE id = 2")
+    df = read_table(spark, uri)
+    assert is_native(df)
+    assert_reads_as_engine(df, uri)
+    assert sorted_rows(arrow_rows(df.toArrow())) == sorted_rows(delta_spark.rows(uri))
+    assert {r.a for r in df.collect()} == {None, "new a"}
+
+
+def test_type_widening(spark, delta_spark, tmp_path):
+    """Files written before a widening (int -> long, float -> double, decimal, date -> timestamp_ntz)
+    are read at the table's types."""
+    uri = str(tmp_path / "widened")
+    t = f"delta.`{uri}`"
+    delta_spark.sql(
+        f"CREATE TABLE {t} (i INT, f FLOAT, d DECIMAL(5, 2), day DATE, s STRUCT<n: SHORT>) USING delta "
+        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true', 'delta.feature.timestampNtz' = 'supported')"
+    )
+    delta_spark.sql(f"INSERT INTO {t} VALUES (1, 1.5, 1.25, DATE'2024-01-02', named_struct('n', 3))")
+    delta_spark.sql(f"ALTER TABLE {t} CHANGE COLUMN i TYPE BIGINT")
+    delta_spark.sql(f"ALTER TABLE {t} CHANGE COLUMN f TYPE DOUBLE")
+    delta_spark.sql(f"ALTER TABLE {t} CHANGE COLUMN d TYPE DECIMAL(10, 4)")
+    delta_spark.sql(f"ALTER TABLE {t} CHANGE COLUMN day TYPE TIMESTAMP_NTZ")
+    delta_spark.sql(f"ALTER TABLE {t} CHANGE COLUMN s.n TYPE INT")
+    delta_spark.sql(
+        f"INSERT INTO {t} VALUES (4294967296, 2.5, 123456.1234, TIMESTAMP_NTZ'2024-01-03 04:05:06', "
+        "named_struct('n', 70000))"
+    )
+    df = read_table(spark, uri)
+    assert is_native(df)
+    assert_reads_as_engine(df, uri)
+    assert sorted_rows(arrow_rows(df.toArrow())) == sorted_rows(delta_spark.rows(uri))
+
+
+def test_type_widening_written_by_the_engine(spark, table_dir):
+    uri = str(table_dir)
+    table = DeltaTable.create(
+        uri, pa.schema([("n", pa.int32())]), properties={"delta.enableTypeWidening": "true"}
+    )
+    table.append(pa.table({"n": pa.array([1], pa.int32())}))
+    table.append(pa.table({"n": pa.array([2**40], pa.int64())}), schema_mode="merge")
+    df = read_table(spark, uri)
+    assert_reads_as_engine(df, uri)
+    assert sorted(df.toArrow().column("n").to_pylist()) == [1, 2**40]
+
+
+# --- versions, pinning, reuse -------------------------------------------------------------------------
+
+
+def test_time_travel_by_version_and_timestamp(spark, table_dir):
+    uri = str(table_dir)
+    table = dv_table(uri, files=2, rows=10)
+    table.delete("id < 5")
+    stamp = table.history(1)[0]["timestamp"]
+    table.append(pa.table({"id": pa.array([100], pa.int64()), "v": ["new"]}))
+    assert_reads_as_engine(read_table(spark, uri, version=1), uri, 1)
+    assert read_table(spark, uri, version=1).count() == 20
+    when = dt.datetime.fromtimestamp(stamp / 1000, dt.UTC)
+    assert read_table(spark, uri, timestamp=when).count() == 15
+    assert read_table(spark, uri).count() == 16
+
+
+def test_the_dataframe_is_pinned_to_the_version_it_was_planned_at(spark, table_dir):
+    """Two actions with commits in between, a self-join, a filtered then unfiltered action: all
+    read the version planned at the call, not what was committed since."""
+    uri = str(table_dir)
+    table = dv_table(uri, files=2, rows=100)
+    df = read_table(spark, uri)
+    first = sorted(df.toArrow().column("id").to_pylist())
+    assert len(first) == 200
+    table.append(pa.table({"id": pa.array([1000], pa.int64()), "v": ["late"]}))
+    table.delete("id < 50")  # new deletion vector on an old file
+    table.optimize.compact()  # rewrites every file
+    assert DeltaTable(uri).count() == 151
+    assert df.where("id < 10").count() == 10
+    assert sorted(df.toArrow().column("id").to_pylist()) == first
+    assert df.count() == 200
+    pairs = df.alias("l").join(df.alias("r"), F.col("l.id") == F.col("r.id"))
+    assert pairs.count() == 200
+    assert read_table(spark, uri).count() == 151  # a new call plans the new version
+
+
+def test_a_vacuumed_file_is_the_engines_error(spark, table_dir):
+    uri = str(table_dir)
+    dv_table(uri, files=2, rows=10)
+    victim = DeltaTable(uri).file_uris()[0]
+    os.remove(victim)
+    with pytest.raises(DataFileError, match="is missing"):
+        DeltaTable(uri).to_arrow()
+    with pytest.raises(DataFileError, match="is missing") as caught:
+        read_table(spark, uri)
+    assert "version 1" in str(caught.value)
+
+
+# --- the plan Spark runs ----------------------------------------------------------------------------------
+
+
+def test_columns_are_pruned_and_filters_pushed(spark, table_dir):
+    uri = str(table_dir)
+    data = pa.table(
+        {"a": pa.array(range(100), pa.int64()), "b": pa.array(["x"] * 100), "c": pa.array([1.5] * 100)}
+    )
+    write_table(uri, data)
+    df = read_table(spark, uri)
+    text = executed(df.select("a"))
+    assert "ReadSchema: struct<a:bigint>" in text
+    text = executed(df.where("a = 5").select("b"))
+    assert "PushedFilters: [IsNotNull(a), EqualTo(a,5)]" in text
+    assert "ReadSchema: struct<a:bigint,b:string>" in text
+    assert df.where("a = 5").select("b").collect()[0].b == "x"
+
+
+def test_column_mapping_prunes_by_physical_name(spark, table_dir):
+    uri = str(table_dir)
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    table = DeltaTable.create(uri, schema, properties={"delta.columnMapping.mode": "name"})
+    table.append(pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]}))
+    physical = table.snapshot.schema["name"].physical_name
+    assert physical != "name"
+    df = read_table(spark, uri)
+    text = executed(df.where("name = 'b'").select("name"))
+    assert (
+        f"ReadSchema: struct<`{physical}`:string>" in text or f"ReadSchema: struct<{physical}:string>" in text
+    )
+    assert f"EqualTo(`{physical[:20]}" in text  # the plan string cuts long names
+    assert [r.name for r in df.where("name = 'b'").collect()] == ["b"]
+
+
+# --- errors and the fallback -------------------------------------------------------------------------------
+
+
+def test_bad_input_raises_the_engines_errors(spark, table_dir, tmp_path):
+    uri = str(table_dir)
+    dv_table(uri, files=1, rows=5)
+    with pytest.raises(TableNotFoundError):
+        read_table(spark, str(tmp_path / "nothing here"))
+    with pytest.raises(VersionNotFoundError):
+        read_table(spark, uri, version=99)
+    with pytest.raises(InvalidArgumentError):
+        read_table(spark, uri, version=0, timestamp="2024-01-01")
+    with pytest.raises(InvalidArgumentError):
+        read_table(spark, uri, version=-1)
+
+
+def test_native_false_forces_the_data_source(spark, table_dir):
+    uri = str(table_dir)
+    table = dv_table(uri, files=2, rows=10)
+    table.delete("id < 3")
+    df = read_table(spark, uri, native=False)
+    assert not is_native(df)
+    table.append(pa.table({"id": pa.array([99], pa.int64()), "v": ["late"]}))
+    assert df.count() == 17  # the data source is pinned to the same version too
+    assert_reads_as_engine(df, uri, 2)
+
+
+def test_variant_tables_fall_back_to_the_data_source(spark, tmp_path, caplog):
+    """Shredded variants are rebuilt by the engine's reader, which Spark's cannot do: the data
+    source reads them, pinned to the same version, and the log says why."""
+    from tests.engine.test_variant_shredding import FIXTURES, table_around
+
+    uri = str(table_around(tmp_path, FIXTURES / "longs.shredded.parquet"))
+    reasons = fallback_reasons(DeltaTable(uri).snapshot, spark)
+    assert len(reasons) == 1 and "variant" in reasons[0]
+    with caplog.at_level("INFO", logger="deltaplane.spark_jobs.native"):
+        df = read_table(spark, uri)
+    assert "through the deltaplane data source" in caplog.text and "variant" in caplog.text
+    assert not is_native(df)
+    assert df.count() == DeltaTable(uri).to_arrow().num_rows
+    with pytest.raises(UnsupportedOperationError, match="variant"):
+        read_table(spark, uri, native=True)
+
+
+def test_files_spark_would_skip_as_hidden_fall_back(spark, tmp_path):
+    """Spark's file index silently drops files named ``_...`` or ``.``...: such a table is read by
+    the data source instead, with every row."""
+    from deltaplane.engine.storage import LocalStore
+    from tests.logbuilder import add, commit_info, metadata, protocol, write_commit, write_parquet
+
+    root = tmp_path / "hidden"
+    root.mkdir()
+    store = LocalStore(str(root))
+    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
+    sizes = {
+        name: write_parquet(store, name, pa.table({"id": pa.array([i], pa.int64())}))
+        for i, name in enumerate(["_underscore.parquet", "visible.parquet"])
+    }
+    write_commit(
+        store,
+        0,
+        [
+            commit_info(),
+            protocol(),
+            metadata(schema),
+            *(add(name, size=size) for name, size in sizes.items()),
+        ],
+    )
+    reasons = fallback_reasons(DeltaTable(str(root)).snapshot, spark)
+    assert len(reasons) == 1 and "_underscore.parquet" in reasons[0]
+    df = read_table(spark, str(root))
+    assert not is_native(df)
+    assert sorted(r.id for r in df.collect()) == [0, 1]
