@@ -89,7 +89,7 @@ _HIVE_TYPES = frozenset({"string", "byte", "short", "integer", "long", "date", "
 # Characters java.net.URI leaves as they are in a path (RFC 2396 unreserved and punctuation).
 _URI_PATH_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.!~*'();:@&=+$,/")
 # Characters Hadoop's glob syntax gives a meaning to: escaped so that a path names one file.
-_GLOB_SPECIAL = frozenset("{}[]*?\\")
+_GLOB_CHARACTER = re.compile(r"[{}\[\]*?\\]")
 
 
 def spark_file_path(location: str) -> str:
@@ -124,9 +124,9 @@ def _glob_escaped(location: str) -> str:
 
     Spark's reader globs every path with a glob character; its option to turn globbing off
     (``__globPaths__``) lists every path once per such path (Spark 4.3), so escaping is the way."""
-    if not any(ch in _GLOB_SPECIAL for ch in location):
+    if _GLOB_CHARACTER.search(location) is None:
         return location
-    return "".join("\\" + ch if ch in _GLOB_SPECIAL else ch for ch in location)
+    return _GLOB_CHARACTER.sub(r"\\\g<0>", location)
 
 
 def hadoop_location(root: str, location: str) -> str:
@@ -271,9 +271,12 @@ class NativePlan:
     bitmap: np.ndarray | None = field(default=None, repr=False)  # int64 words, all DV files
     deleted_rows: int = 0
     reasons: list[str] = field(default_factory=list)  # why it cannot be read natively
+    storage_options: dict[str, str] = field(default_factory=dict, repr=False)
 
 
-def plan(snapshot: Snapshot, uri: str | None = None) -> NativePlan:
+def plan(
+    snapshot: Snapshot, uri: str | None = None, storage_options: Mapping[str, str] | None = None
+) -> NativePlan:
     """Everything Spark needs to read ``snapshot``'s live files, computed from the log."""
     files = snapshot.files
     root = snapshot.store.root
@@ -301,6 +304,7 @@ def plan(snapshot: Snapshot, uri: str | None = None) -> NativePlan:
         hive_root=hive_root,
         plain=None,
         with_dv=None,
+        storage_options=dict(storage_options or {}),
     )
     join_partitions = bool(partition_fields) and hive_root is None
     plain = np.flatnonzero(~has_dv)
@@ -515,6 +519,9 @@ def build(spark, p: NativePlan):
         )
         if p.hive_root is not None:
             reader = reader.option("basePath", p.hive_root)
+        if any(path.startswith("s3a:") for path in group.paths):
+            for key, value in s3a_options(p.storage_options).items():
+                reader = reader.option(key, value)
         try:
             with _driver_listing(spark, group.paths):
                 return reader.load(group.paths)
@@ -568,6 +575,32 @@ def build(spark, p: NativePlan):
     out = pieces[0].select(*names)
     for other in pieces[1:]:
         out = out.unionByName(other.select(*names))
+    return out
+
+
+def s3a_options(storage_options: Mapping[str, str]) -> dict[str, str]:
+    """The engine's S3 storage options as Hadoop S3A settings (Spark's file reader puts its
+    options into the Hadoop configuration of the scan)."""
+    options = {str(k).lower(): str(v) for k, v in storage_options.items()}
+
+    def first(*names: str) -> str | None:
+        return next((options[n] for n in names if options.get(n)), None)
+
+    out = {}
+    endpoint = first("endpoint_url", "aws_endpoint_url", "endpoint")
+    if endpoint:
+        out["fs.s3a.endpoint"] = endpoint
+        out["fs.s3a.path.style.access"] = "true"
+        out["fs.s3a.connection.ssl.enabled"] = str(endpoint.startswith("https:")).lower()
+    for setting, names in {
+        "fs.s3a.access.key": ("aws_access_key_id", "access_key_id"),
+        "fs.s3a.secret.key": ("aws_secret_access_key", "secret_access_key"),
+        "fs.s3a.session.token": ("aws_session_token", "session_token"),
+        "fs.s3a.endpoint.region": ("aws_region", "region"),
+    }.items():
+        value = first(*names)
+        if value:
+            out[setting] = value
     return out
 
 
@@ -637,7 +670,7 @@ def read_table(
     reasons = fallback_reasons(snapshot, spark)
     planned = None
     if not reasons:
-        planned = plan(snapshot, uri)
+        planned = plan(snapshot, uri, storage_options)
         reasons = planned.reasons
     if reasons:
         if native:

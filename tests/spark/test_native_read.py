@@ -641,3 +641,35 @@ def test_files_spark_would_skip_as_hidden_fall_back(spark, tmp_path):
     df = read_table(spark, str(root))
     assert not is_native(df)
     assert sorted(r.id for r in df.collect()) == [0, 1]
+
+
+def test_s3_without_s3a_reads_through_the_data_source(spark, s3_server):
+    """Spark's wheel has no S3A filesystem (hadoop-aws and its 686 MB AWS SDK bundle are not
+    installed): an S3 table is read by the data source, through the engine's own S3 store, at the
+    planned version."""
+    uri = s3_server.uri()
+    options = s3_server.options()
+    write_table(uri, pa.table({"id": pa.array(range(10), pa.int64())}), storage_options=options)
+    table = DeltaTable(uri, storage_options=options)
+    reasons = fallback_reasons(table.snapshot, spark)
+    assert len(reasons) == 1 and "S3A" in reasons[0] and "hadoop-aws" in reasons[0]
+    df = read_table(spark, uri, storage_options=options)
+    assert not is_native(df)
+    write_table(uri, pa.table({"id": pa.array([99], pa.int64())}), mode="append", storage_options=options)
+    assert sorted(r.id for r in df.collect()) == list(range(10))
+    with pytest.raises(UnsupportedOperationError, match="hadoop-aws"):
+        read_table(spark, uri, storage_options=options, native=True)
+
+
+def test_s3_storage_options_become_s3a_settings():
+    settings = native.s3a_options(
+        {"endpoint_url": "http://127.0.0.1:8333", "AWS_ACCESS_KEY_ID": "k", "aws_secret_access_key": "s"}
+    )
+    assert settings == {
+        "fs.s3a.endpoint": "http://127.0.0.1:8333",
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": "k",
+        "fs.s3a.secret.key": "s",
+    }
+    assert native.hadoop_location("s3://bucket/t", "p=1/a b.parquet") == "s3a://bucket/t/p=1/a b.parquet"
