@@ -81,7 +81,9 @@ _DV_READERS = 16
 # stage): 1 bit per row up to each file's last deleted row. Beyond this, the data source reads.
 MAX_BITMAP_WORDS = 32 * 1024 * 1024  # 256 MiB, a 2-billion-row table deleted throughout
 # Partition values Spark's partition discovery reads exactly as the log does.
-_HIVE_TYPES = frozenset({"string", "byte", "short", "integer", "long", "date", "boolean"})
+_HIVE_TYPES = frozenset({"string", "byte", "short", "integer", "long", "date", "boolean", "timestamp"})
+# A timestamp partition value Spark reads as the same instant in any session time zone.
+_ZONED_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
 
 
 # --- paths as Hadoop and Spark spell them -------------------------------------------------------
@@ -287,7 +289,7 @@ def plan(
     mode = snapshot.column_mapping_mode
     typed = {f.name: typed_partition_column(f, files, root) for f in partition_fields} if n else {}
     hive_root = None
-    if partition_fields and n and _hive_consistent(root, locations, partition_fields, typed, mode):
+    if partition_fields and n and _hive_consistent(root, locations, partition_fields, typed, mode, files):
         hive_root = hadoop_root(root)
     has_dv = (
         np.asarray(files.column("deletion_vector").is_valid().to_numpy(zero_copy_only=False), bool)
@@ -405,18 +407,33 @@ def _unescape(text: str) -> str:
 
 
 def _hive_consistent(
-    root: str, locations: list[str], fields: list[StructField], typed: dict[str, pa.Array], mode: str
+    root: str,
+    locations: list[str],
+    fields: list[StructField],
+    typed: dict[str, pa.Array],
+    mode: str,
+    files: pa.Table,
 ) -> bool:
     """Whether Spark's partition discovery under ``root`` gives every file exactly the log's
     partition values: each file at ``<column>=<value>/.../<file>`` (relative to the root, one
-    directory per partition column, in order), each value as Spark parses it equal to the log's."""
+    directory per partition column, in order), each value as Spark parses it equal to the log's.
+    Timestamps qualify when the path holds the log's own string with an explicit zone (Spark
+    reads a zone-less one in the session's time zone, the log means UTC)."""
     if mode != "none":
         return False
     if not all(isinstance(f.type, PrimitiveType) and f.type.name in _HIVE_TYPES for f in fields):
         return False
     depth = len(fields)
     names = [f.name for f in fields]
-    values = {f.name: typed[f.name].to_pylist() for f in fields}
+    values = {}
+    for f in fields:
+        if f.type.name == "timestamp":  # compared as the log spells them
+            raw = pc.struct_field(files.column("partition_values"), f.physical_name)
+            values[f.name] = raw.cast(pa.string()).to_pylist()
+            nulls = typed[f.name].is_null().to_pylist()
+            values[f.name] = [None if null else v for v, null in zip(values[f.name], nulls, strict=True)]
+        else:
+            values[f.name] = typed[f.name].to_pylist()
     for i, location in enumerate(locations):
         if location.startswith("/") or "://" in location:
             return False
@@ -439,6 +456,9 @@ def _same_value(raw: str, value, type_name: str) -> bool:
         return False
     if type_name == "string":
         return _unescape(raw) == value
+    if type_name == "timestamp":
+        text = _unescape(raw)
+        return text == value and _ZONED_TIMESTAMP.match(text) is not None
     if type_name == "boolean":
         return raw == ("true" if value else "false")
     if type_name == "date":
@@ -536,7 +556,10 @@ def build(spark, p: NativePlan):
                 ) from None
             raise
 
-    def joined(df, group: FileGroup):
+    def joined(df, group: FileGroup, keep=None):
+        """``df`` with each row's file looked up; ``keep`` (a condition on the looked-up columns)
+        filters. A row whose file the lookup does not know stops the query: the guard and the
+        condition are one expression, so no other filter can drop the row first."""
         lookup = spark.createDataFrame(group.lookup, schema=_lookup_schema(group, p))
         key = F.col("_metadata.file_size") if group.key_is_size else F.col("_metadata.file_path")
         df = df.withColumn(KEY, key).join(F.broadcast(lookup), on=KEY, how="left")
@@ -546,7 +569,9 @@ def build(spark, p: NativePlan):
                 "names (its size or location differs); the file changed after it was committed"
             )
         )
-        return df.where(F.when(F.col(MATCHED).isNull(), unknown).otherwise(F.lit(True)))
+        return df.where(
+            F.when(F.col(MATCHED).isNull(), unknown).otherwise(F.lit(True) if keep is None else keep)
+        )
 
     pieces = []
     if p.plain is not None:
@@ -556,7 +581,6 @@ def build(spark, p: NativePlan):
             df = scan(p.plain).select(*columns())
         pieces.append(df)
     if p.with_dv is not None:
-        df = joined(scan(p.with_dv).select(*columns(), F.col("_metadata")), p.with_dv)
         bitmap = spark.createDataFrame(
             pa.table({"w": pa.array([p.bitmap], pa.list_(pa.int64()))}),
             schema=T.StructType([T.StructField("w", T.ArrayType(T.LongType(), False), False)]),
@@ -564,8 +588,8 @@ def build(spark, p: NativePlan):
         row = F.col("_metadata.row_index")
         word = F.shiftright(row, 6)
         bit = F.bit_get(F.element_at(bitmap, (F.col(OFFSET) + word + 1).cast("int")), (row % 64).cast("int"))
-        df = df.where((word >= F.col(WORDS)) | (bit == 0))
-        pieces.append(df)
+        live = (word >= F.col(WORDS)) | (bit == 0)
+        pieces.append(joined(scan(p.with_dv).select(*columns(), F.col("_metadata")), p.with_dv, live))
     names = [_quoted(f.name) for f in p.schema.fields]
     if not pieces:  # no live file: an empty local relation of the table's schema
         from pyspark.sql.pandas.types import to_arrow_schema

@@ -193,13 +193,18 @@ AWKWARD = [
 ]
 
 
-def test_string_partition_values_of_every_kind(spark, table_dir):
-    """Spaces, %, =, /, unicode, glob characters, the Hive null marker as a real value, empty
-    strings and nulls: the rows and values are the engine's, read through Spark's reader."""
+@pytest.mark.parametrize("hive", [True, False], ids=["from-paths", "from-the-log"])
+def test_string_partition_values_of_every_kind(spark, table_dir, hive):
+    """Spaces, %, =, /, unicode, glob characters, empty strings and nulls: the rows and values are
+    the engine's, read through Spark's reader. The Hive null marker as a real value cannot come
+    from a path (Spark reads that directory as null): with it the values come from the log."""
     uri = str(table_dir)
-    data = pa.table({"id": pa.array(range(len(AWKWARD)), pa.int64()), "p": pa.array(AWKWARD, pa.string())})
+    values = [v for v in AWKWARD if v != "__HIVE_DEFAULT_PARTITION__"] if hive else AWKWARD
+    data = pa.table({"id": pa.array(range(len(values)), pa.int64()), "p": pa.array(values, pa.string())})
     write_table(uri, data, partition_by=["p"])
     write_table(uri, data, mode="append", partition_by=["p"])
+    p = plan(DeltaTable(uri).snapshot)
+    assert (p.hive_root is not None) == hive
     df = read_table(spark, uri)
     assert is_native(df)
     assert_reads_as_engine(df, uri)
@@ -207,7 +212,7 @@ def test_string_partition_values_of_every_kind(spark, table_dir):
     table = DeltaTable(uri)
     for where in ("p = '__HIVE_DEFAULT_PARTITION__'", "p IS NULL", "p = ''", "p LIKE '%\\%%'"):
         assert df.where(where).count() == table.count(where), where
-    assert table.count("p = '__HIVE_DEFAULT_PARTITION__'") == 2
+    assert table.count("p = '__HIVE_DEFAULT_PARTITION__'") == (0 if hive else 2)
 
 
 def test_typed_partition_values(spark, table_dir):
@@ -244,8 +249,8 @@ def test_typed_partition_values(spark, table_dir):
 
 
 def test_hive_partitions_prune_files_and_count_from_footers(spark, table_dir):
-    """Where the paths agree with the log, Spark's partition discovery supplies the values: a
-    partition filter prunes files and the plan has no join."""
+    """Where the paths agree with the log (dates, strings, integers, booleans, nulls), Spark's
+    partition discovery supplies the values: a partition filter prunes files, no join."""
     uri = str(table_dir)
     for day in range(3):
         data = pa.table(
@@ -253,9 +258,12 @@ def test_hive_partitions_prune_files_and_count_from_footers(spark, table_dir):
                 "id": pa.array(range(day * 10, day * 10 + 10), pa.int64()),
                 "day": pa.array([dt.date(2024, 1, 1 + day)] * 10, pa.date32()),
                 "region": pa.array(["eu west", "us"] * 5),
+                "n": pa.array([-(2**40), 7, None, 0, 12] * 2, pa.int64()),
+                "small": pa.array([-3, None] * 5, pa.int8()),
+                "flag": pa.array([True, False, None, True, True] * 2),
             }
         )
-        write_table(uri, data, mode="append", partition_by=["day", "region"])
+        write_table(uri, data, mode="append", partition_by=["day", "region", "n", "small", "flag"])
     p = plan(DeltaTable(uri).snapshot)
     assert p.hive_root is not None
     df = read_table(spark, uri)
@@ -264,7 +272,31 @@ def test_hive_partitions_prune_files_and_count_from_footers(spark, table_dir):
     text = executed(filtered)
     assert "PartitionFilters: [isnotnull(day" in text and "Join" not in text
     assert filtered.count() == 5
+    assert df.where("n IS NULL AND flag IS NULL").count() == DeltaTable(uri).count(
+        "n IS NULL AND flag IS NULL"
+    )
     assert "Join" not in executed(df.groupBy().count())
+
+
+def test_zoned_timestamp_partitions_come_from_the_paths(spark, table_dir):
+    """The engine writes timestamp partition values with their zone (``...Z``): Spark's discovery
+    reads the same instants whatever the session's time zone, so no join is needed."""
+    uri = str(table_dir)
+    stamps = [dt.datetime(2024, 3, 10, h, 30, 15, 250000, tzinfo=dt.UTC) for h in (1, 2, 3)] + [None]
+    data = pa.table(
+        {"id": pa.array(range(4), pa.int64()), "ts": pa.array(stamps, pa.timestamp("us", tz="UTC"))}
+    )
+    write_table(uri, data, partition_by=["ts"])
+    assert plan(DeltaTable(uri).snapshot).hive_root is not None
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    try:
+        spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+        df = read_table(spark, uri)
+        assert "Join" not in executed(df)
+        assert_reads_as_engine(df, uri)
+        assert df.where("ts = TIMESTAMP'2024-03-10 02:30:15.25 UTC'").count() == 1
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
 
 
 def test_a_path_that_disagrees_with_the_log_is_read_from_the_log(spark, table_dir):
@@ -300,18 +332,18 @@ def test_a_path_that_disagrees_with_the_log_is_read_from_the_log(spark, table_di
 def test_partition_lookup_by_path_when_sizes_repeat(spark, table_dir):
     """Files of equal size cannot be told apart by size: the lookup is keyed by path then."""
     uri = str(table_dir)
-    stamps = [dt.datetime(2024, 1, 1, h, tzinfo=dt.UTC) for h in range(4)]
-    for stamp in stamps:
-        write_table(
-            uri,
-            pa.table({"id": pa.array([7], pa.int64()), "ts": pa.array([stamp])}),
-            mode="append",
-            partition_by=["ts"],
+    for i in range(4):
+        data = pa.table(
+            {
+                "id": pa.array([7], pa.int64()),
+                "dec": pa.array([decimal.Decimal(f"{i}.5")], pa.decimal128(5, 1)),
+            }
         )
+        write_table(uri, data, mode="append", partition_by=["dec"])
     p = plan(DeltaTable(uri).snapshot)
     sizes = DeltaTable(uri).snapshot.files.column("size").to_pylist()
     assert len(set(sizes)) < len(sizes)
-    assert not p.plain.key_is_size
+    assert p.hive_root is None and not p.plain.key_is_size
     assert_reads_as_engine(read_table(spark, uri), uri)
 
 
@@ -408,13 +440,13 @@ def test_deletion_vectors_with_partitions_from_the_log(spark, table_dir):
     data = pa.table(
         {
             "id": pa.array(range(40), pa.int64()),
-            "ts": pa.array([dt.datetime(2024, 1, 1, i % 2, tzinfo=dt.UTC) for i in range(40)]),
+            "dec": pa.array([decimal.Decimal(i % 2) / 4 for i in range(40)], pa.decimal128(6, 2)),
         }
     )
-    write_table(uri, data, partition_by=["ts"], properties={"delta.enableDeletionVectors": "true"})
+    write_table(uri, data, partition_by=["dec"], properties={"delta.enableDeletionVectors": "true"})
     DeltaTable(uri).delete("id % 3 = 0")
     p = plan(DeltaTable(uri).snapshot)
-    assert p.with_dv is not None and p.hive_root is None and "ts" in p.with_dv.lookup.column_names
+    assert p.with_dv is not None and p.hive_root is None and "dec" in p.with_dv.lookup.column_names
     assert_reads_as_engine(read_table(spark, uri), uri)
 
 
@@ -439,8 +471,8 @@ def test_column_mapping_with_renamed_and_dropped_columns(spark, delta_spark, tmp
     delta_spark.sql(f"ALTER TABLE {t} RENAME COLUMN a TO b")
     delta_spark.sql(f"ALTER TABLE {t} RENAME COLUMN s.x TO z")
     delta_spark.sql(f"ALTER TABLE {t} DROP COLUMN s.y")
-    delta_spark.sql(f"ALTER TABLE {t} ADD COLUMNS (a STRING)")
-    delta_spark.sql(f"INSERT INTO {t} VALUES (3, 'b3', named_struct('z', 3), 'p 1', 'new a')")
+    delta_spark.sql(f"ALTER TABLE {t} ADD COLUMNS (a STRING, s.w STRING)")
+    delta_spark.sql(f"INSERT INTO {t} VALUES (3, 'b3', named_struct('z', 3, 'w', 'w3'), 'p 1', 'new a')")
     delta_spark.sql(f"DELETE FROM {t} WHERE id = 2")
     df = read_table(spark, uri)
     assert is_native(df)
@@ -520,6 +552,23 @@ def test_the_dataframe_is_pinned_to_the_version_it_was_planned_at(spark, table_d
     pairs = df.alias("l").join(df.alias("r"), F.col("l.id") == F.col("r.id"))
     assert pairs.count() == 200
     assert read_table(spark, uri).count() == 151  # a new call plans the new version
+
+
+def test_a_data_file_replaced_behind_the_logs_back_stops_the_read(spark, table_dir):
+    """The lookup finds each row's file by its size: a file rewritten outside Delta (now of
+    another size) is an error, never rows silently lost."""
+    import pyarrow.parquet as pq
+
+    uri = str(table_dir)
+    table = dv_table(uri, files=2, rows=10)
+    table.delete("id = 3")
+    assert plan(DeltaTable(uri).snapshot).with_dv.key_is_size
+    for path in DeltaTable(uri).file_uris():
+        original = pq.read_table(path)
+        pq.write_table(original.append_column("extra", pa.array([1] * original.num_rows)), path)
+    df = read_table(spark, uri)
+    with pytest.raises(Exception, match="not the one the log names"):
+        df.collect()
 
 
 def test_a_vacuumed_file_is_the_engines_error(spark, table_dir):
