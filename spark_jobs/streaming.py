@@ -112,6 +112,25 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             known=self._changes,
         )
 
+    def _changes_from(self, version: int, end: dict | None):
+        """Each commit from ``version`` on (up to ``end``) with the protocol and metadata in effect
+        after it. A range this reader has already walked (a micro-batch's ``partitions`` after its
+        ``latestOffset``) comes from memory: no second listing of the log per micro-batch."""
+        if end is not None:
+            # The commits before the (exclusive) end: none when it is inside the initial snapshot.
+            last = -1 if end.get("initialSnapshot") else int(end["version"]) - (0 if int(end["index"]) else 1)
+            wanted = range(version, last + 1)
+            if all(v in self._changes for v in wanted):
+                config = self._table_config()
+                for v in wanted:
+                    change = self._changes[v]
+                    config = (change.table_protocol or config[0], change.table_metadata)
+                    yield change, config
+                return
+        commits = self._commits(version)
+        for change in commits:
+            yield change, commits.config
+
     def _snapshot_files(self, version: int) -> pa.Table:
         from deltaplane.engine.snapshot import load_snapshot
         from deltaplane.engine.tail import FILE_COLUMNS
@@ -212,9 +231,8 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 yield position, sizes[i]
             version, index = version + 1, 0
             yield None, offset(table_id, version, 0, False)
-        commits = self._commits(version)
-        for change in commits:
-            v, self._config = change.version, commits.config
+        for change, config in self._changes_from(version, end):
+            v, self._config = change.version, config
             if end is not None and not _before(offset(table_id, v, 0, False), end):
                 return
             changes = self._follow(change)
