@@ -318,9 +318,9 @@ def plan(
     dv_rows = np.flatnonzero(has_dv)
     if len(dv_rows):
         words, offsets, counts = _bitmaps(snapshot, locations, dv_rows)
-        if len(words) > MAX_BITMAP_WORDS:
+        if words is None:
             result.reasons.append(
-                f"deletion vectors spanning {len(words) * 64:,} row positions (more than the "
+                f"deletion vectors spanning {int(counts.sum()) * 64:,} row positions (more than the "
                 f"{MAX_BITMAP_WORDS * 64:,} a native read ships to its tasks)"
             )
             return result
@@ -353,7 +353,8 @@ def _lookup(rows: np.ndarray, hadoop: list[str], sizes: np.ndarray, typed: dict[
 
 def _bitmaps(snapshot: Snapshot, locations: list[str], rows: np.ndarray):
     """One bitmap (int64 words, bit ``p % 64`` of word ``p // 64`` for deleted row ``p``) per file
-    with a deletion vector, concatenated; each file's word offset and word count."""
+    with a deletion vector, concatenated; each file's word offset and word count. The words are
+    ``None`` when they would exceed ``MAX_BITMAP_WORDS``."""
     dvs = snapshot.files.column("deletion_vector").take(pa.array(rows)).to_pylist()
 
     def read(i: int) -> np.ndarray:
@@ -384,6 +385,8 @@ def _bitmaps(snapshot: Snapshot, locations: list[str], rows: np.ndarray):
         deleted = [read(i) for i in range(len(rows))]
     counts = np.array([int(d[-1]) // 64 + 1 if len(d) else 0 for d in deleted], np.int64)
     offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    if counts.sum() > MAX_BITMAP_WORDS:
+        return None, offsets, counts
     words = np.zeros(int(counts.sum()), np.uint64)
     for d, offset in zip(deleted, offsets, strict=True):
         if len(d):

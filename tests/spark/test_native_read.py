@@ -404,6 +404,18 @@ def test_deletion_vectors_several_deletes_on_one_file(spark, table_dir):
     assert df.where("id >= 1000 AND id < 2000").count() == DeltaTable(uri).count("id >= 1000 AND id < 2000")
 
 
+def test_deletion_vectors_beyond_the_bitmap_limit_fall_back(spark, table_dir, monkeypatch):
+    uri = str(table_dir)
+    table = dv_table(uri, files=2, rows=1000)
+    table.delete("id = 999 OR id = 1500")
+    monkeypatch.setattr(native, "MAX_BITMAP_WORDS", 20)  # 16 + 8 words needed
+    reasons = plan(DeltaTable(uri).snapshot).reasons
+    assert len(reasons) == 1 and "1,536 row positions" in reasons[0]
+    df = read_table(spark, uri)
+    assert not is_native(df)
+    assert_reads_as_engine(df, uri)
+
+
 def test_files_without_a_deletion_vector_get_no_join(spark, table_dir):
     uri = str(table_dir)
     table = dv_table(uri)
