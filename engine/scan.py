@@ -63,6 +63,7 @@ from deltaplane.engine.variant import is_shredded, unshred
 
 _BATCH_ROWS = 128 * 1024
 _READ_WORKERS = max(2, min(8, (os.cpu_count() or 2) * 2))
+_LATE_ROWS = 1 << 16  # rows of a file's selected row groups from which late columns are read apart
 _REMOTE_READ_WORKERS = 32  # an object store's latency, not the CPU, bounds a read of many files
 
 
@@ -431,12 +432,16 @@ class Scan:
         sizes = np.array([metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
         starts = np.concatenate([[0], np.cumsum(sizes)])
         positions = np.concatenate([np.arange(starts[g], starts[g + 1]) for g in groups])
-        table = self._read_row_groups(pf, plan, groups, self._predicate_fields, len(positions))
+        # Late materialization pays off on large groups; a small file's columns are read at once
+        # (a second read per file would cost more than decoding a few rows it discards).
+        late = bool(self._other_fields) and len(positions) >= _LATE_ROWS
+        first = self._predicate_fields if late else self._predicate_fields + self._other_fields
+        table = self._read_row_groups(pf, plan, groups, first, len(positions))
         self._count(rows=len(positions))
         if deleted is not None:
             keep = keep_mask(int(starts[-1]), deleted)[positions]
             table, positions = table.filter(pa.array(keep)), positions[keep]
-        matched = self._conformed(table, plan, self._predicate_fields)
+        matched = self._conformed(table, plan, first)
         for name in self._partitions_needed:
             matched[name] = pa.repeat(plan.partition_values[name], table.num_rows)
         position_column = _unused_name(matched)
@@ -444,7 +449,7 @@ class Scan:
         full = self._apply_filter(pa.table(matched), plan)
         if not full.num_rows:
             return self.arrow_schema.empty_table()
-        if self._other_fields:
+        if late:
             hits = full.column(position_column).to_numpy()
             group_of = np.searchsorted(starts, hits, side="right") - 1
             wanted = np.unique(group_of)  # ascending, as the rows are

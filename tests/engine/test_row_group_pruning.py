@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deltaplane.engine import DeltaTable
+from deltaplane.engine import scan as scan_module
 
 ROWS = 60_000
 GROUP_ROWS = 5_000  # 12 row groups per file
@@ -106,7 +107,7 @@ def test_floats_and_unclustered_columns_are_read_whole_and_still_correct(grouped
         assert keys == _duckdb(grouped, where), where
 
 
-def test_batches_match_the_table(grouped):
+def test_batches_match_the_table(grouped, late_columns):
     table = DeltaTable(grouped)
     where = "k % 1000 = 3 AND k BETWEEN 10000 AND 90000"
     streamed = pa.Table.from_batches(list(table.to_batches(filter=where)))
@@ -118,7 +119,16 @@ def test_batches_match_the_table(grouped):
     assert streamed.sort_by("k").equals(whole.sort_by("k"))
 
 
-def test_late_columns_line_up_with_their_rows(grouped):
+@pytest.fixture(params=["late", "at once"])
+def late_columns(request, monkeypatch):
+    """Both ways of reading the other columns: after the filter (forced here; by default only
+    for large row groups) and together with the filter's columns."""
+    if request.param == "late":
+        monkeypatch.setattr(scan_module, "_LATE_ROWS", 0)
+    return request.param
+
+
+def test_late_columns_line_up_with_their_rows(grouped, late_columns):
     """The columns read after the filter must belong to the rows the filter kept."""
     table = DeltaTable(grouped)
     where = "r < 5 OR k IN (5, 64999, 65000, 119999)"
@@ -131,7 +141,7 @@ def test_late_columns_line_up_with_their_rows(grouped):
         assert ours.column(name).to_pylist() == reference.column(name).to_pylist(), name
 
 
-def test_deletion_vectors_apply_within_the_groups_read(tmp_path):
+def test_deletion_vectors_apply_within_the_groups_read(tmp_path, late_columns):
     path = str(tmp_path / "t")
     write_deltalake(path, _data(0, ROWS), writer_properties=WriterProperties(max_row_group_size=GROUP_ROWS))
     table = DeltaTable(path)
