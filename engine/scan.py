@@ -513,26 +513,7 @@ class Scan:
     def _deleted_rows(self, plan: _FilePlan, physical_rows: int) -> np.ndarray | None:
         if plan.deletion_vector is None:
             return None
-        dv = plan.deletion_vector
-        descriptor = DeletionVectorDescriptor(
-            storage_type=dv["storageType"],
-            path_or_inline_dv=dv["pathOrInlineDv"],
-            size_in_bytes=dv["sizeInBytes"],
-            cardinality=dv["cardinality"],
-            offset=dv.get("offset"),
-        )
-        try:
-            rows = read_deletion_vector(self.snapshot.store, descriptor, data_file=plan.location)
-        except CorruptDeletionVectorError as e:
-            if not isinstance(e.__cause__, ObjectNotFoundError):
-                raise
-            raise DataFileError(
-                f"deletion vector file {e.path} of data file {plan.location} of "
-                f"{self.snapshot.store.root} (version {self.snapshot.version}) is missing; it may have "
-                "been removed by VACUUM (versions older than the VACUUM retention cannot be read) "
-                "or deleted outside Delta",
-                e.path,
-            ) from e
+        rows = read_file_deletion_vector(self.snapshot, plan.deletion_vector, plan.location)
         if len(rows) and int(rows[-1]) >= physical_rows:
             raise CorruptDeletionVectorError(
                 f"the deletion vector of data file {plan.location} of {self.snapshot.store.root} "
@@ -626,6 +607,30 @@ class Scan:
             f"data file {plan.location} of {self.snapshot.store.root}",
         )
         return pa.table(dict(zip(self._lineage_names, (ids, versions), strict=True)))
+
+
+def read_file_deletion_vector(snapshot: Snapshot, dv: dict, location: str) -> np.ndarray:
+    """The deleted row positions of one live file (``dv``: its ``deletion_vector`` entry of the
+    live-file table); a deletion-vector file that is gone is a ``DataFileError`` naming both."""
+    descriptor = DeletionVectorDescriptor(
+        storage_type=dv["storageType"],
+        path_or_inline_dv=dv["pathOrInlineDv"],
+        size_in_bytes=dv["sizeInBytes"],
+        cardinality=dv["cardinality"],
+        offset=dv.get("offset"),
+    )
+    try:
+        return read_deletion_vector(snapshot.store, descriptor, data_file=location)
+    except CorruptDeletionVectorError as e:
+        if not isinstance(e.__cause__, ObjectNotFoundError):
+            raise
+        raise DataFileError(
+            f"deletion vector file {e.path} of data file {location} of "
+            f"{snapshot.store.root} (version {snapshot.version}) is missing; it may have "
+            "been removed by VACUUM (versions older than the VACUUM retention cannot be read) "
+            "or deleted outside Delta",
+            e.path,
+        ) from e
 
 
 def typed_partition_column(f: StructField, files: pa.Table, table_root: str) -> pa.Array:

@@ -47,12 +47,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltaplane.engine.actions import DeletionVectorDescriptor
-from deltaplane.engine.deletion_vectors import read_deletion_vector
-from deltaplane.engine.errors import CorruptDeletionVectorError, DataFileError, UnsupportedOperationError
+from deltaplane.engine.errors import DataFileError, UnsupportedOperationError
 from deltaplane.engine.log.replay import canonical_paths
 from deltaplane.engine.partitions import HIVE_NULL
-from deltaplane.engine.scan import typed_partition_column
+from deltaplane.engine.scan import read_file_deletion_vector, typed_partition_column
 from deltaplane.engine.schema import (
     ArrayType,
     DataType,
@@ -358,25 +356,7 @@ def _bitmaps(snapshot: Snapshot, locations: list[str], rows: np.ndarray):
     dvs = snapshot.files.column("deletion_vector").take(pa.array(rows)).to_pylist()
 
     def read(i: int) -> np.ndarray:
-        dv = dvs[i]
-        descriptor = DeletionVectorDescriptor(
-            storage_type=dv["storageType"],
-            path_or_inline_dv=dv["pathOrInlineDv"],
-            size_in_bytes=dv["sizeInBytes"],
-            cardinality=dv["cardinality"],
-            offset=dv.get("offset"),
-        )
-        location = locations[rows[i]]
-        try:
-            return read_deletion_vector(snapshot.store, descriptor, data_file=location)
-        except CorruptDeletionVectorError as e:
-            if e.__cause__ is None or "missing" not in str(e):
-                raise
-            raise DataFileError(
-                f"deletion vector file {e.path} of data file {location} of {snapshot.store.root} "
-                f"(version {snapshot.version}) is missing; it may have been removed by VACUUM",
-                e.path,
-            ) from e
+        return read_file_deletion_vector(snapshot, dvs[i], locations[rows[i]])
 
     if len(rows) > 1 and getattr(snapshot.store, "remote", True):
         with ThreadPoolExecutor(min(_DV_READERS, len(rows))) as pool:

@@ -11,7 +11,6 @@ filters pushed into Parquet, files without a deletion vector read with no join.
 from __future__ import annotations
 
 import contextlib
-import csv
 import datetime as dt
 import decimal
 import json
@@ -35,14 +34,12 @@ from deltaplane.engine.errors import (
 from deltaplane.spark_jobs import native
 from deltaplane.spark_jobs.native import fallback_reasons, plan, read_table
 from deltaplane.spark_jobs.types import spark_schema
-from tests.conftest import CONFORMANCE
+from tests.conformance.test_golden_tables import GOLDEN, MANIFEST, _entries, _root
 from tests.deltaspark.compare import arrow_rows, sorted_rows
 from tests.helpers import assert_same_rows
 
 pytestmark = pytest.mark.xdist_group("spark")
 
-GOLDEN = CONFORMANCE / "golden"
-MANIFEST = GOLDEN / "MANIFEST.tsv"
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "delta_spark_44"
 
 
@@ -89,18 +86,7 @@ def _without_nullability(t):
 # --- the corpora -----------------------------------------------------------------------------------
 
 
-def _golden() -> list:
-    if not MANIFEST.exists():
-        return [
-            pytest.param(None, marks=pytest.mark.skip(reason=f"conformance corpus not found at {GOLDEN}"))
-        ]
-    with open(MANIFEST) as f:
-        return [pytest.param(row, id=row["name"]) for row in csv.DictReader(f, delimiter="\t")]
-
-
-def _root(name: str) -> str:
-    path = GOLDEN / name / "delta"
-    return str(path if path.is_dir() else GOLDEN / name)
+_golden = _entries  # the conformance suite's own listing of the corpus
 
 
 @pytest.mark.conformance
