@@ -54,6 +54,7 @@ def source(tmp_path) -> Path:
     path = tmp_path / "source"
     for i in range(4):
         write_deltalake(str(path), DATA.slice(i * 3, 3), partition_by=["part"], mode="append")
+        time.sleep(0.003)  # commits in distinct milliseconds, so time travel has one answer
     return path
 
 
@@ -145,7 +146,12 @@ def test_file_lists_with_escaped_partition_values_match_deltalake(tmp_path):
 def test_load_as_version_matches_deltalake(source):
     theirs = deltalake.DeltaTable(str(source))
     ours = DeltaTable(str(source))
-    times = {h["version"]: h["timestamp"] for h in theirs.history()}
+    # Without in-commit timestamps both engines place a commit at its file's modification time
+    # (the protocol's rule), not at commitInfo.timestamp, which is taken before the file is
+    # written: a later commit's commitInfo can fall before its own file's mtime (CI saw it).
+    log = source / "_delta_log"
+    times = {v: (log / f"{v:020d}.json").stat().st_mtime_ns // 1_000_000 for v in range(4)}
+    assert all(times[v] < times[v + 1] for v in range(3)), times
     for target in (0, 2, 3):
         theirs.load_as_version(target)
         assert ours.load_as_version(target) is ours
