@@ -250,15 +250,11 @@ def _read_parquet(
                 for batch in _valid_batches(pf, name, [name]):
                     for value in batch.column(0).to_pylist():
                         out.add_non_file_action(cls.from_json(_to_python(value, column_type)))
-        for kind, wanted in (("add", _ADD_FIELDS), ("remove", _REMOVE_FIELDS)):
+        all_null = _all_null_leaves(pf.metadata) if file_actions else set()
+        for kind in ("add", "remove"):
             if kind not in names or not file_actions:
                 continue
-            kind_type = schema.field(kind).type
-            present = {kind_type.field(i).name for i in range(kind_type.num_fields)}
-            fields = [name for name in wanted if name in present]
-            # Typed stats are only needed where the JSON form was not written.
-            if kind == "add" and with_stats_parsed and "stats" not in present and "stats_parsed" in present:
-                fields.append("stats_parsed")
+            fields = _file_fields(schema, kind, with_stats_parsed, all_null)
             for rg in _row_groups_holding(pf, kind):
                 part = _read_fields(pf, rg, kind, fields, key)
                 if part is not None:
@@ -281,14 +277,87 @@ def _is_small(pf: pq.ParquetFile) -> bool:
     return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)) <= _SMALL_CHECKPOINT_BYTES
 
 
+def _all_null_leaves(md: pq.FileMetaData) -> set[str]:
+    """Leaf columns that row-group statistics show to be null in every row (none without
+    statistics). A leaf's null count is at most the row count unless the leaf is repeated, so
+    only non-repeated leaves and map keys (never null themselves) are asked about."""
+    groups = [md.row_group(rg) for rg in range(md.num_row_groups)]
+    groups = [g for g in groups if g.num_rows]
+    out = set()
+    for i in range(md.num_columns):
+        for g in groups:
+            stats = g.column(i).statistics
+            if stats is None or not stats.has_null_count or stats.null_count != g.num_rows:
+                break
+        else:
+            out.add(md.schema.column(i).path)
+    return out
+
+
+def _field_all_null(schema: pa.Schema, kind: str, name: str, all_null: set[str]) -> bool:
+    """Whether ``kind.name`` is null (or, for a map, empty) in every row: then the flat table's
+    null column stands for it exactly, and its leaves need not be decoded. ``path`` (the key)
+    and ``tags`` (an empty map is not a null one) are always read."""
+    if name in ("path", "tags"):
+        return False
+    typ = schema.field(kind).type.field(name).type
+    if pa.types.is_map(typ):
+        return f"{kind}.{name}.key_value.key" in all_null
+    if pa.types.is_struct(typ):
+        leaves = [f"{kind}.{name}.{typ.field(i).name}" for i in range(typ.num_fields)]
+        scalar = not any(pa.types.is_nested(typ.field(i).type) for i in range(typ.num_fields))
+        return scalar and all(leaf in all_null for leaf in leaves)
+    return not pa.types.is_nested(typ) and f"{kind}.{name}" in all_null
+
+
+def _file_fields(schema: pa.Schema, kind: str, with_stats_parsed: bool, all_null: set[str]) -> list[str]:
+    """The fields of ``kind`` (add or remove) that replay needs and that may hold a value."""
+    kind_type = schema.field(kind).type
+    present = {kind_type.field(i).name for i in range(kind_type.num_fields)}
+    wanted = _ADD_FIELDS if kind == "add" else _REMOVE_FIELDS
+    if "path" not in present:
+        all_null = set()  # a broken action: read what there is, for replay to reject
+    fields = [n for n in wanted if n in present and not _field_all_null(schema, kind, n, all_null)]
+    # Typed stats are only needed where the JSON form was not written.
+    if kind == "add" and with_stats_parsed and "stats" not in present and "stats_parsed" in present:
+        fields.append("stats_parsed")
+    return fields
+
+
+def _small_projection(
+    pf: pq.ParquetFile, *, non_file: bool, with_stats_parsed: bool, file_actions: bool
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Leaf paths to decode, and the add/remove fields among them.
+
+    Decoding costs per leaf column even for a dozen rows, so only the leaves replay uses are
+    read: not ``stats_parsed`` when the JSON stats are there, no action that statistics show
+    absent (a checkpoint without removes or txns), no field null throughout (no DVs, no row
+    tracking).
+    """
+    schema = pf.schema_arrow
+    all_null = _all_null_leaves(pf.metadata)
+    columns: list[str] = []
+    fields: dict[str, list[str]] = {}
+    for name in schema.names:
+        if _KEY_LEAF.get(name) in all_null:
+            continue
+        if non_file and name in _NON_FILE:
+            columns.append(name)
+        elif file_actions and name in ("add", "remove"):
+            fields[name] = _file_fields(schema, name, with_stats_parsed, all_null)
+            # (an action without even a path is read whole, for replay to reject)
+            columns.extend([f"{name}.{field}" for field in fields[name]] or [name])
+    return columns, fields
+
+
 def _read_small(
     pf: pq.ParquetFile, out: LogActions, *, non_file: bool, with_stats_parsed: bool, file_actions: bool
 ) -> None:
     """The whole checkpoint at once: the same actions as the streaming path."""
     schema = pf.schema_arrow
-    wanted = [
-        n for n in schema.names if (non_file and n in _NON_FILE) or (file_actions and n in ("add", "remove"))
-    ]
+    wanted, file_fields = _small_projection(
+        pf, non_file=non_file, with_stats_parsed=with_stats_parsed, file_actions=file_actions
+    )
     table = pf.read(columns=wanted, use_threads=False)
     if non_file:
         for name, cls in _NON_FILE.items():
@@ -301,18 +370,12 @@ def _read_small(
             for value in column.filter(column.is_valid()).to_pylist():
                 out.add_non_file_action(cls.from_json(_to_python(value, column_type)))
     parts = []
-    for kind, fields in (("add", _ADD_FIELDS), ("remove", _REMOVE_FIELDS)):
-        if kind not in table.column_names:
-            continue
+    for kind, names in file_fields.items():
         column = table.column(kind)
         if column.null_count == len(column):
             continue
         if column.null_count:
             column = column.filter(column.is_valid())
-        present = {column.type.field(i).name for i in range(column.type.num_fields)}
-        names = [name for name in fields if name in present]
-        if kind == "add" and with_stats_parsed and "stats" not in present and "stats_parsed" in present:
-            names.append("stats_parsed")
         children = {name: pc.struct_field(column, name) for name in names}
         part = flat_file_actions(children, len(column), kind == "add", out.source)
         if "stats_parsed" in children:
