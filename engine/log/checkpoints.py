@@ -239,7 +239,12 @@ def _read_parquet(
         names = set(schema.names)
         if _is_small(pf):
             _read_small(
-                pf, out, non_file=non_file, with_stats_parsed=with_stats_parsed, file_actions=file_actions
+                pf,
+                schema,
+                out,
+                non_file=non_file,
+                with_stats_parsed=with_stats_parsed,
+                file_actions=file_actions,
             )
             return out
         if non_file:
@@ -277,21 +282,36 @@ def _is_small(pf: pq.ParquetFile) -> bool:
     return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)) <= _SMALL_CHECKPOINT_BYTES
 
 
-def _all_null_leaves(md: pq.FileMetaData) -> set[str]:
-    """Leaf columns that row-group statistics show to be null in every row (none without
-    statistics). A leaf's null count is at most the row count unless the leaf is repeated, so
-    only non-repeated leaves and map keys (never null themselves) are asked about."""
-    groups = [md.row_group(rg) for rg in range(md.num_row_groups)]
-    groups = [g for g in groups if g.num_rows]
-    out = set()
+_ASKED = (*_KEY_LEAF.values(), "add.", "remove.")
+
+
+def _null_leaves_by_group(md: pq.FileMetaData) -> list[tuple[int, set[str]]]:
+    """Each non-empty row group with the leaf columns its statistics show to be null in every
+    row (none without statistics). A leaf's null count is at most the row count unless the leaf
+    is repeated, so only non-repeated leaves and map keys (never null themselves) are asked
+    about. Only action keys and add/remove fields are looked at (statistics objects cost
+    microseconds each)."""
+    groups = [(rg, md.row_group(rg)) for rg in range(md.num_row_groups)]
+    groups = [(rg, g) for rg, g in groups if g.num_rows]
+    out: list[tuple[int, set[str]]] = [(rg, set()) for rg, _ in groups]
     for i in range(md.num_columns):
-        for g in groups:
+        path = md.schema.column(i).path
+        if not path.startswith(_ASKED) or path.startswith("add.stats_parsed."):
+            continue
+        for (_, g), (_, nulls) in zip(groups, out, strict=True):
             stats = g.column(i).statistics
-            if stats is None or not stats.has_null_count or stats.null_count != g.num_rows:
-                break
-        else:
-            out.add(md.schema.column(i).path)
+            if stats is not None and stats.has_null_count and stats.null_count == g.num_rows:
+                nulls.add(path)
     return out
+
+
+def _all_null_leaves(md: pq.FileMetaData) -> set[str]:
+    """Leaf columns null in every row of the file, as far as row-group statistics tell."""
+    return _all_null(_null_leaves_by_group(md))
+
+
+def _all_null(by_group: list[tuple[int, set[str]]]) -> set[str]:
+    return set.intersection(*(nulls for _, nulls in by_group)) if by_group else set()
 
 
 def _field_all_null(schema: pa.Schema, kind: str, name: str, all_null: set[str]) -> bool:
@@ -324,64 +344,81 @@ def _file_fields(schema: pa.Schema, kind: str, with_stats_parsed: bool, all_null
     return fields
 
 
-def _small_projection(
-    pf: pq.ParquetFile, *, non_file: bool, with_stats_parsed: bool, file_actions: bool
-) -> tuple[list[str], dict[str, list[str]]]:
-    """Leaf paths to decode, and the add/remove fields among them.
+def _small_reads(
+    pf: pq.ParquetFile, schema: pa.Schema, *, non_file: bool, with_stats_parsed: bool, file_actions: bool
+) -> tuple[list[tuple[list[int], list[str]]], dict[str, list[str]]]:
+    """Runs of row groups with the leaf paths to decode in them, and the add/remove fields.
 
-    Decoding costs per leaf column even for a dozen rows, so only the leaves replay uses are
-    read: not ``stats_parsed`` when the JSON stats are there, no action that statistics show
-    absent (a checkpoint without removes or txns), no field null throughout (no DVs, no row
-    tracking).
+    Decoding costs per column chunk even for a dozen rows, so only what replay uses is read:
+    not ``stats_parsed`` when the JSON stats are there, no field null throughout (no deletion
+    vectors, no row tracking), and in each row group only the actions its statistics show
+    present (a checkpoint whose protocol and metadata have a row group of their own reads the
+    file actions' leaves in the other row groups only; one without removes reads none).
     """
-    schema = pf.schema_arrow
-    all_null = _all_null_leaves(pf.metadata)
-    columns: list[str] = []
+    by_group = _null_leaves_by_group(pf.metadata)
+    all_null = _all_null(by_group)
     fields: dict[str, list[str]] = {}
+    projection: dict[str, list[str]] = {}
     for name in schema.names:
-        if _KEY_LEAF.get(name) in all_null:
-            continue
         if non_file and name in _NON_FILE:
-            columns.append(name)
+            projection[name] = [name]
         elif file_actions and name in ("add", "remove"):
             fields[name] = _file_fields(schema, name, with_stats_parsed, all_null)
             # (an action without even a path is read whole, for replay to reject)
-            columns.extend([f"{name}.{field}" for field in fields[name]] or [name])
-    return columns, fields
+            projection[name] = [f"{name}.{field}" for field in fields[name]] or [name]
+    reads: list[tuple[list[int], list[str]]] = []
+    for rg, nulls in by_group:
+        columns = [c for name, cs in projection.items() if _KEY_LEAF[name] not in nulls for c in cs]
+        if not columns:
+            continue
+        if reads and reads[-1][1] == columns and reads[-1][0][-1] == rg - 1:
+            reads[-1][0].append(rg)  # the same columns in the next row group: one read
+        else:
+            reads.append(([rg], columns))
+    return reads, fields
 
 
 def _read_small(
-    pf: pq.ParquetFile, out: LogActions, *, non_file: bool, with_stats_parsed: bool, file_actions: bool
+    pf: pq.ParquetFile,
+    schema: pa.Schema,
+    out: LogActions,
+    *,
+    non_file: bool,
+    with_stats_parsed: bool,
+    file_actions: bool,
 ) -> None:
-    """The whole checkpoint at once: the same actions as the streaming path."""
-    schema = pf.schema_arrow
-    wanted, file_fields = _small_projection(
-        pf, non_file=non_file, with_stats_parsed=with_stats_parsed, file_actions=file_actions
+    """The whole checkpoint in a call or two: the same actions, in the same order, as the
+    streaming path."""
+    reads, file_fields = _small_reads(
+        pf, schema, non_file=non_file, with_stats_parsed=with_stats_parsed, file_actions=file_actions
     )
-    table = pf.read(columns=wanted, use_threads=False)
+    pieces = [pf.read_row_groups(rgs, columns=columns, use_threads=False) for rgs, columns in reads]
     if non_file:
         for name, cls in _NON_FILE.items():
-            if name not in table.column_names:
-                continue
-            column = table.column(name)
-            if column.null_count == len(column):
-                continue
-            column_type = schema.field(name).type
-            for value in column.filter(column.is_valid()).to_pylist():
-                out.add_non_file_action(cls.from_json(_to_python(value, column_type)))
+            column_type = schema.field(name).type if name in schema.names else None
+            for column in _present(pieces, name):
+                for value in column.to_pylist():
+                    out.add_non_file_action(cls.from_json(_to_python(value, column_type)))
     parts = []
     for kind, names in file_fields.items():
-        column = table.column(kind)
+        for column in _present(pieces, kind):
+            children = {name: pc.struct_field(column, name) for name in names}
+            part = flat_file_actions(children, len(column), kind == "add", out.source)
+            if "stats_parsed" in children:
+                part = part.append_column("stats_parsed", children["stats_parsed"])
+            parts.append(part)
+    out.file_actions = concat_file_actions(parts) if parts else None
+
+
+def _present(pieces: list[pa.Table], name: str):
+    """The non-null values of column ``name`` in each piece that has any."""
+    for table in pieces:
+        if name not in table.column_names:
+            continue
+        column = table.column(name)
         if column.null_count == len(column):
             continue
-        if column.null_count:
-            column = column.filter(column.is_valid())
-        children = {name: pc.struct_field(column, name) for name in names}
-        part = flat_file_actions(children, len(column), kind == "add", out.source)
-        if "stats_parsed" in children:
-            part = part.append_column("stats_parsed", children["stats_parsed"])
-        parts.append(part)
-    out.file_actions = concat_file_actions(parts) if parts else None
+        yield column.filter(column.is_valid()) if column.null_count else column
 
 
 def _read_fields(pf: pq.ParquetFile, rg: int, kind: str, fields: list[str], source: str) -> pa.Table | None:

@@ -151,13 +151,14 @@ def write_checkpoint(store: LocalStore, version: int, actions: list[dict], **opt
     return data
 
 
-def damage(store: LocalStore, version: int, data: bytes, leaves: list[str]) -> None:
-    """Flip the last byte of each named leaf's column chunk (page data, under the page's CRC)."""
+def damage(store: LocalStore, version: int, data: bytes, leaves: list[str], row_groups=None) -> None:
+    """Flip the last byte of each named leaf's column chunk (page data, under the page's CRC)
+    in ``row_groups`` (all of them by default)."""
     md = pq.ParquetFile(io.BytesIO(data)).metadata
     broken = bytearray(data)
     paths = [md.schema.column(i).path for i in range(md.num_columns)]
     for leaf in leaves:
-        for rg in range(md.num_row_groups):
+        for rg in range(md.num_row_groups) if row_groups is None else row_groups:
             chunk = md.row_group(rg).column(paths.index(leaf))
             start = chunk.dictionary_page_offset or chunk.data_page_offset
             broken[start + chunk.total_compressed_size - 1] ^= 0xFF
@@ -197,6 +198,35 @@ def test_leaves_replay_does_not_use_are_not_decoded(root, store):
     damage(store, 3, data, ["add.size"])
     with pytest.raises(DeltaError, match="checkpoint"):
         DeltaTable(str(root))
+
+
+def test_each_row_group_decodes_only_the_actions_it_holds(root, store):
+    """Protocol and metadata in one row group, adds in two others, a remove and a txn in a
+    fourth: the leaves of an action are damaged in every row group that holds none of it, and
+    the snapshot is read whole, its files in checkpoint order."""
+    files = [data_file(store, f"part=a/{name}.parquet", [i]) for i, name in enumerate("abcd")]
+    actions = [
+        protocol(1, 2),
+        metadata(SCHEMA, ["part"]),
+        files[0],
+        files[1],
+        remove("part=a/old.parquet"),
+        {"txn": {"appId": "job", "version": 3, "lastUpdated": 1}},
+        files[2],
+        files[3],
+    ]
+    data = write_checkpoint(store, 3, actions, row_group_size=2, write_page_checksum=True)
+    assert pq.ParquetFile(io.BytesIO(data)).metadata.num_row_groups == 4
+    damage(store, 3, data, ["add.path", "add.stats"], [0, 2])
+    data = store.get(f"_delta_log/{3:020d}.checkpoint.parquet")
+    damage(store, 3, data, ["remove.path", "txn.appId"], [0, 1, 3])
+    data = store.get(f"_delta_log/{3:020d}.checkpoint.parquet")
+    damage(store, 3, data, ["metaData.schemaString", "protocol.minReaderVersion"], [1, 2, 3])
+    table = DeltaTable(str(root))
+    assert table.snapshot.files.column("path").to_pylist() == [f"part=a/{x}.parquet" for x in "abcd"]
+    assert table.snapshot.tombstones.column("path").to_pylist() == ["part=a/old.parquet"]
+    assert table.snapshot.app_transaction_version("job") == 3
+    assert rows(table.to_arrow(filter="id >= 2")) == [(2, "a"), (3, "a")]
 
 
 @pytest.mark.parametrize(
