@@ -2,7 +2,8 @@
 
 Stats JSON of a few files is parsed on the calling thread (a thread pool costs more to start
 than ten files take to parse); past one parse block the work is split across threads. Both
-sizes must give every file its own statistics, in order, with odd strings mixed in.
+sizes must give every file its own statistics, in order, with odd strings mixed in. A predicate
+text parsed before is not parsed again: its tree is immutable and shared.
 """
 
 from __future__ import annotations
@@ -12,8 +13,14 @@ import json
 import pyarrow as pa
 import pytest
 
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.errors import InvalidPredicateError
+from deltaplane.engine.expressions.parser import parse_predicate
+from deltaplane.engine.expressions.tree import Column
 from deltaplane.engine.schema import PrimitiveType
 from deltaplane.engine.stats import parse_file_stats
+from deltaplane.engine.storage import LocalStore
+from tests.logbuilder import simple_table
 
 LONG = PrimitiveType("long")
 STRING = PrimitiveType("string")
@@ -59,3 +66,44 @@ def test_every_file_gets_its_own_stats(files, padding):
     # The same table object again: nothing carried over from the first call.
     again = parse_file_stats(table, {("id",): LONG})
     assert again.max_values[("id",)].equals(out.max_values[("id",)])
+
+
+def _columns(expr) -> list:
+    out = [expr] if isinstance(expr, Column) else []
+    for child in expr.children():
+        out.extend(_columns(child))
+    return out
+
+
+def test_a_repeated_predicate_is_parsed_once_and_shared_unchanged(tmp_path):
+    """The same text twice is one parse; the shared tree is never bound in place, so tables
+    of different schemas (and the same table again) each read what the text says; bad text
+    fails every time with the same message."""
+    text = "id BETWEEN 4 AND 5 OR id = 0"
+    first = parse_predicate(text)
+    assert parse_predicate(text) is first
+    assert parse_predicate(" " + text) == first  # another text, the same tree
+
+    ints = tmp_path / "ints"
+    simple_table(LocalStore(str(ints)), versions=3, rows_per_file=3)  # ids 0..8 in three files
+    wide = tmp_path / "wide"
+    DeltaTable.create(str(wide), pa.schema([("id", pa.string()), ("x", pa.int32())]))
+    DeltaTable(str(wide)).append(pa.table({"id": ["4", "5", "7"], "x": pa.array([1, 2, 3], pa.int32())}))
+    table = DeltaTable(str(ints))
+    for _ in range(2):
+        assert sorted(table.to_arrow(filter=text).column("id").to_pylist()) == [0, 4, 5]
+        assert sorted(table.file_uris(filter=text)) == [str(ints / f"part-{v:05d}.parquet") for v in (0, 1)]
+        assert sorted(DeltaTable(str(wide)).to_arrow(filter="id = '5' OR x = 3").column("x").to_pylist()) == [
+            2,
+            3,
+        ]
+    assert parse_predicate(text) is first
+    assert all(column.dtype is None for column in _columns(first))
+
+    for bad in ("id IN ()", "id >", "id = 1; DROP TABLE t"):
+        messages = []
+        for _ in range(2):
+            with pytest.raises(InvalidPredicateError) as error:
+                parse_predicate(bad)
+            messages.append(str(error.value))
+        assert messages[0] == messages[1]
