@@ -360,6 +360,8 @@ def _small_reads(
     fields: dict[str, list[str]] = {}
     projection: dict[str, list[str]] = {}
     for name in schema.names:
+        if _KEY_LEAF.get(name) in all_null:
+            continue  # no row group holds this action
         if non_file and name in _NON_FILE:
             projection[name] = [name]
         elif file_actions and name in ("add", "remove"):
