@@ -131,16 +131,39 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         for change in commits:
             yield change, commits.config
 
-    def _snapshot_files(self, version: int) -> pa.Table:
+    def _snapshot(self, version: int | None) -> Snapshot:
+        """The snapshot at ``version`` (``None``: the latest), loaded once: the initial offset,
+        every batch's offsets and tasks read the same one. The first one loaded also gives the
+        table's protocol and metadata, so no second listing reads them."""
+        from deltaplane.engine.errors import TableNotFoundError
         from deltaplane.engine.snapshot import load_snapshot
+
+        snapshot = self._snapshots.get(version) if version is not None else None
+        if snapshot is None:
+            try:
+                snapshot = load_snapshot(self.store, version)
+            except TableNotFoundError:
+                raise StreamingSourceError(f"no Delta table at {self.options.uri}") from None
+            self._snapshots = {snapshot.version: snapshot}
+            if self._config is None:
+                self._config = (snapshot.protocol, snapshot.metadata)
+        return snapshot
+
+    def _snapshot_files(self, version: int) -> pa.Table:
         from deltaplane.engine.tail import FILE_COLUMNS
 
-        snapshot = self._snapshots.get(version)
-        if snapshot is None:
-            snapshot = load_snapshot(self.store, version)
-            self._snapshots = {version: snapshot}
-        files = snapshot.files.select(list(FILE_COLUMNS))
+        files = self._snapshot(version).files.select(list(FILE_COLUMNS))
         return files.sort_by("path") if files.num_rows else files
+
+    def _latest_version(self) -> int:
+        """The table's latest version, listed from its last checkpoint (not from version 0)."""
+        from deltaplane.engine.errors import TableNotFoundError
+        from deltaplane.engine.log.segment import build_log_segment
+
+        try:
+            return build_log_segment(self.store).version
+        except TableNotFoundError:
+            raise StreamingSourceError(f"no Delta table at {self.options.uri}") from None
 
     def _table_id(self) -> str:
         return self._table_config()[1].id
@@ -156,22 +179,21 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return dict(self._initial)
 
     def _compute_initial_offset(self) -> dict:
-        from deltaplane.engine.log.segment import list_log
-
-        latest = list_log(self.store, 0).max_version
-        if latest is None:
-            raise StreamingSourceError(f"no Delta table at {self.options.uri}")
+        if not self.options.starting_latest and self.options.starting_version is None:
+            # The table as it is (as of the availableNow cap when there is one), then what follows:
+            # one snapshot load, which the first batches' offsets and tasks reuse.
+            snapshot = self._snapshot(self._available_now)
+            return offset(self._table_id(), snapshot.version, 0, True)
+        latest = self._available_now if self._available_now is not None else self._latest_version()
         table_id = self._table_id()
         if self.options.starting_latest:
             return offset(table_id, latest + 1, 0, False)
-        if self.options.starting_version is not None:
-            if self.options.starting_version > latest:
-                raise StreamingSourceError(
-                    f"startingVersion {self.options.starting_version} is after the latest version "
-                    f"{latest} of {self.options.uri}"
-                )
-            return offset(table_id, self.options.starting_version, 0, False)
-        return offset(table_id, latest, 0, True)
+        if self.options.starting_version > latest:
+            raise StreamingSourceError(
+                f"startingVersion {self.options.starting_version} is after the latest version "
+                f"{latest} of {self.options.uri}"
+            )
+        return offset(table_id, self.options.starting_version, 0, False)
 
     def getDefaultReadLimit(self):
         if self.options.max_files is not None:
@@ -181,9 +203,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        from deltaplane.engine.log.segment import list_log
-
-        self._available_now = list_log(self.store, 0).max_version
+        self._available_now = self._latest_version()
         log.info("availableNow: reading %s up to version %s", self.options.uri, self._available_now)
 
     def latestOffset(self, start: dict, limit) -> dict:

@@ -4,8 +4,8 @@ A Delta schema string is Spark's own ``StructType`` JSON, so the conversion is a
 two adjustments: field metadata other than ``comment`` is dropped (column-mapping ids and
 physical names mean nothing to Spark), and geometry/geography columns, which the engine reads as
 WKB, are declared ``binary``. Spark rejects Arrow batches whose column order, types or
-nullability differ from the declared schema, so ``conform_batch`` rebuilds every batch
-against it (structs matched by field name, at every level).
+nullability differ from the declared schema, so ``conform_batch`` rebuilds every batch that
+differs against it (structs matched by field name, at every level); one already in shape passes.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def _nullable_type(t: pa.DataType) -> pa.DataType:
 
 def conform_batch(data: pa.RecordBatch | pa.Table, target: pa.Schema) -> pa.RecordBatch:
     """``data`` with exactly ``target``'s columns, types and nullability (by name)."""
+    if isinstance(data, pa.RecordBatch) and data.schema.equals(target, check_metadata=True):
+        return data  # already in shape (a scan's usual batch): nothing rebuilt
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
     arrays = [_conform(table.column(f.name).combine_chunks(), f.type) for f in target]
     return pa.RecordBatch.from_arrays(arrays, schema=target)

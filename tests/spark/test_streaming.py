@@ -332,3 +332,80 @@ def test_the_sink_assigns_identity_and_generated_values_in_every_micro_batch(spa
     assert len(set(keys)) == 15 and min(keys) >= 1
     mark = DeltaTable(dst).snapshot.schema.find("key").metadata["delta.identity.highWaterMark"]
     assert int(mark) == max(keys)
+
+
+class _ListingStore:
+    """A store that records every listing of ``_delta_log`` (where it starts) and passes the
+    calls on to the real one."""
+
+    def __init__(self, store):
+        self._store = store
+        self.listings: list[str | None] = []
+
+    def list(self, prefix, *, start_after=None, recursive=False):
+        if prefix.startswith("_delta_log"):
+            self.listings.append(start_after)
+        return self._store.list(prefix, start_after=start_after, recursive=recursive)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def test_a_query_start_lists_the_log_from_its_checkpoint_and_loads_the_snapshot_once(tmp_path):
+    """Starting an availableNow query (the cap, the initial offset, the first batch's offset and
+    its tasks) used to list ``_delta_log`` four times, twice from version 0 (every commit file of
+    a long log, page by page on an object store). Now: from the last checkpoint, twice at most
+    (the cap, then the one snapshot every step reuses), and the offsets are the same."""
+    from pyspark.sql.streaming.datasource import ReadMaxFiles
+
+    from deltaplane.engine.storage import open_store
+    from deltaplane.spark_jobs.options import StreamOptions
+    from deltaplane.spark_jobs.streaming import DeltaplaneStreamReader
+    from deltaplane.spark_jobs.types import spark_schema
+
+    src = str(tmp_path / "src")
+    write_table(src, rows(0, 3))
+    for i in range(11):  # versions 1..11: a checkpoint at 10 (the default interval)
+        write_table(src, rows(10 * (i + 1), 3), mode="append")
+    assert (tmp_path / "src" / "_delta_log" / "00000000000000000010.checkpoint.parquet").exists()
+    schema = spark_schema(DeltaTable(src).snapshot.schema)
+    reader = DeltaplaneStreamReader(StreamOptions.parse({"path": src}), schema)
+    store = reader._store = _ListingStore(open_store(src))
+    reader.prepareForTriggerAvailableNow()
+    first = reader.initialOffset()
+    table_id = DeltaTable(src).metadata.id
+    assert first == {"tableId": table_id, "version": 11, "index": 0, "initialSnapshot": True}
+    end = reader.latestOffset(first, ReadMaxFiles(5))
+    assert end == {**first, "index": 5}
+    (task,) = reader.partitions(first, end)
+    assert task.files.num_files == 5
+    assert None not in store.listings, store.listings  # nothing listed from version 0
+    assert len(store.listings) <= 2, store.listings
+    # The rest of the snapshot, then nothing: the cap is version 11.
+    end2 = reader.latestOffset(end, ReadMaxFiles(100))
+    assert end2 == offset_after(first, 12)
+    assert sum(p.files.num_files for p in reader.partitions(end, end2)) == 7
+    reader.commit(end2)
+    assert reader.latestOffset(end2, ReadMaxFiles(100)) == end2
+
+
+def offset_after(start: dict, version: int) -> dict:
+    return {**start, "version": version, "index": 0, "initialSnapshot": False}
+
+
+def test_a_batch_already_in_the_declared_schema_is_handed_on_as_it_is():
+    """Every batch a read task yields passes ``conform_batch``: one that already has the
+    declared types and nullability is no longer rebuilt column by column; one that differs still
+    is, to exactly the declared schema."""
+    from deltaplane.spark_jobs.types import conform_batch
+
+    target = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
+    batch = pa.record_batch([pa.array([1, 2], pa.int64()), pa.array(["a", None])], schema=target)
+    assert conform_batch(batch, target) is batch
+    other = pa.record_batch(
+        [pa.array(["b"]), pa.array([3], pa.int32())],
+        schema=pa.schema([pa.field("name", pa.large_string()), pa.field("id", pa.int32(), nullable=False)]),
+    )
+    shaped = conform_batch(other, target)
+    assert shaped.schema.equals(target, check_metadata=True)
+    assert shaped.to_pylist() == [{"id": 3, "name": "b"}]
