@@ -122,6 +122,17 @@ def parse_file_stats(
 
 
 _JSON_BLOCK = 1 << 24
+# Up to this many files, stats JSON is parsed by json.loads (decimals excepted: json.loads
+# reads them as floats, pyarrow.json exactly from the text).
+_PYTHON_JSON_FILES = 64
+
+
+def _has_decimal(typ) -> bool:
+    if isinstance(typ, pa.Schema):
+        return any(_has_decimal(f.type) for f in typ)
+    if pa.types.is_struct(typ):
+        return any(_has_decimal(typ.field(i).type) for i in range(typ.num_fields))
+    return pa.types.is_decimal(typ)
 
 
 def _parse_json_column(stats: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> pa.Table:
@@ -137,6 +148,11 @@ def _parse_json_column(stats: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> 
     lines = pc.binary_join_element_wise(text, "", "\n").cast(pa.large_string())
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + n + 1]
     data = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
+    if n <= _PYTHON_JSON_FILES and not _has_decimal(schema):
+        # A few files: json.loads on this thread. pyarrow.json hands its input to a thread
+        # even when told not to use threads, and on a busy machine that wait (~1-2 ms) is
+        # most of a filtered plan. Same values: where pyarrow.json fails it comes here too.
+        return _parse_json_slowly(text.to_pylist(), schema)
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     try:
         table = pj.read_json(
@@ -179,6 +195,10 @@ def _column_from_objs(values: list, typ: pa.DataType) -> pa.Array:
                 )
             )
         return pa.StructArray.from_arrays(children, fields=list(typ))
+    try:
+        return pa.array(values, typ)  # all convertible: what the loop below gives, at once
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        pass
     out = []
     for v in values:
         try:

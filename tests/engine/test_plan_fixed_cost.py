@@ -1,14 +1,16 @@
 """Planning a filtered read: the per-call work that does not depend on the table's size.
 
-Stats JSON of a few files is parsed on the calling thread (a thread pool costs more to start
-than ten files take to parse); past one parse block the work is split across threads. Both
-sizes must give every file its own statistics, in order, with odd strings mixed in. A predicate
+Stats JSON of a few files is parsed by json.loads on the calling thread (pyarrow.json's
+hand-offs cost more than ten files take to parse); more files go to pyarrow.json, on one thread
+up to one parse block and split across threads past it. Every size must give every file its own
+statistics, in order, with odd strings mixed in, and the same values. A predicate
 text parsed before is not parsed again: its tree is immutable and shared.
 """
 
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -17,7 +19,7 @@ from deltaplane.engine import DeltaTable
 from deltaplane.engine.errors import InvalidPredicateError
 from deltaplane.engine.expressions.parser import parse_predicate
 from deltaplane.engine.expressions.tree import Column
-from deltaplane.engine.schema import PrimitiveType
+from deltaplane.engine.schema import DecimalType, PrimitiveType
 from deltaplane.engine.stats import parse_file_stats
 from deltaplane.engine.storage import LocalStore
 from tests.logbuilder import simple_table
@@ -45,12 +47,12 @@ def _stats(i: int, padding: int) -> str | None:
 
 @pytest.mark.parametrize(
     ("files", "padding"),
-    [(10, 0), (12_000, 2000)],
-    ids=["ten-files-one-thread", "over-one-parse-block"],
+    [(10, 0), (100, 0), (12_000, 2000)],
+    ids=["ten-files-in-python", "a-hundred-files-one-block", "over-one-parse-block"],
 )
 def test_every_file_gets_its_own_stats(files, padding):
     texts = [_stats(i, padding) for i in range(files)]
-    assert (sum(len(t or "") for t in texts) > 1 << 24) == (files > 10)
+    assert (sum(len(t or "") for t in texts) > 1 << 24) == (files > 100)
     table = pa.table({"stats": pa.array(texts, pa.string())})
     out = parse_file_stats(table, {("id",): LONG, ("name",): STRING})
 
@@ -107,3 +109,42 @@ def test_a_repeated_predicate_is_parsed_once_and_shared_unchanged(tmp_path):
                 parse_predicate(bad)
             messages.append(str(error.value))
         assert messages[0] == messages[1]
+
+
+def _odd(i: int) -> str:
+    kind = i % 5
+    if kind == 0:
+        bounds = f'"minValues": {{"id": {i}, "score": 2}}, "maxValues": {{"id": {i + 3}, "score": 2.5}}'
+        return f'{{"numRecords": 4, {bounds}, "nullCount": {{"id": 0, "score": 1}}}}'
+    if kind == 1:
+        return '{"numRecords": 4, "minValues": null}'
+    if kind == 2:  # a string where a long belongs: that bound is unknown
+        return f'{{"numRecords": 4, "minValues": {{"id": "{i}"}}, "maxValues": {{"id": {i + 3}}}}}'
+    if kind == 3:  # cut short: nothing is known
+        return f'{{"numRecords": 4, "minValues": {{"id": {i}}}'
+    bounds = f'"minValues": {{"id": {i}, "extra": [1, {{"a": 2}}]}}, "maxValues": {{"id": {i}}}'
+    return f'{{"numRecords": 4, "tightBounds": false, {bounds}}}'
+
+
+@pytest.mark.parametrize("files", [10, 100], ids=["parsed-in-python", "parsed-by-pyarrow"])
+def test_odd_stats_are_unknown_and_the_rest_exact(files):
+    table = pa.table({"stats": pa.array([_odd(i) for i in range(files)], pa.string())})
+    out = parse_file_stats(table, {("id",): LONG, ("score",): PrimitiveType("double")})
+    kinds = [i % 5 for i in range(files)]
+    assert out.num_records.to_pylist() == [None if k == 3 else 4 for k in kinds]
+    assert out.tight_bounds.to_pylist() == [False if k == 4 else None for k in kinds]
+    expected_min = [i if k in (0, 4) else None for i, k in enumerate(kinds)]
+    assert out.min_values[("id",)].to_pylist() == expected_min
+    expected_max = [{0: i + 3, 2: i + 3, 4: i}.get(k) for i, k in enumerate(kinds)]
+    assert out.max_values[("id",)].to_pylist() == expected_max
+    assert out.min_values[("score",)].to_pylist() == [2.0 if k == 0 else None for k in kinds]
+    assert out.max_values[("score",)].to_pylist() == [2.5 if k == 0 else None for k in kinds]
+    assert out.null_count[("score",)].to_pylist() == [1 if k == 0 else None for k in kinds]
+
+
+def test_decimal_stats_stay_exact():
+    """Decimal bounds are read from the JSON text itself, never through a float."""
+    texts = ['{"numRecords": 1, "minValues": {"p": 0.10}, "maxValues": {"p": 12345678.99}}'] * 3
+    out = parse_file_stats(pa.table({"stats": texts}), {("p",): DecimalType(10, 2)})
+    assert out.min_values[("p",)].to_pylist() == [Decimal("0.10")] * 3
+    assert out.max_values[("p",)].to_pylist() == [Decimal("12345678.99")] * 3
