@@ -310,3 +310,19 @@ def test_fields_null_throughout_arrive_as_nulls_of_their_type(root, store, optio
     (live,) = table.snapshot.files.to_pylist()
     assert (live["path"], live["deletion_vector"], live["base_row_id"]) == ("part=b/b.parquet", DV, 5)
     assert table.snapshot.tombstones.column("path").to_pylist() == ["part=a/a.parquet"]
+
+
+@pytest.mark.parametrize("adds", [3, 100], ids=["few-rows", "many-rows"])
+def test_non_file_actions_among_many_file_actions(root, store, adds):
+    """Txns and domains in the row group that holds the adds, their rows mostly null: each
+    comes out once, whatever the row count."""
+    files = [add(f"part=a/{i}.parquet", {"part": "a"}, size=i + 1) for i in range(adds)]
+    txns = [{"txn": {"appId": f"app{i}", "version": i, "lastUpdated": 1}} for i in range(3)]
+    domain = {"domainMetadata": {"domain": "app.x", "configuration": "{}", "removed": False}}
+    actions = [protocol(1, 2), *files[:1], *txns[:2], metadata(SCHEMA, ["part"]), *files[1:], domain, txns[2]]
+    write_checkpoint(store, 3, actions)
+    snap = DeltaTable(str(root)).snapshot
+    assert sorted(snap.files.column("size").to_pylist()) == list(range(1, adds + 1))
+    assert {app: snap.app_transaction_version(app) for app in snap.txns} == {"app0": 0, "app1": 1, "app2": 2}
+    assert sorted(snap.domains) == ["app.x"]
+    assert snap.metadata.partition_columns == ["part"]
