@@ -16,6 +16,7 @@ bounded memory.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from deltaplane.engine.actions import DeletionVectorDescriptor
@@ -59,6 +62,7 @@ from deltaplane.engine.schema import (
 from deltaplane.engine.snapshot import Snapshot
 from deltaplane.engine.stats import FileStats, parse_file_stats, stats_supported
 from deltaplane.engine.storage import resolve_location
+from deltaplane.engine.storage.local import LocalStore
 from deltaplane.engine.variant import is_shredded, unshred
 
 _BATCH_ROWS = 128 * 1024
@@ -288,6 +292,10 @@ class Scan:
         return bool(self._predicate_fields) and self._lineage_names is None
 
     def to_table(self) -> pa.Table:
+        if not self._by_row_group and self.files.num_rows:
+            table = self._read_dataset()
+            if table is not None:
+                return table
         plans = self._plans()
         if not plans:
             return self.arrow_schema.empty_table()
@@ -297,9 +305,172 @@ class Scan:
         else:
             with ThreadPoolExecutor(min(self._workers, len(plans))) as pool:
                 tables = list(pool.map(read, plans))
+        if not self.arrow_schema:  # concat_tables drops the rows of tables without columns
+            return pa.table({"rows": pa.nulls(sum(t.num_rows for t in tables))}).select([])
         tables = [t for t in tables if t.num_rows] or [self.arrow_schema.empty_table()]
         # One chunk per file: no second copy of the result just to make it contiguous.
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+    # --- whole local files through Arrow's dataset scanner -----------------------------------
+
+    def _read_dataset(self) -> pa.Table | None:
+        """The scan read by Arrow's dataset scanner (C++ read-ahead and decoding across files, no
+        Python work per file), or ``None`` where the engine's per-file path is needed.
+
+        It applies to local files read whole (no data-column filter, no row ids), without column
+        mapping by id. Every file's columns are checked against the table's types after the
+        scan (the footers are then cached): a file that would need the engine's conformance (a
+        widened type, INT96 or millisecond timestamps, a column name in another case, nested
+        physical names) is read again on the engine's path and its rows replace the scanner's.
+        Deletion vectors become one mask over the whole result; partition values are repeated
+        from the log by each file's row count.
+        """
+        if not isinstance(self.snapshot.store, LocalStore) or self._lineage_names is not None:
+            return None
+        if self.mode == "id":
+            return None
+        expected = self._physical_read_schema()
+        uris = self.file_uris()
+        if any(not u.startswith("/") for u in uris):
+            return None  # a location on another filesystem
+        fmt = _dataset_format()
+        filesystem = _local_filesystem()
+        try:
+            fragments = [fmt.make_fragment(u, filesystem=filesystem) for u in uris]
+            if not self._plain_file(fragments[0].physical_schema, expected):
+                return None  # the table's files need conforming: no scan twice
+            dataset = ds.FileSystemDataset(fragments, expected, fmt, filesystem)
+            raw = dataset.to_table(columns=expected.names, use_threads=True)
+            counts = np.fromiter((f.metadata.num_rows for f in fragments), np.int64, len(fragments))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
+            return None  # the engine's path names the file and the cause
+        if int(counts.sum()) != raw.num_rows:
+            return None
+        redo = self._files_to_conform(fragments, expected)
+        if redo and self._filter_expr is not None:
+            return None  # filtered rows no longer line up with files: the engine's path reads all
+        self._count(files=len(fragments), rows=raw.num_rows)
+        full = self._dataset_columns(raw, counts)
+        kept = counts
+        keep, deleted = self._dataset_keep_mask(counts)
+        if keep is not None:
+            full = self._filter_rows(full, keep)
+            kept = counts - deleted
+        if self._filter_expr is not None:  # a filter on partition columns only
+            full = self._apply_filter_all(full)
+        out = self._output(full)
+        return self._splice(out, kept, redo) if redo else out
+
+    def _physical_read_schema(self) -> pa.Schema:
+        """The file columns this scan reads, under their physical names, as the table's types."""
+        return pa.schema(
+            [
+                pa.field(f.physical_name if self.mode == "name" else f.name, to_arrow_type(f.type))
+                for f in self._read_fields
+            ]
+        )
+
+    def _plain_file(self, schema: pa.Schema, expected: pa.Schema) -> bool:
+        """Whether a file with ``schema`` reads as the table's columns with no conforming."""
+        for f, want in zip(self._read_fields, expected, strict=True):
+            match = _match_field(schema, f, self.mode)
+            if match is not None and (match.name != want.name or match.type != want.type):
+                return False
+            if match is None and self.mode == "name" and not isinstance(f.type, PrimitiveType):
+                return False
+        # A file that also holds a partition column: the log's value is the row's.
+        return all(name not in schema.names for name in self._partition_fields)
+
+    def _files_to_conform(self, fragments: list, expected: pa.Schema) -> list[int]:
+        bad, seen = [], None
+        for i, fragment in enumerate(fragments):
+            schema = fragment.physical_schema
+            if seen is not None and schema.equals(seen):
+                continue
+            if self._plain_file(schema, expected):
+                seen = schema
+            else:
+                bad.append(i)
+        return bad
+
+    def _dataset_columns(self, raw: pa.Table, counts: np.ndarray) -> pa.Table:
+        """Every needed column by logical name: the files' columns, then partition values."""
+        columns_out = {f.name: raw.column(i) for i, f in enumerate(self._read_fields)}
+        if self._partitions_needed:
+            owner = np.repeat(np.arange(len(counts)), counts)
+            for name in self._partitions_needed:
+                values = self._typed_partition_column(name, self.files)
+                columns_out[name] = values.take(owner)
+        return pa.table(columns_out) if columns_out else pa.table({"__rows": pa.nulls(raw.num_rows)})
+
+    def _dataset_keep_mask(self, counts: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """One keep-mask over every file's rows (``None`` when no file has a deletion vector) and
+        the rows each file loses to it."""
+        deleted = np.zeros(len(counts), dtype=np.int64)
+        dvs = self.files.column("deletion_vector")
+        if dvs.null_count == len(dvs):
+            return None, deleted
+        starts = _starts(counts)
+        keep = np.ones(int(counts.sum()), dtype=bool)
+        with_dv = np.flatnonzero(dvs.is_valid().to_numpy(zero_copy_only=False))
+        root = self.snapshot.store.root
+        paths = self.files.column("path").take(pa.array(with_dv)).to_pylist()
+        descriptors = dvs.take(pa.array(with_dv)).to_pylist()
+
+        def mark(j: int) -> None:
+            i = int(with_dv[j])
+            plan = _FilePlan(canonical_path(paths[j], root), descriptors[j], {})
+            rows = self._deleted_rows(plan, int(counts[i]))
+            keep[starts[i] + rows.astype(np.int64, copy=False)] = False
+            deleted[i] = len(rows)
+
+        if len(with_dv) == 1:
+            mark(0)
+        else:
+            with ThreadPoolExecutor(min(self._workers, len(with_dv))) as pool:
+                list(pool.map(mark, range(len(with_dv))))
+        return keep, deleted
+
+    def _filter_rows(self, table: pa.Table, keep: np.ndarray) -> pa.Table:
+        """``table``'s rows where ``keep``, batch by batch on the pool (one filter over a whole
+        table runs on one core, and costs more per row than many small ones)."""
+        batches = table.to_batches()
+        starts = _starts(np.array([b.num_rows for b in batches], dtype=np.int64))
+
+        def kept(i: int) -> pa.RecordBatch:
+            batch = batches[i]
+            mask = keep[starts[i] : starts[i] + batch.num_rows]
+            return batch if mask.all() else batch.filter(pa.array(mask))
+
+        if len(batches) <= 1:
+            return table.filter(pa.array(keep))
+        with ThreadPoolExecutor(min(self._workers, len(batches))) as pool:
+            return pa.Table.from_batches(list(pool.map(kept, range(len(batches)))), schema=table.schema)
+
+    def _apply_filter_all(self, table: pa.Table) -> pa.Table:
+        try:
+            return table.filter(self._filter_expr)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise evaluation_error(self.predicate, e, f"the files of {self.snapshot.store.root}") from None
+
+    def _splice(self, out: pa.Table, kept: np.ndarray, redo: list[int]) -> pa.Table:
+        """``out`` with the rows of files ``redo`` replaced by the engine's reading of them."""
+        plans = self._plans()
+        with ThreadPoolExecutor(min(self._workers, len(redo))) as pool:
+            tables = pool.map(lambda i: self._read_whole(plans[i], count=False), redo)
+            again = dict(zip(redo, tables, strict=True))
+        starts = _starts(kept)
+        pieces, begin = [], 0
+        for i in redo:
+            if starts[i] > begin:
+                pieces.append(out.slice(begin, int(starts[i]) - begin))
+            pieces.append(again[i])
+            begin = int(starts[i] + kept[i])
+        if begin < out.num_rows:
+            pieces.append(out.slice(begin))
+        if not self.arrow_schema:  # concat_tables drops the rows of tables without columns
+            return pa.table({"rows": pa.nulls(sum(t.num_rows for t in pieces))}).select([])
+        return pa.concat_tables(pieces)
 
     def to_batches(self, batch_size: int = _BATCH_ROWS) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.arrow_schema, self._iter_batches(batch_size))
@@ -388,7 +559,9 @@ class Scan:
             table = table.drop_columns(list(self._lineage_names))
         return FileRows(table, positions.astype(np.int64), physical_rows, deleted, lineage)
 
-    def _read_whole(self, plan: _FilePlan, *, pf: pq.ParquetFile | None = None, deleted=False) -> pa.Table:
+    def _read_whole(
+        self, plan: _FilePlan, *, pf: pq.ParquetFile | None = None, deleted=False, count: bool = True
+    ) -> pa.Table:
         pf = pf if pf is not None else self._open(plan)
         names = self._file_columns(pf)
         try:
@@ -398,9 +571,10 @@ class Scan:
                 table = pa.table({"__rows": pa.nulls(pf.metadata.num_rows)})
         except (pa.ArrowInvalid, OSError) as e:
             raise self._unreadable(plan, e) from e
-        self._count(files=1, rows=table.num_rows)
+        if count:
+            self._count(files=1, rows=table.num_rows)
         if deleted is False:
-            deleted = self._deleted_rows(plan, pf.metadata.num_rows)
+            deleted = self._deleted_rows(plan, pf.metadata.num_rows, count=count)
         mask = keep_mask(table.num_rows, deleted) if deleted is not None else None
         return self._finish(table, plan, mask)
 
@@ -510,7 +684,7 @@ class Scan:
             why = "is not readable Parquet"
         return DataFileError(f"{where} {why}: {error}", plan.location)
 
-    def _deleted_rows(self, plan: _FilePlan, physical_rows: int) -> np.ndarray | None:
+    def _deleted_rows(self, plan: _FilePlan, physical_rows: int, *, count: bool = True) -> np.ndarray | None:
         if plan.deletion_vector is None:
             return None
         rows = read_file_deletion_vector(self.snapshot, plan.deletion_vector, plan.location)
@@ -521,7 +695,8 @@ class Scan:
                 f"{physical_rows} rows: the deletion vector does not belong to this file",
                 plan.location,
             )
-        self._count(deleted=len(rows))
+        if count:
+            self._count(deleted=len(rows))
         return rows
 
     def _file_columns(self, pf: pq.ParquetFile, fields: list[StructField] | None = None) -> list[str]:
@@ -558,6 +733,8 @@ class Scan:
 
     def _output(self, full: pa.Table) -> pa.Table:
         """``full`` (every needed column under its logical name) projected to the scan's schema."""
+        if not self.arrow_schema:
+            return full.select([])  # no columns, but the rows still count
         extra = [full.column(name) for name in self._lineage_names or ()]
         return pa.Table.from_arrays(
             [_as_type(full.column(f.name), to_arrow_type(f.type)) for f in self.output_fields] + extra,
@@ -607,6 +784,28 @@ class Scan:
             f"data file {plan.location} of {self.snapshot.store.root}",
         )
         return pa.table(dict(zip(self._lineage_names, (ids, versions), strict=True)))
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    """Where each of consecutive runs of ``counts`` rows begins."""
+    starts = np.zeros(len(counts), dtype=np.int64)
+    if len(counts) > 1:
+        np.cumsum(counts[:-1], out=starts[1:])
+    return starts
+
+
+@functools.cache
+def _dataset_format() -> ds.ParquetFileFormat:
+    # As the engine opens a file: INT96 as microseconds, and pages written with a CRC checked.
+    return ds.ParquetFileFormat(
+        read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"),
+        default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True),
+    )
+
+
+@functools.cache
+def _local_filesystem() -> pafs.LocalFileSystem:
+    return pafs.LocalFileSystem()
 
 
 def read_file_deletion_vector(snapshot: Snapshot, dv: dict, location: str) -> np.ndarray:

@@ -1,0 +1,221 @@
+"""Whole-file reads of local tables go through Arrow's dataset scanner (engine/scan.py
+``_read_dataset``); files that need the engine's conformance are read again on the engine's path
+and spliced in at their place. Logs are built by hand, so every expected row is stated here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.deletion_vectors import serialize_bitmap, z85_encode
+from deltaplane.engine.errors import DataFileError
+from deltaplane.engine.scan import Scan, ScanBuilder
+from deltaplane.engine.snapshot import load_snapshot
+from deltaplane.engine.storage.local import LocalStore
+from tests.logbuilder import add, metadata, protocol, write_commit
+
+SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "name", "type": "string", "nullable": True, "metadata": {}},
+        {"name": "p", "type": "string", "nullable": True, "metadata": {}},
+    ],
+}
+DV_FEATURES = ["deletionVectors"]
+
+
+def inline_dv(rows: list[int]) -> dict:
+    bitmap = serialize_bitmap(rows)
+    return {
+        "storageType": "i",
+        "pathOrInlineDv": z85_encode(bitmap),
+        "sizeInBytes": len(bitmap),
+        "cardinality": len(rows),
+    }
+
+
+def parquet(root, name: str, table: pa.Table, **options) -> str:
+    pq.write_table(table, os.path.join(root, name), **options)
+    return name
+
+
+@pytest.fixture
+def whole_file_reads(monkeypatch):
+    """Which files the engine's own whole-file path read (the real method runs)."""
+    seen: list[str] = []
+    original = Scan._read_whole
+
+    def spy(self, plan, **kwargs):
+        seen.append(plan.location)
+        return original(self, plan, **kwargs)
+
+    monkeypatch.setattr(Scan, "_read_whole", spy)
+    return seen
+
+
+def mixed_table(root) -> LocalStore:
+    """Six files in this order: plain; an int column from before a widening (with a DV); plain;
+    upper-case column names (Spark matches them); plain with a DV; no rows at all."""
+    ids, names = pa.int64(), pa.string()
+    files = [
+        parquet(root, "a.parquet", pa.table({"id": pa.array([0, 1, 2], ids), "name": ["a0", "a1", "a2"]})),
+        parquet(root, "b.parquet", pa.table({"id": pa.array([3, 4], pa.int32()), "name": ["b3", "b4"]})),
+        parquet(root, "c.parquet", pa.table({"id": pa.array([5], ids), "name": pa.array(["c5"], names)})),
+        parquet(root, "d.parquet", pa.table({"ID": pa.array([6, 7], ids), "NAME": ["d6", "d7"]})),
+        parquet(root, "e.parquet", pa.table({"id": pa.array([8, 9], ids), "name": [None, "e9"]})),
+        parquet(root, "f.parquet", pa.table({"id": pa.array([], ids), "name": pa.array([], names)})),
+    ]
+    parts = [{"p": "x"}, {"p": "y"}, {"p": None}, {"p": "x"}, {"p": "é/z"}, {"p": "x"}]
+    dvs = [None, inline_dv([0]), None, None, inline_dv([1]), None]
+    store = LocalStore(str(root))
+    actions = [protocol(3, 7, DV_FEATURES, DV_FEATURES), metadata(schema=SCHEMA, partition_columns=["p"])]
+    actions += [add(f, partition_values=v, dv=dv) for f, v, dv in zip(files, parts, dvs, strict=True)]
+    write_commit(store, 0, actions)
+    return store
+
+
+EXPECTED = [
+    {"id": 0, "name": "a0", "p": "x"},
+    {"id": 1, "name": "a1", "p": "x"},
+    {"id": 2, "name": "a2", "p": "x"},
+    {"id": 4, "name": "b4", "p": "y"},
+    {"id": 5, "name": "c5", "p": None},
+    {"id": 6, "name": "d6", "p": "x"},
+    {"id": 7, "name": "d7", "p": "x"},
+    {"id": 8, "name": None, "p": "é/z"},
+]
+
+
+def test_files_needing_conformance_are_read_again_and_keep_their_place(tmp_path, whole_file_reads):
+    store = mixed_table(tmp_path)
+    scan = ScanBuilder(load_snapshot(store)).build()
+    out = scan.to_table()
+    assert out.to_pylist() == EXPECTED  # file order, rows in file order
+    assert out.schema.field("id").type == pa.int64()
+    # Only the widened file and the upper-case one took the engine's per-file path.
+    assert sorted(whole_file_reads) == ["b.parquet", "d.parquet"]
+    assert (scan.metrics.files_read, scan.metrics.rows_read, scan.metrics.rows_deleted_by_dv) == (6, 10, 2)
+
+
+def test_projections_and_partition_filters_on_the_dataset_path(tmp_path, whole_file_reads):
+    store = mixed_table(tmp_path)
+    table = DeltaTable(str(tmp_path))
+    assert table.to_arrow(columns=["p", "id"]).to_pylist() == [{"p": r["p"], "id": r["id"]} for r in EXPECTED]
+    assert table.to_arrow(columns=["p"]).num_rows == 8
+    assert table.to_arrow(columns=[]).num_rows == 8
+    only_x = table.to_arrow(filter="p = 'x'")
+    assert only_x.to_pylist() == [r for r in EXPECTED if r["p"] == "x"]
+    assert table.to_arrow(filter="p IS NULL").to_pylist() == [r for r in EXPECTED if r["p"] is None]
+    assert load_snapshot(store).version == 0
+
+
+def test_a_table_whose_first_file_needs_conforming_is_read_on_the_engine_path(tmp_path, whole_file_reads):
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, 678901)
+    ts = pa.array([when, None], pa.timestamp("us"))
+    old = parquet(tmp_path, "old.parquet", pa.table({"ts": ts}), use_deprecated_int96_timestamps=True)
+    new = parquet(tmp_path, "new.parquet", pa.table({"ts": pa.array([when], pa.timestamp("us", tz="UTC"))}))
+    field = {"name": "ts", "type": "timestamp", "nullable": True, "metadata": {}}
+    schema = {"type": "struct", "fields": [field]}
+    store = LocalStore(str(tmp_path))
+    write_commit(store, 0, [protocol(), metadata(schema=schema), add(old), add(new)])
+    out = ScanBuilder(load_snapshot(store)).build().to_table()
+    utc = when.replace(tzinfo=dt.UTC)
+    assert out.column("ts").to_pylist() == [utc, None, utc]
+    assert whole_file_reads == ["old.parquet", "new.parquet"]  # no scan of the files twice
+
+
+def test_column_mapping_by_name_reads_physical_columns_under_logical_names(tmp_path, whole_file_reads):
+    schema = {
+        "type": "struct",
+        "fields": [
+            {
+                "name": "renamed",
+                "type": "long",
+                "nullable": True,
+                "metadata": {"delta.columnMapping.id": 1, "delta.columnMapping.physicalName": "col-1"},
+            },
+            {
+                "name": "added later",
+                "type": "string",
+                "nullable": True,
+                "metadata": {"delta.columnMapping.id": 2, "delta.columnMapping.physicalName": "col-2"},
+            },
+        ],
+    }
+    first = parquet(tmp_path, "1.parquet", pa.table({"col-1": [1, 2]}))
+    second = parquet(tmp_path, "2.parquet", pa.table({"col-1": [3], "col-2": ["three"]}))
+    store = LocalStore(str(tmp_path))
+    config = {"delta.columnMapping.mode": "name", "delta.columnMapping.maxColumnId": "2"}
+    write_commit(
+        store,
+        0,
+        [protocol(2, 5), metadata(schema=schema, configuration=config), add(first), add(second)],
+    )
+    out = ScanBuilder(load_snapshot(store)).build().to_table()
+    assert out.to_pylist() == [
+        {"renamed": 1, "added later": None},
+        {"renamed": 2, "added later": None},
+        {"renamed": 3, "added later": "three"},
+    ]
+    assert whole_file_reads == []
+
+
+def test_a_missing_or_corrupt_file_is_the_engines_typed_error(tmp_path):
+    store = mixed_table(tmp_path)
+    os.remove(tmp_path / "c.parquet")
+    with pytest.raises(DataFileError, match=r"c\.parquet.*missing.*VACUUM"):
+        ScanBuilder(load_snapshot(store)).build().to_table()
+    (tmp_path / "c.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(DataFileError, match=r"c\.parquet.*not readable Parquet"):
+        ScanBuilder(load_snapshot(store)).build().to_table()
+
+
+def test_a_flipped_bit_in_a_page_with_a_crc_is_an_error_not_wrong_rows(tmp_path):
+    rows = pa.table({"id": pa.array(range(1000), pa.int64()), "name": [f"n{i}" for i in range(1000)]})
+    name = parquet(tmp_path, "crc.parquet", rows, write_page_checksum=True, compression="none")
+    path = tmp_path / name
+    data = bytearray(path.read_bytes())
+    at = data.index(b"n500")  # inside a data page of the name column
+    data[at + 1] ^= 0x01
+    path.write_bytes(bytes(data))
+    store = LocalStore(str(tmp_path))
+    write_commit(store, 0, [protocol(), metadata(schema=SCHEMA), add(name, partition_values={"p": "x"})])
+    with pytest.raises(DataFileError, match="CRC"):
+        ScanBuilder(load_snapshot(store)).build().to_table()
+
+
+def test_the_same_table_object_reads_right_after_appends_and_deletes(tmp_path):
+    path = str(tmp_path / "t")
+    first = pa.table({"id": pa.array(range(1000), pa.int64()), "g": pa.array([i % 3 for i in range(1000)])})
+    table = DeltaTable.create(
+        path, data=first, partition_by=["g"], properties={"delta.enableDeletionVectors": "true"}
+    )
+    assert sorted(table.to_arrow().column("id").to_pylist()) == list(range(1000))
+    table.append(pa.table({"id": pa.array(range(1000, 1500), pa.int64()), "g": pa.array([7] * 500)}))
+    table.delete("id % 10 = 0")
+    expected = [i for i in range(1500) if i % 10]
+    got = table.to_arrow()
+    assert sorted(got.column("id").to_pylist()) == expected
+    assert all(r["g"] == (7 if r["id"] >= 1000 else r["id"] % 3) for r in got.to_pylist())
+    assert table.to_arrow(columns=["g"]).num_rows == len(expected)
+    table.delete("g = 7")
+    assert sorted(table.to_arrow().column("id").to_pylist()) == [i for i in expected if i < 1000]
+
+
+def test_a_read_of_no_columns_still_counts_the_rows_on_both_paths(tmp_path):
+    from deltaplane.engine.storage import MemoryStore
+    from tests.logbuilder import simple_table
+
+    memory = MemoryStore()  # the engine's per-file path
+    simple_table(memory, versions=3)
+    assert ScanBuilder(load_snapshot(memory)).select([]).build().to_table().num_rows == 9
+    store = mixed_table(tmp_path)  # the dataset path, with two files spliced in
+    assert ScanBuilder(load_snapshot(store)).select([]).build().to_table().num_rows == 8
+    assert DeltaTable(str(tmp_path)).to_arrow(columns=[]).num_rows == 8
