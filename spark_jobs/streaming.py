@@ -115,10 +115,13 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _changes_from(self, version: int, end: dict | None):
         """Each commit from ``version`` on (up to ``end``) with the protocol and metadata in effect
         after it. A range this reader has already walked (a micro-batch's ``partitions`` after its
-        ``latestOffset``) comes from memory: no second listing of the log per micro-batch."""
+        ``latestOffset``; every commit up to the availableNow cap) comes from memory: no second
+        listing of the log per micro-batch, none at all once an availableNow query is drained."""
+        last = self._available_now  # past the availableNow cap there is nothing to find
         if end is not None:
             # The commits before the (exclusive) end: none when it is inside the initial snapshot.
             last = -1 if end.get("initialSnapshot") else int(end["version"]) - (0 if int(end["index"]) else 1)
+        if last is not None:
             wanted = range(version, last + 1)
             if all(v in self._changes for v in wanted):
                 config = self._table_config()

@@ -409,3 +409,35 @@ def test_a_batch_already_in_the_declared_schema_is_handed_on_as_it_is():
     shaped = conform_batch(other, target)
     assert shaped.schema.equals(target, check_metadata=True)
     assert shaped.to_pylist() == [{"id": 3, "name": "b"}]
+
+
+def test_past_the_available_now_cap_nothing_is_listed_again(tmp_path):
+    """Once an availableNow query has read every commit up to its cap, asking for the next
+    offset (Spark does, after the last batch) answers from memory: no listing of ``_delta_log``
+    per call. Commits after the cap stay unread."""
+    from pyspark.sql.streaming.datasource import ReadMaxFiles
+
+    from deltaplane.engine.storage import open_store
+    from deltaplane.spark_jobs.options import StreamOptions
+    from deltaplane.spark_jobs.streaming import DeltaplaneStreamReader
+    from deltaplane.spark_jobs.types import spark_schema
+
+    src = str(tmp_path / "src")
+    write_table(src, rows(0, 3))
+    for i in range(4):  # versions 1..4
+        write_table(src, rows(10 * (i + 1), 3), mode="append")
+    schema = spark_schema(DeltaTable(src).snapshot.schema)
+    reader = DeltaplaneStreamReader(StreamOptions.parse({"path": src, "startingVersion": "1"}), schema)
+    store = reader._store = _ListingStore(open_store(src))
+    reader.prepareForTriggerAvailableNow()
+    first = reader.initialOffset()
+    assert first == offset_after(first, 1)
+    write_table(src, rows(100, 3), mode="append")  # version 5: after the cap
+    end = reader.latestOffset(first, ReadMaxFiles(100))
+    assert end == offset_after(first, 5)
+    assert sum(p.files.num_files for p in reader.partitions(first, end)) == 4
+    reader.commit(end)
+    listed = len(store.listings)
+    for _ in range(3):
+        assert reader.latestOffset(end, ReadMaxFiles(100)) == end
+    assert len(store.listings) == listed, store.listings[listed:]
