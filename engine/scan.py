@@ -68,6 +68,7 @@ from deltaplane.engine.variant import is_shredded, unshred
 _BATCH_ROWS = 128 * 1024
 _READ_WORKERS = max(2, min(8, (os.cpu_count() or 2) * 2))
 _LATE_ROWS = 1 << 16  # rows of a file's selected row groups from which late columns are read apart
+_PREFIX_BATCH_ROWS = 1 << 14  # late columns are decoded this many rows at a time, up to the last match
 _REMOTE_READ_WORKERS = 32  # an object store's latency, not the CPU, bounds a read of many files
 
 
@@ -627,13 +628,18 @@ class Scan:
             hits = full.column(position_column).to_numpy()
             group_of = np.searchsorted(starts, hits, side="right") - 1
             wanted = np.unique(group_of)  # ascending, as the rows are
-            # Where each wanted group starts among the rows read for the wanted groups.
-            base = np.concatenate([[0], np.cumsum(sizes[wanted])])[:-1]
-            index = hits - starts[group_of] + base[np.searchsorted(wanted, group_of)]
-            rest = self._read_row_groups(
-                pf, plan, wanted.tolist(), self._other_fields, int(sizes[wanted].sum())
-            )
-            rest = rest.take(pa.array(index))
+            within = hits - starts[group_of]
+            # Each wanted group is decoded only up to its last match (the rows after it would
+            # be decoded for nothing), and the reads are laid end to end.
+            last = np.maximum.reduceat(within, np.searchsorted(group_of, wanted))
+            lengths = last + 1
+            base = np.concatenate([[0], np.cumsum(lengths)])[:-1]
+            index = within + base[np.searchsorted(wanted, group_of)]
+            parts = [
+                self._read_group_prefix(pf, plan, int(g), self._other_fields, int(n))
+                for g, n in zip(wanted, lengths, strict=True)
+            ]
+            rest = (pa.concat_tables(parts) if len(parts) > 1 else parts[0]).take(pa.array(index))
             for name, column in self._conformed(rest, plan, self._other_fields).items():
                 full = full.append_column(name, column)
         return self._output(full)
@@ -648,6 +654,30 @@ class Scan:
             return pf.read_row_groups(groups, columns=names, use_threads=self._threads_per_file)
         except (pa.ArrowInvalid, OSError) as e:
             raise self._unreadable(plan, e) from e
+
+    def _read_group_prefix(
+        self, pf: pq.ParquetFile, plan: _FilePlan, group: int, fields: list[StructField], rows: int
+    ) -> pa.Table:
+        """The first ``rows`` rows of row group ``group`` (``fields`` only), decoded batch by
+        batch and no further than needed."""
+        names = self._file_columns(pf, fields)
+        if not names:
+            return pa.table({"__rows": pa.nulls(rows)})
+        batches, got = [], 0
+        try:
+            for batch in pf.iter_batches(
+                batch_size=_PREFIX_BATCH_ROWS,
+                row_groups=[group],
+                columns=names,
+                use_threads=self._threads_per_file,
+            ):
+                batches.append(batch)
+                got += batch.num_rows
+                if got >= rows:
+                    break
+        except (pa.ArrowInvalid, OSError) as e:
+            raise self._unreadable(plan, e) from e
+        return pa.Table.from_batches(batches).slice(0, rows)
 
     def _count(self, *, files: int = 0, rows: int = 0, deleted: int = 0) -> None:
         with self._metrics_lock:  # files are read from several threads

@@ -119,12 +119,15 @@ def test_batches_match_the_table(grouped, late_columns):
     assert streamed.sort_by("k").equals(whole.sort_by("k"))
 
 
-@pytest.fixture(params=["late", "at once"])
+@pytest.fixture(params=["late", "late, small batches", "at once"])
 def late_columns(request, monkeypatch):
     """Both ways of reading the other columns: after the filter (forced here; by default only
-    for large row groups) and together with the filter's columns."""
-    if request.param == "late":
+    for large row groups) and together with the filter's columns. Late columns are decoded
+    batch by batch up to a group's last match: small batches make that stop inside groups."""
+    if request.param.startswith("late"):
         monkeypatch.setattr(scan_module, "_LATE_ROWS", 0)
+    if request.param == "late, small batches":
+        monkeypatch.setattr(scan_module, "_PREFIX_BATCH_ROWS", 333)
     return request.param
 
 
