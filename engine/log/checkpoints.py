@@ -101,7 +101,12 @@ def read_checkpoint(
             part = _read_json_manifest(store, f, checkpoint.version)
         else:
             part = _read_parquet(
-                store, f.key, checkpoint.version, non_file=True, with_stats_parsed=with_stats_parsed
+                store,
+                f.key,
+                checkpoint.version,
+                non_file=True,
+                with_stats_parsed=with_stats_parsed,
+                size=f.size,
             )
         _merge_non_file(out, part)
         if part.file_actions is not None:
@@ -109,7 +114,12 @@ def read_checkpoint(
     for sidecar in out.sidecars:
         key = f"{SIDECAR_DIR}/{sidecar.path}" if "/" not in sidecar.path else sidecar.path
         part = _read_parquet(
-            store, key, checkpoint.version, non_file=False, with_stats_parsed=with_stats_parsed
+            store,
+            key,
+            checkpoint.version,
+            non_file=False,
+            with_stats_parsed=with_stats_parsed,
+            size=sidecar.size_in_bytes,
         )
         if part.file_actions is not None:
             tables.append(part.file_actions)
@@ -143,6 +153,7 @@ def read_checkpoint_config(store: ObjectStore, checkpoint: Checkpoint) -> LogAct
                 non_file=True,
                 with_stats_parsed=False,
                 file_actions=False,
+                size=f.size,
             )
         _merge_non_file(out, part)
     return out
@@ -226,6 +237,7 @@ def _read_parquet(
     non_file: bool,
     with_stats_parsed: bool,
     file_actions: bool = True,
+    size: int | None = None,
 ) -> LogActions:
     out = LogActions(source=key, version=version)
     parts = []
@@ -233,7 +245,10 @@ def _read_parquet(
         # pre_buffer would cache whole column chunks for the life of the reader: with a
         # million-row row group that is hundreds of MB held for nothing.
         pf = pq.ParquetFile(
-            store.open_input(key), pre_buffer=False, buffer_size=_READ_BUFFER, page_checksum_verification=True
+            _open(store, key, size),
+            pre_buffer=False,
+            buffer_size=_READ_BUFFER,
+            page_checksum_verification=True,
         )
         schema = pf.schema_arrow
         names = set(schema.names)
@@ -270,6 +285,17 @@ def _read_parquet(
         raise CorruptCheckpointError(f"checkpoint file {key} is unreadable: {e}", key) from e
     out.file_actions = concat_file_actions(parts) if parts else None
     return out
+
+
+# A remote checkpoint file up to this size (as listed) is fetched in one request: read through a
+# random-access file it costs a round trip for the footer and one per column chunk decoded.
+_WHOLE_FETCH_BYTES = 8 << 20
+
+
+def _open(store: ObjectStore, key: str, size: int | None) -> pa.NativeFile:
+    if getattr(store, "remote", True) and size and 0 < size <= _WHOLE_FETCH_BYTES:
+        return pa.BufferReader(store.get(key))
+    return store.open_input(key)
 
 
 # A checkpoint this small (uncompressed) is read in one call: per-field, per-batch decoding
