@@ -331,17 +331,29 @@ def case_fig4(paths: dict, args) -> dict:
 
 
 def case_dv(paths: dict, args) -> dict:
+    from deltalake import DeltaTable as RsTable
+    from deltalake import QueryBuilder
+
     from deltaplane.engine import DeltaTable
 
     before, after = str(paths["base"]), str(paths["dv"])
     calls = {
         "after_delete": one(lambda: DeltaTable(after).to_arrow().num_rows),
         "before_delete": one(lambda: DeltaTable(before).to_arrow().num_rows),
+        # A peer on the same DV table (delta-rs applies DVs only through its query engine).
+        "delta-rs_after": one(
+            lambda: (
+                pa.table(
+                    QueryBuilder().register("t", RsTable(after)).execute("select * from t").read_all()
+                ).num_rows
+            )
+        ),
     }
     out = rounds(calls, args.repeat, args.warmup)
     deleted = args.rows // 20 + (args.rows % 20 > 3)  # ids 0..rows-1 with id % 20 = 3
     out["rows_right"] = (
-        out["before_delete"]["value"] == args.rows and out["after_delete"]["value"] == args.rows - deleted
+        out["before_delete"]["value"] == args.rows
+        and out["after_delete"]["value"] == out["delta-rs_after"]["value"] == args.rows - deleted
     )
     out["layout"] = layout(paths["dv"])
     return out
@@ -410,7 +422,12 @@ def case_streaming(spark, paths: dict, args, work: Path) -> dict:
             finally:
                 shutil.rmtree(checkpoint, ignore_errors=True)
             batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-            return {"seconds": seconds}, {"batches": len(batches), "rows": sum(batches)}
+            phases = {"seconds": seconds}  # and Spark's durationMs, summed over the batches
+            for p in query.recentProgress:
+                for key, ms in p["durationMs"].items():
+                    phases[key] = phases.get(key, 0) + ms / 1000
+            phases["outside_triggers"] = seconds - phases.get("triggerExecution", 0)  # start, stop
+            return phases, {"batches": len(batches), "rows": sum(batches)}
 
         return call
 
@@ -630,7 +647,7 @@ def live_files(uri: str) -> list[str]:
 # (case, phase) -> deltaplane's measurement, its references; phase "seconds" unless given.
 LINES = {
     "filter": ("selective filter 0.1%", "deltaplane", ["delta-rs", "duckdb"]),
-    "dv": ("full scan, 5% deleted by DVs", "after_delete", ["before_delete"]),
+    "dv": ("full scan, 5% deleted by DVs", "after_delete", ["before_delete", "delta-rs_after"]),
     "spark_aggregate": ("Spark sum(amount)", ["native", "source"], ["parquet"]),
     "spark_count": ("Spark count()", ["native", "source"], ["parquet"]),
     "spark_dv": ("Spark noop scan, 5% DVs", ["native", "source"], ["parquet"]),
@@ -643,6 +660,7 @@ LABELS = {
     "pyarrow.dataset": "pyarrow.dataset",
     "after_delete": "after DV delete",
     "before_delete": "before delete",
+    "delta-rs_after": "delta-rs after delete",
     "native": "native read_table",
     "source": 'format("deltaplane")',
     "parquet": "spark.read.parquet",
@@ -675,12 +693,15 @@ def lines(results: dict) -> list[tuple[str, str, float | None, str, float, float
         r = cases[case]
         for name in [ours] if isinstance(ours, str) else ours:
             for ref in refs:
+                if ref not in r:
+                    continue  # a result file from before this reference was measured
                 mine = r[name]["seconds"] if name in r else None
                 if name == "native" and not native:
                     mine = None
                 theirs = r[ref]["seconds"]
                 ratio = mine / theirs if mine is not None else None
-                out.append((label, LABELS[name], mine, LABELS[ref], theirs, ratio, GOALS[case]))
+                goal = GOALS[case] if ref == refs[0] else None  # the goal is against the first
+                out.append((label, LABELS[name], mine, LABELS[ref], theirs, ratio, goal))
         if case == "filter" and "fig4" in cases:  # Figure 4 prints right after the filter
             out.extend(fig4_lines(cases["fig4"]))
     if "fig4" in cases and "filter" not in cases:
