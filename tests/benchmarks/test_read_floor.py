@@ -61,6 +61,8 @@ def test_spark_cases_agree_with_sparks_parquet_reader(tmp_path):
     # 10 single-file commits after the one that created the table, 5 files per micro-batch
     assert result["cases"]["streaming"]["layout"]["files"] == 10
     assert result["cases"]["streaming"]["source"]["value"] == {"batches": 2, "rows": 10_000}
+    for name in ("source", "file_source"):  # Spark's durationMs phases, and the query start and stop
+        assert {"addBatch", "latestOffset", "outside_triggers"} <= result["cases"]["streaming"][name].keys()
     native = importlib.util.find_spec("deltaplane.spark_jobs.native") is not None
     assert result["native_read_path"] is native
     spark_lines = [line for line in result["ratios"] if line["case"].startswith("Spark")]
