@@ -153,6 +153,10 @@ class PortableSnapshot:
     def files(self) -> pa.Table:
         return table_from_ipc(self.files_ipc)
 
+    def __getstate__(self) -> dict:
+        # The files travel once, as IPC bytes: not again as the table ``files`` decoded them into.
+        return {k: v for k, v in self.__dict__.items() if k != "files"}
+
     def store(self) -> ObjectStore:
         return open_store(self.uri, self.storage_options)
 

@@ -324,6 +324,11 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if not pieces:
             return []
         files = pa.concat_tables([p.cast(pieces[0].schema) for p in pieces])
+        if "stats" in files.schema.names:
+            # The tasks read every row of their files (nothing to skip): the files' JSON statistics
+            # would only swell every task's pickled payload (on wide tables, most of it).
+            i = files.schema.get_field_index("stats")
+            files = files.set_column(i, files.field(i), pa.nulls(files.num_rows, files.field(i).type))
         protocol, metadata = self._table_config()
         snapshot = files_snapshot(self.store, int(end["version"]), protocol, metadata, files)
         portable = PortableSnapshot.of(

@@ -441,3 +441,43 @@ def test_past_the_available_now_cap_nothing_is_listed_again(tmp_path):
     for _ in range(3):
         assert reader.latestOffset(end, ReadMaxFiles(100)) == end
     assert len(store.listings) == listed, store.listings[listed:]
+
+
+def test_a_micro_batch_task_carries_its_files_without_their_statistics(tmp_path):
+    """A streaming task reads every row of its files (nothing is skipped), so the files' JSON
+    statistics (min, max and null count of up to 32 columns each) no longer travel in the
+    pickled partition from the planning process through the JVM to every task: on a wide table
+    they were most of the payload. The rows read are the same."""
+    import pickle
+
+    from pyspark.sql.streaming.datasource import ReadMaxFiles
+
+    from deltaplane.spark_jobs.options import StreamOptions
+    from deltaplane.spark_jobs.streaming import DeltaplaneStreamReader
+    from deltaplane.spark_jobs.types import spark_schema
+
+    src = str(tmp_path / "src")
+
+    def wide(start: int) -> pa.Table:
+        return pa.table({f"c{i:02d}": pa.array(range(start, start + 5), pa.int64()) for i in range(40)})
+
+    write_table(src, wide(0))
+    for i in range(1, 10):
+        write_table(src, wide(10 * i), mode="append")
+    assert len(DeltaTable(src).snapshot.files["stats"][0].as_py()) > 800  # 32 columns: min, max, nulls
+    reader = DeltaplaneStreamReader(
+        StreamOptions.parse({"path": src}), spark_schema(DeltaTable(src).snapshot.schema), 2
+    )
+    first = reader.initialOffset()
+    end = reader.latestOffset(first, ReadMaxFiles(10))
+    tasks = reader.partitions(first, end)
+    assert sum(t.files.num_files for t in tasks) == 10
+    for task in tasks:
+        payload = len(pickle.dumps(task))
+        # The table's schema, then about 270 bytes per file (its statistics took 890 more here).
+        assert payload - len(task.files.metadata_json) < 1500 + 300 * task.files.num_files
+        assert task.files.files.column("stats").null_count == task.files.num_files
+        assert len(pickle.dumps(task)) == payload  # files looked at are not shipped twice
+    batches = [b for t in tasks for b in reader.read(pickle.loads(pickle.dumps(t)))]
+    got = sorted(v for b in batches for v in b.column("c00").to_pylist())
+    assert got == sorted(v for i in range(10) for v in range(10 * i, 10 * i + 5))
