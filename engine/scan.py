@@ -377,7 +377,10 @@ class Scan:
             match = _match_field(schema, f, self.mode)
             if match is not None and (match.name != want.name or match.type != want.type):
                 return False
-            if match is None and self.mode == "name" and not isinstance(f.type, PrimitiveType):
+            # Nested fields are matched by physical name: a file type equal to the logical one
+            # may hold other fields under those names (renamed, dropped and re-added).
+            nested = self.mode == "name" and not isinstance(f.type, PrimitiveType)
+            if nested and (match is None or to_arrow_type(f.type, physical=True) != want.type):
                 return False
         # A file that also holds a partition column: the log's value is the row's.
         return all(name not in schema.names for name in self._partition_fields)
