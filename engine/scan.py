@@ -326,21 +326,12 @@ class Scan:
         Deletion vectors become one mask over the whole result; partition values are repeated
         from the log by each file's row count.
         """
-        if not isinstance(self.snapshot.store, LocalStore) or self._lineage_names is not None:
+        prepared = self._dataset_fragments()
+        if prepared is None:
             return None
-        if self.mode == "id":
-            return None
-        expected = self._physical_read_schema()
-        uris = self.file_uris()
-        if any(not u.startswith("/") for u in uris):
-            return None  # a location on another filesystem
-        fmt = _dataset_format()
-        filesystem = _local_filesystem()
+        fragments, expected = prepared
         try:
-            fragments = [fmt.make_fragment(u, filesystem=filesystem) for u in uris]
-            if not self._plain_file(fragments[0].physical_schema, expected):
-                return None  # the table's files need conforming: no scan twice
-            dataset = ds.FileSystemDataset(fragments, expected, fmt, filesystem)
+            dataset = ds.FileSystemDataset(fragments, expected, _dataset_format(), _local_filesystem())
             raw = dataset.to_table(columns=expected.names, use_threads=True)
             counts = np.fromiter((f.metadata.num_rows for f in fragments), np.int64, len(fragments))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
@@ -361,6 +352,27 @@ class Scan:
             full = self._apply_filter_all(full)
         out = self._output(full)
         return self._splice(out, kept, redo) if redo else out
+
+    def _dataset_fragments(self) -> tuple[list, pa.Schema] | None:
+        """The planned files as dataset fragments and the file columns to read, or ``None`` when
+        the engine's per-file path must read them (not local, row ids, mapping by id, or a first
+        file that needs conforming: no scan twice)."""
+        if not isinstance(self.snapshot.store, LocalStore) or self._lineage_names is not None:
+            return None
+        if self.mode == "id":
+            return None
+        uris = self.file_uris()
+        if any(not u.startswith("/") for u in uris):
+            return None  # a location on another filesystem
+        expected = self._physical_read_schema()
+        fmt, filesystem = _dataset_format(), _local_filesystem()
+        fragments = [fmt.make_fragment(u, filesystem=filesystem) for u in uris]
+        try:
+            if not self._plain_file(fragments[0].physical_schema, expected):
+                return None
+        except (pa.ArrowInvalid, OSError):
+            return None  # the engine's path names the file and the cause
+        return fragments, expected
 
     def _physical_read_schema(self) -> pa.Schema:
         """The file columns this scan reads, under their physical names, as the table's types."""
@@ -497,23 +509,120 @@ class Scan:
                         if b.num_rows:
                             yield b
             return
+        stream = self._dataset_batches(batch_size) if self.files.num_rows else None
+        if stream is not None:
+            yield from stream
+            return
         for plan in self._plans():
-            pf = self._open(plan)
-            deleted = self._deleted_rows(plan, pf.metadata.num_rows)
-            # The bitmap is decoded once per file; each batch takes its slice of one mask.
-            keep = keep_mask(pf.metadata.num_rows, deleted) if deleted is not None else None
-            offset = 0
-            names = self._file_columns(pf)
+            yield from self._whole_file_batches(plan, batch_size)
+
+    def _whole_file_batches(
+        self, plan: _FilePlan, batch_size: int, *, skip: int = 0, count_file: bool = True
+    ) -> Iterator[pa.RecordBatch]:
+        """One file's rows on the engine's path, batch by batch, from physical row ``skip``."""
+        pf = self._open(plan)
+        deleted = self._deleted_rows(plan, pf.metadata.num_rows)
+        # The bitmap is decoded once per file; each batch takes its slice of one mask.
+        keep = keep_mask(pf.metadata.num_rows, deleted) if deleted is not None else None
+        offset = 0
+        names = self._file_columns(pf)
+        if count_file:
             self._count(files=1)
-            for batch in self._file_batches(pf, names, batch_size, plan):
-                n = batch.num_rows
-                self._count(rows=n)
-                mask = keep[offset : offset + n] if keep is not None else None
-                out = self._finish(pa.Table.from_batches([batch]), plan, mask, offset)
+        for batch in self._file_batches(pf, names, batch_size, plan):
+            n = batch.num_rows
+            if offset + n <= skip:
                 offset += n
-                for b in out.to_batches():
-                    if b.num_rows:
-                        yield b
+                continue
+            if offset < skip:
+                batch, offset = batch.slice(skip - offset), skip
+                n = batch.num_rows
+            self._count(rows=n)
+            mask = keep[offset : offset + n] if keep is not None else None
+            out = self._finish(pa.Table.from_batches([batch]), plan, mask, offset)
+            offset += n
+            for b in out.to_batches():
+                if b.num_rows:
+                    yield b
+
+    def _dataset_batches(self, batch_size: int) -> Iterator[pa.RecordBatch] | None:
+        """``to_batches`` through Arrow's dataset scanner (read-ahead across files in C++), under
+        the conditions of ``_read_dataset``; ``None`` where the engine's path reads it all."""
+        prepared = self._dataset_fragments()
+        if prepared is None:
+            return None
+        return self._dataset_batch_stream(*prepared, batch_size)
+
+    def _dataset_batch_stream(
+        self, fragments: list, expected: pa.Schema, batch_size: int
+    ) -> Iterator[pa.RecordBatch]:
+        dataset = ds.FileSystemDataset(fragments, expected, _dataset_format(), _local_filesystem())
+        index = {f.path: i for i, f in enumerate(fragments)}
+        typed = {name: self._typed_partition_column(name, self.files) for name in self._partitions_needed}
+        dvs = self.files.column("deletion_vector")
+        with_dv = dvs.null_count < len(dvs)
+        paths, root = self.files.column("path"), self.snapshot.store.root
+        current, offset, seen, redo = -1, 0, 0, False
+        resume = (0, 0)  # where the engine's path would go on: (file, physical row)
+        plan, keep = None, None
+        batches = iter(
+            dataset.scanner(columns=expected.names, batch_size=batch_size, use_threads=True).scan_batches()
+        )
+        while True:
+            try:
+                tagged = next(batches)
+            except StopIteration:
+                break
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
+                # The engine's path goes on from where the stream stands: it reads the rows the
+                # scanner did not hand over, and names the file and the cause of the failure.
+                plans = self._plans()
+                first, skip = resume
+                for i in range(first, len(plans)):
+                    yield from self._whole_file_batches(plans[i], batch_size, skip=skip if i == first else 0)
+                return
+            i = index[tagged.fragment.path]
+            if i != current:
+                current, offset, seen = i, 0, seen + 1
+                self._count(files=1)
+                plan = _FilePlan(
+                    canonical_path(paths[i].as_py(), root),
+                    dvs[i].as_py() if with_dv else None,
+                    {name: values[i] for name, values in typed.items()},
+                )
+                redo = not self._plain_file(tagged.fragment.physical_schema, expected)
+                if redo:  # read on the engine's path; the scanner's batches of it are passed over
+                    resume = (i, 0)
+                    yield from self._whole_file_batches(plan, batch_size, count_file=False)
+                    resume = (i + 1, 0)
+                    continue
+                deleted = self._deleted_rows(plan, tagged.fragment.metadata.num_rows)
+                keep = keep_mask(tagged.fragment.metadata.num_rows, deleted) if deleted is not None else None
+            if redo:
+                continue
+            batch = tagged.record_batch
+            n = batch.num_rows
+            self._count(rows=n)
+            mask = keep[offset : offset + n] if keep is not None else None
+            offset += n
+            resume = (i, offset)
+            for b in self._finish_dataset_batch(batch, plan, mask).to_batches():
+                if b.num_rows:
+                    yield b
+        self._count(files=len(fragments) - seen)  # files without rows hand over no batch
+
+    def _finish_dataset_batch(
+        self, batch: pa.RecordBatch, plan: _FilePlan, mask: np.ndarray | None
+    ) -> pa.Table:
+        table = pa.Table.from_batches([batch])
+        if mask is not None and not mask.all():
+            table = table.filter(pa.array(mask))
+        columns_out = {f.name: table.column(j) for j, f in enumerate(self._read_fields)}
+        for name in self._partitions_needed:
+            columns_out[name] = pa.repeat(plan.partition_values[name], table.num_rows)
+        full = pa.table(columns_out) if columns_out else pa.table({"__rows": pa.nulls(table.num_rows)})
+        if self._filter_expr is not None:  # a filter on partition columns only
+            full = self._apply_filter(full, plan)
+        return self._output(full)
 
     def _file_batches(self, pf: pq.ParquetFile, names: list[str], batch_size: int, plan: _FilePlan):
         try:

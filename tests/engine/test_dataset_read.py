@@ -219,3 +219,49 @@ def test_a_read_of_no_columns_still_counts_the_rows_on_both_paths(tmp_path):
     store = mixed_table(tmp_path)  # the dataset path, with two files spliced in
     assert ScanBuilder(load_snapshot(store)).select([]).build().to_table().num_rows == 8
     assert DeltaTable(str(tmp_path)).to_arrow(columns=[]).num_rows == 8
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 1000])
+def test_batches_stream_the_same_rows_in_file_order(tmp_path, whole_file_reads, batch_size):
+    store = mixed_table(tmp_path)
+    scan = ScanBuilder(load_snapshot(store)).build()
+    batches = list(scan.to_batches(batch_size=batch_size))
+    assert all(0 < b.num_rows <= batch_size for b in batches)
+    assert pa.Table.from_batches(batches).to_pylist() == EXPECTED
+    assert sorted(whole_file_reads) == []  # the stream re-reads through _whole_file_batches
+    assert (scan.metrics.files_read, scan.metrics.rows_read, scan.metrics.rows_deleted_by_dv) == (6, 10, 2)
+    table = DeltaTable(str(tmp_path))
+    assert sum(b.num_rows for b in table.to_batches(columns=[])) == 8
+    only_x = pa.Table.from_batches(list(table.to_batches(filter="p = 'x'")))
+    assert only_x.to_pylist() == [r for r in EXPECTED if r["p"] == "x"]
+
+
+def test_a_stream_that_meets_a_missing_file_hands_over_the_rows_before_it_then_the_error(tmp_path):
+    store = mixed_table(tmp_path)
+    os.remove(tmp_path / "e.parquet")
+    got: list[dict] = []
+    with pytest.raises(DataFileError, match=r"e\.parquet.*missing"):
+        for batch in ScanBuilder(load_snapshot(store)).build().to_batches(batch_size=1):
+            got.extend(batch.to_pylist())
+    assert got == [r for r in EXPECTED if r["p"] != "é/z"]  # every row of the files before it, once
+
+
+def test_a_stream_that_meets_a_corrupt_row_group_hands_over_each_row_before_it_once(tmp_path):
+    rows = pa.table({"id": pa.array(range(1000), pa.int64()), "name": [f"n{i:04}" for i in range(1000)]})
+    first = parquet(tmp_path, "first.parquet", rows.slice(0, 10), write_page_checksum=True)
+    name = parquet(
+        tmp_path, "crc.parquet", rows, write_page_checksum=True, compression="none", row_group_size=500
+    )
+    path = tmp_path / name
+    data = bytearray(path.read_bytes())
+    at = data.index(b"n0700")  # a data page of the second row group
+    data[at + 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    store = LocalStore(str(tmp_path))
+    adds = [add(first, partition_values={"p": "a"}), add(name, partition_values={"p": "b"})]
+    write_commit(store, 0, [protocol(), metadata(schema=SCHEMA), *adds])
+    got: list[int] = []
+    with pytest.raises(DataFileError, match=r"crc\.parquet.*CRC"):
+        for batch in ScanBuilder(load_snapshot(store)).build().to_batches(batch_size=100):
+            got.extend(batch.column("id").to_pylist())
+    assert got == list(range(10)) + list(range(500))  # the first file, then the good row group
