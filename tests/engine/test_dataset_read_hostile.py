@@ -738,3 +738,14 @@ def test_threads_reading_one_table_at_once_get_the_same_rows(tmp_path):
     for t in threads:
         t.join()
     assert all(r == expected for r in results)
+
+
+def test_a_top_level_column_dropped_and_re_added_under_name_mapping(tmp_path, engine_path):
+    """``x`` dropped and added again (new physical name): older files hold the old column only."""
+    schema = struct(mapped("id", 1, "col-1"), mapped("x", 3, "col-3", "string"))
+    old = pa.table({"col-1": pa.array([1], pa.int64()), "col-2": ["dropped"]})
+    new = pa.table({"col-1": pa.array([2], pa.int64()), "col-3": ["new"]})
+    build(
+        tmp_path, schema, [("old.parquet", old), ("new.parquet", new)], config=NAME_MODE, proto=protocol(2, 5)
+    )
+    assert both(tmp_path, engine_path).to_pylist() == [{"id": 1, "x": None}, {"id": 2, "x": "new"}]
