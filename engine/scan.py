@@ -39,6 +39,7 @@ from deltaplane.engine.errors import (
     InvalidArgumentError,
     ObjectNotFoundError,
     SchemaError,
+    StorageError,
 )
 from deltaplane.engine.expressions.arrow import evaluation_error, to_arrow_expression
 from deltaplane.engine.expressions.bind import bind_predicate
@@ -389,6 +390,8 @@ class Scan:
             match = _match_field(schema, f, self.mode)
             if match is not None and (match.name != want.name or match.type != want.type):
                 return False
+            if match is not None and len(schema.get_all_field_indices(match.name)) > 1:
+                return False  # the engine's path refuses the file
             # Nested fields are matched by physical name: a file type equal to the logical one
             # may hold other fields under those names (renamed, dropped and re-added).
             nested = self.mode == "name" and not isinstance(f.type, PrimitiveType)
@@ -811,6 +814,10 @@ class Scan:
                 "(versions older than the VACUUM retention cannot be read) or deleted outside Delta",
                 location,
             ) from e
+        except StorageError as e:
+            if getattr(self.snapshot.store, "remote", False):
+                raise  # a request that failed, maybe for a moment: the store's error, not the file's
+            raise self._unreadable(plan, e) from e  # a directory, no permission
         except (pa.ArrowInvalid, OSError) as e:
             raise self._unreadable(plan, e) from e
 
@@ -901,6 +908,13 @@ class Scan:
             if match is None:
                 out[f.name] = pa.nulls(n, to_arrow_type(f.type))
                 continue
+            copies = len(file_schema.get_all_field_indices(match.name))
+            if copies > 1:  # Spark refuses such a file too: which one is the column?
+                raise DataFileError(
+                    f"data file {plan.location} of {self.snapshot.store.root} has {copies} columns "
+                    f"named {match.name!r}: it cannot be read as column {f.name!r}",
+                    plan.location,
+                )
             try:
                 out[f.name] = _conform_chunked(table.column(match.name), match, f.type, self.mode)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:

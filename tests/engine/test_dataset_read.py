@@ -265,3 +265,33 @@ def test_a_stream_that_meets_a_corrupt_row_group_hands_over_each_row_before_it_o
         for batch in ScanBuilder(load_snapshot(store)).build().to_batches(batch_size=100):
             got.extend(batch.column("id").to_pylist())
     assert got == list(range(10)) + list(range(500))  # the first file, then the good row group
+
+
+@pytest.mark.parametrize("where", ["first", "second"])
+def test_a_file_with_two_columns_of_one_name_is_a_typed_error_on_both_paths(tmp_path, where):
+    good = parquet(tmp_path, "good.parquet", pa.table({"id": pa.array([1], pa.int64()), "name": ["a"]}))
+    doubled = pa.Table.from_arrays(
+        [pa.array([5]), pa.array([6]), pa.array(["x"])], names=["id", "id", "name"]
+    )
+    bad = parquet(tmp_path, "bad.parquet", doubled)
+    files = [bad, good] if where == "first" else [good, bad]
+    store = LocalStore(str(tmp_path))
+    write_commit(
+        store, 0, [protocol(), metadata(schema=SCHEMA), *(add(f, partition_values={"p": "a"}) for f in files)]
+    )
+    with pytest.raises(DataFileError, match=r"bad\.parquet.*2 columns named 'id'") as info:
+        ScanBuilder(load_snapshot(store)).build().to_table()
+    assert info.value.path == "bad.parquet"
+    with pytest.raises(DataFileError, match=r"bad\.parquet.*2 columns named 'id'"):
+        list(ScanBuilder(load_snapshot(store)).build().to_batches())
+
+
+def test_a_data_file_path_that_is_a_directory_is_a_typed_error(tmp_path):
+    store = mixed_table(tmp_path)
+    os.remove(tmp_path / "c.parquet")
+    os.mkdir(tmp_path / "c.parquet")
+    with pytest.raises(DataFileError, match=r"c\.parquet") as info:
+        ScanBuilder(load_snapshot(store)).build().to_table()
+    assert info.value.path == "c.parquet"
+    with pytest.raises(DataFileError, match=r"c\.parquet"):
+        list(ScanBuilder(load_snapshot(store)).build().to_batches())
