@@ -324,13 +324,23 @@ class Scan:
         scan (the footers are then cached): a file that would need the engine's conformance (a
         widened type, INT96 or millisecond timestamps, a column name in another case, nested
         physical names) is read again on the engine's path and its rows replace the scanner's.
-        Deletion vectors become one mask over the whole result; partition values are repeated
-        from the log by each file's row count.
+        Partition values are repeated from the log by each file's row count.
+
+        With deletion vectors the rows are taken from the scanner's batch stream instead, each
+        batch's deleted rows dropped as it arrives: the decoded batch is freed as its survivors
+        are copied, so the memory touched is about the result's, not twice it (on this machine
+        touching fresh pages cost as much as the copy itself).
         """
         prepared = self._dataset_fragments()
         if prepared is None:
             return None
         fragments, expected = prepared
+        dvs = self.files.column("deletion_vector")
+        if dvs.null_count < len(dvs):
+            batches = list(self._dataset_batch_stream(fragments, expected, _BATCH_ROWS))
+            if not self.arrow_schema:  # batches without columns still count their rows
+                return pa.table({"rows": pa.nulls(sum(b.num_rows for b in batches))}).select([])
+            return pa.Table.from_batches(batches, schema=self.arrow_schema)
         try:
             dataset = ds.FileSystemDataset(fragments, expected, _dataset_format(), _local_filesystem())
             raw = dataset.to_table(columns=expected.names, use_threads=True)
@@ -344,15 +354,10 @@ class Scan:
             return None  # filtered rows no longer line up with files: the engine's path reads all
         self._count(files=len(fragments), rows=raw.num_rows)
         full = self._dataset_columns(raw, counts)
-        kept = counts
-        keep, deleted = self._dataset_keep_mask(counts)
-        if keep is not None:
-            full = self._filter_rows(full, keep)
-            kept = counts - deleted
         if self._filter_expr is not None:  # a filter on partition columns only
             full = self._apply_filter_all(full)
         out = self._output(full)
-        return self._splice(out, kept, redo) if redo else out
+        return self._splice(out, counts, redo) if redo else out
 
     def _dataset_fragments(self) -> tuple[list, pa.Schema] | None:
         """The planned files as dataset fragments and the file columns to read, or ``None`` when
@@ -421,50 +426,6 @@ class Scan:
                 values = self._typed_partition_column(name, self.files)
                 columns_out[name] = values.take(owner)
         return pa.table(columns_out) if columns_out else pa.table({"__rows": pa.nulls(raw.num_rows)})
-
-    def _dataset_keep_mask(self, counts: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
-        """One keep-mask over every file's rows (``None`` when no file has a deletion vector) and
-        the rows each file loses to it."""
-        deleted = np.zeros(len(counts), dtype=np.int64)
-        dvs = self.files.column("deletion_vector")
-        if dvs.null_count == len(dvs):
-            return None, deleted
-        starts = _starts(counts)
-        keep = np.ones(int(counts.sum()), dtype=bool)
-        with_dv = np.flatnonzero(dvs.is_valid().to_numpy(zero_copy_only=False))
-        root = self.snapshot.store.root
-        paths = self.files.column("path").take(pa.array(with_dv)).to_pylist()
-        descriptors = dvs.take(pa.array(with_dv)).to_pylist()
-
-        def mark(j: int) -> None:
-            i = int(with_dv[j])
-            plan = _FilePlan(canonical_path(paths[j], root), descriptors[j], {})
-            rows = self._deleted_rows(plan, int(counts[i]))
-            keep[starts[i] + rows.astype(np.int64, copy=False)] = False
-            deleted[i] = len(rows)
-
-        if len(with_dv) == 1:
-            mark(0)
-        else:
-            with ThreadPoolExecutor(min(self._workers, len(with_dv))) as pool:
-                list(pool.map(mark, range(len(with_dv))))
-        return keep, deleted
-
-    def _filter_rows(self, table: pa.Table, keep: np.ndarray) -> pa.Table:
-        """``table``'s rows where ``keep``, batch by batch on the pool (one filter over a whole
-        table runs on one core, and costs more per row than many small ones)."""
-        batches = table.to_batches()
-        starts = _starts(np.array([b.num_rows for b in batches], dtype=np.int64))
-
-        def kept(i: int) -> pa.RecordBatch:
-            batch = batches[i]
-            mask = keep[starts[i] : starts[i] + batch.num_rows]
-            return batch if mask.all() else batch.filter(pa.array(mask))
-
-        if len(batches) <= 1:
-            return table.filter(pa.array(keep))
-        with ThreadPoolExecutor(min(self._workers, len(batches))) as pool:
-            return pa.Table.from_batches(list(pool.map(kept, range(len(batches)))), schema=table.schema)
 
     def _apply_filter_all(self, table: pa.Table) -> pa.Table:
         try:

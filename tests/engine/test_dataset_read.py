@@ -50,13 +50,18 @@ def parquet(root, name: str, table: pa.Table, **options) -> str:
 def whole_file_reads(monkeypatch):
     """Which files the engine's own whole-file path read (the real method runs)."""
     seen: list[str] = []
-    original = Scan._read_whole
+    whole, batches = Scan._read_whole, Scan._whole_file_batches
 
-    def spy(self, plan, **kwargs):
+    def read_whole(self, plan, **kwargs):
         seen.append(plan.location)
-        return original(self, plan, **kwargs)
+        return whole(self, plan, **kwargs)
 
-    monkeypatch.setattr(Scan, "_read_whole", spy)
+    def whole_file_batches(self, plan, *args, **kwargs):
+        seen.append(plan.location)
+        return batches(self, plan, *args, **kwargs)
+
+    monkeypatch.setattr(Scan, "_read_whole", read_whole)
+    monkeypatch.setattr(Scan, "_whole_file_batches", whole_file_batches)
     return seen
 
 
@@ -228,7 +233,7 @@ def test_batches_stream_the_same_rows_in_file_order(tmp_path, whole_file_reads, 
     batches = list(scan.to_batches(batch_size=batch_size))
     assert all(0 < b.num_rows <= batch_size for b in batches)
     assert pa.Table.from_batches(batches).to_pylist() == EXPECTED
-    assert sorted(whole_file_reads) == []  # the stream re-reads through _whole_file_batches
+    assert sorted(whole_file_reads) == ["b.parquet", "d.parquet"]
     assert (scan.metrics.files_read, scan.metrics.rows_read, scan.metrics.rows_deleted_by_dv) == (6, 10, 2)
     table = DeltaTable(str(tmp_path))
     assert sum(b.num_rows for b in table.to_batches(columns=[])) == 8
