@@ -543,9 +543,12 @@ def build(spark, p: NativePlan):
         """``df`` with each row's file looked up; ``keep`` (a condition on the looked-up columns)
         filters. A row whose file the lookup does not know stops the query: the guard and the
         condition are one expression, so no other filter can drop the row first."""
-        lookup = spark.createDataFrame(group.lookup, schema=_lookup_schema(group, p))
         key = F.col("_metadata.file_size") if group.key_is_size else F.col("_metadata.file_path")
-        df = df.withColumn(KEY, key).join(F.broadcast(lookup), on=KEY, how="left")
+        if _by_cases(group):
+            df = df.select("*", *_case_columns(F, key, group.lookup))
+        else:
+            lookup = spark.createDataFrame(group.lookup, schema=_lookup_schema(group, p))
+            df = df.withColumn(KEY, key).join(F.broadcast(lookup), on=KEY, how="left")
         unknown = F.raise_error(
             F.lit(
                 f"{p.uri} (version {p.version}): Spark read a data file that is not the one the log "
@@ -633,6 +636,32 @@ def _driver_listing(spark, paths: list[str]):
             spark.conf.unset(_LISTING_THRESHOLD)
         else:
             spark.conf.set(_LISTING_THRESHOLD, previous)
+
+
+# A lookup of at most this many files, carrying only deletion-vector offsets, is a CASE over the
+# file key instead of a broadcast join: a row then costs a few comparisons, not a hash probe and a
+# wider row.
+_CASE_FILES = 32
+
+
+def _by_cases(group: FileGroup) -> bool:
+    lookup = group.lookup
+    return lookup.num_rows <= _CASE_FILES and set(lookup.column_names) <= {KEY, MATCHED, OFFSET, WORDS}
+
+
+def _case_columns(F, key, lookup: pa.Table) -> list:
+    """The lookup's columns as CASE expressions over ``key`` (null for a file it does not know)."""
+    keys = lookup.column(KEY).to_pylist()
+    out = []
+    for name in (MATCHED, OFFSET, WORDS):
+        if name not in lookup.column_names:
+            continue
+        values = lookup.column(name).to_pylist()
+        expr = None
+        for k, v in zip(keys, values, strict=True):
+            expr = (F.when if expr is None else expr.when)(key == F.lit(k), F.lit(v))
+        out.append(expr.alias(name))
+    return out
 
 
 def _lookup_schema(group: FileGroup, p: NativePlan):

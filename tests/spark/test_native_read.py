@@ -376,7 +376,15 @@ def dv_table(uri: str, files: int = 4, rows: int = 1000) -> DeltaTable:
     return DeltaTable(uri)
 
 
-def test_deletion_vectors_several_deletes_on_one_file(spark, table_dir):
+@pytest.fixture(params=["cases", "join"])
+def dv_lookup(request, monkeypatch):
+    """Both ways a DV file's bitmap offset is found: a CASE over a few files, a broadcast join
+    over more."""
+    monkeypatch.setattr(native, "_CASE_FILES", 32 if request.param == "cases" else -1)
+    return request.param
+
+
+def test_deletion_vectors_several_deletes_on_one_file(spark, table_dir, dv_lookup):
     uri = str(table_dir)
     table = dv_table(uri)
     table.delete("id % 7 = 0 AND id < 1000")  # file 0
@@ -388,6 +396,19 @@ def test_deletion_vectors_several_deletes_on_one_file(spark, table_dir):
     assert_reads_as_engine(df, uri)
     assert df.count() == DeltaTable(uri).count()
     assert df.where("id >= 1000 AND id < 2000").count() == DeltaTable(uri).count("id >= 1000 AND id < 2000")
+
+
+def test_every_file_with_its_own_deletion_vector(spark, table_dir, dv_lookup):
+    """Each DV file's rows are tested against its own slice of the shared bitmap."""
+    uri = str(table_dir)
+    dv_table(uri, files=4, rows=1000).delete("id % 13 = 5 OR id IN (999, 1000, 2047, 3999)")
+    p = plan(DeltaTable(uri).snapshot)
+    assert len(p.with_dv.paths) == 4 and p.with_dv.lookup.column(native.OFFSET).to_pylist() != [0] * 4
+    df = read_table(spark, uri)
+    assert is_native(df)
+    expected = [i for i in range(4000) if i % 13 != 5 and i not in (999, 1000, 2047, 3999)]
+    assert sorted(df.toArrow().column("id").to_pylist()) == expected
+    assert df.count() == len(expected)
 
 
 def test_deletion_vectors_beyond_the_bitmap_limit_fall_back(spark, table_dir, monkeypatch):
@@ -402,7 +423,7 @@ def test_deletion_vectors_beyond_the_bitmap_limit_fall_back(spark, table_dir, mo
     assert_reads_as_engine(df, uri)
 
 
-def test_files_without_a_deletion_vector_get_no_join(spark, table_dir):
+def test_files_without_a_deletion_vector_get_no_join(spark, table_dir, dv_lookup):
     uri = str(table_dir)
     table = dv_table(uri)
     table.delete("id < 10")  # only the first file gets a DV
@@ -410,7 +431,7 @@ def test_files_without_a_deletion_vector_get_no_join(spark, table_dir):
     assert len(p.plain.paths) == 3 and len(p.with_dv.paths) == 1 and p.plain.lookup is None
     text = executed(read_table(spark, uri).select("id"))
     scans = [line for line in text.splitlines() if "FileScan parquet" in line]
-    assert len(scans) == 2 and text.count("BroadcastHashJoin") == 1
+    assert len(scans) == 2 and text.count("BroadcastHashJoin") == (1 if dv_lookup == "join" else 0)
     plain = next(s for s in scans if "InMemoryFileIndex(3 paths)" in s)
     assert "row_index" not in plain and "file_size" not in plain
     dv = next(s for s in scans if "InMemoryFileIndex(1 paths)" in s)
@@ -421,7 +442,7 @@ def test_files_without_a_deletion_vector_get_no_join(spark, table_dir):
     assert "Join" not in executed(read_table(spark, other).select("id"))
 
 
-def test_a_file_deleted_entirely_and_a_table_deleted_entirely(spark, table_dir):
+def test_a_file_deleted_entirely_and_a_table_deleted_entirely(spark, table_dir, dv_lookup):
     uri = str(table_dir)
     table = dv_table(uri, files=2, rows=10)
     table.delete("id < 10")
@@ -552,7 +573,7 @@ def test_the_dataframe_is_pinned_to_the_version_it_was_planned_at(spark, table_d
     assert read_table(spark, uri).count() == 151  # a new call plans the new version
 
 
-def test_a_data_file_replaced_behind_the_logs_back_stops_the_read(spark, table_dir):
+def test_a_data_file_replaced_behind_the_logs_back_stops_the_read(spark, table_dir, dv_lookup):
     """The lookup finds each row's file by its size: a file rewritten outside Delta (now of
     another size) is an error, never rows silently lost."""
     import pyarrow.parquet as pq
