@@ -70,6 +70,12 @@ _BATCH_ROWS = 128 * 1024
 _READ_WORKERS = max(2, min(8, (os.cpu_count() or 2) * 2))
 _LATE_ROWS = 1 << 16  # rows of a file's selected row groups from which late columns are read apart
 _PREFIX_BATCH_ROWS = 1 << 14  # late columns are decoded this many rows at a time, up to the last match
+# to_batches streams through Arrow's scanner only where every file is small (many small files is
+# where reading ahead across files pays); it then holds at most this many files and batches each
+# in flight. Larger files stream one at a time on the engine's path, in memory bounded by a batch.
+_STREAM_FILE_BYTES = 16 << 20
+_STREAM_FILE_READAHEAD = 8
+_STREAM_BATCH_READAHEAD = 2
 _REMOTE_READ_WORKERS = 32  # an object store's latency, not the CPU, bounds a read of many files
 
 
@@ -511,6 +517,9 @@ class Scan:
     def _dataset_batches(self, batch_size: int) -> Iterator[pa.RecordBatch] | None:
         """``to_batches`` through Arrow's dataset scanner (read-ahead across files in C++), under
         the conditions of ``_read_dataset``; ``None`` where the engine's path reads it all."""
+        largest = pc.max(self.files.column("size")).as_py()
+        if largest is None or largest > _STREAM_FILE_BYTES:
+            return None  # large files: one at a time on the engine's path keeps memory bounded
         prepared = self._dataset_fragments()
         if prepared is None:
             return None
@@ -528,9 +537,14 @@ class Scan:
         current, offset, seen, redo = -1, 0, 0, False
         resume = (0, 0)  # where the engine's path would go on: (file, physical row)
         plan, keep = None, None
-        batches = iter(
-            dataset.scanner(columns=expected.names, batch_size=batch_size, use_threads=True).scan_batches()
+        scanner = dataset.scanner(
+            columns=expected.names,
+            batch_size=batch_size,
+            batch_readahead=_STREAM_BATCH_READAHEAD,
+            fragment_readahead=_STREAM_FILE_READAHEAD,
+            use_threads=True,
         )
+        batches = iter(scanner.scan_batches())
         while True:
             try:
                 tagged = next(batches)

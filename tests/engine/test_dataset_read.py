@@ -300,3 +300,17 @@ def test_a_data_file_path_that_is_a_directory_is_a_typed_error(tmp_path):
     assert info.value.path == "c.parquet"
     with pytest.raises(DataFileError, match=r"c\.parquet"):
         list(ScanBuilder(load_snapshot(store)).build().to_batches())
+
+
+def test_a_stream_over_large_files_reads_them_one_at_a_time_on_the_engine_path(
+    tmp_path, whole_file_reads, monkeypatch
+):
+    """Reading ahead across files is for small files; a stream over large ones must stay within
+    a batch's memory (the quality gate validates staged batches larger than memory this way)."""
+    import deltaplane.engine.scan as scan_module
+
+    store = mixed_table(tmp_path)
+    monkeypatch.setattr(scan_module, "_STREAM_FILE_BYTES", 99)  # every file of the table is larger
+    scan = ScanBuilder(load_snapshot(store)).build()
+    assert pa.Table.from_batches(list(scan.to_batches(batch_size=2))).to_pylist() == EXPECTED
+    assert whole_file_reads == [f"{c}.parquet" for c in "abcdef"]
