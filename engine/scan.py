@@ -313,10 +313,16 @@ class Scan:
         else:
             with ThreadPoolExecutor(min(self._workers, len(plans))) as pool:
                 tables = list(pool.map(read, plans))
+        return self._concat(tables)
+
+    def _concat(self, tables: list) -> pa.Table:
+        """The scan's result from per-file tables (or batches), in order. One chunk per file: no
+        second copy of the result just to make it contiguous."""
         if not self.arrow_schema:  # concat_tables drops the rows of tables without columns
             return pa.table({"rows": pa.nulls(sum(t.num_rows for t in tables))}).select([])
-        tables = [t for t in tables if t.num_rows] or [self.arrow_schema.empty_table()]
-        # One chunk per file: no second copy of the result just to make it contiguous.
+        tables = [t if isinstance(t, pa.Table) else pa.Table.from_batches([t]) for t in tables if t.num_rows]
+        if not tables:
+            return self.arrow_schema.empty_table()
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
     # --- whole local files through Arrow's dataset scanner -----------------------------------
@@ -343,25 +349,22 @@ class Scan:
         fragments, expected = prepared
         dvs = self.files.column("deletion_vector")
         if dvs.null_count < len(dvs):
-            batches = list(self._dataset_batch_stream(fragments, expected, _BATCH_ROWS))
-            if not self.arrow_schema:  # batches without columns still count their rows
-                return pa.table({"rows": pa.nulls(sum(b.num_rows for b in batches))}).select([])
-            return pa.Table.from_batches(batches, schema=self.arrow_schema)
+            return self._concat(list(self._dataset_batch_stream(fragments, expected, _BATCH_ROWS)))
         try:
             dataset = ds.FileSystemDataset(fragments, expected, _dataset_format(), _local_filesystem())
             raw = dataset.to_table(columns=expected.names, use_threads=True)
-            counts = np.fromiter((f.metadata.num_rows for f in fragments), np.int64, len(fragments))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
             return None  # the engine's path names the file and the cause
-        if int(counts.sum()) != raw.num_rows:
-            return None
         redo = self._files_to_conform(fragments, expected)
         if redo and self._filter_expr is not None:
             return None  # filtered rows no longer line up with files: the engine's path reads all
         self._count(files=len(fragments), rows=raw.num_rows)
+        counts = None
+        if redo or self._partitions_needed:  # the footers are cached by the scan
+            counts = np.fromiter((f.metadata.num_rows for f in fragments), np.int64, len(fragments))
         full = self._dataset_columns(raw, counts)
         if self._filter_expr is not None:  # a filter on partition columns only
-            full = self._apply_filter_all(full)
+            full = self._apply_filter(full)
         out = self._output(full)
         return self._splice(out, counts, redo) if redo else out
 
@@ -423,7 +426,7 @@ class Scan:
                 bad.append(i)
         return bad
 
-    def _dataset_columns(self, raw: pa.Table, counts: np.ndarray) -> pa.Table:
+    def _dataset_columns(self, raw: pa.Table, counts: np.ndarray | None) -> pa.Table:
         """Every needed column by logical name: the files' columns, then partition values."""
         columns_out = {f.name: raw.column(i) for i, f in enumerate(self._read_fields)}
         if self._partitions_needed:
@@ -432,12 +435,6 @@ class Scan:
                 values = self._typed_partition_column(name, self.files)
                 columns_out[name] = values.take(owner)
         return pa.table(columns_out) if columns_out else pa.table({"__rows": pa.nulls(raw.num_rows)})
-
-    def _apply_filter_all(self, table: pa.Table) -> pa.Table:
-        try:
-            return table.filter(self._filter_expr)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-            raise evaluation_error(self.predicate, e, f"the files of {self.snapshot.store.root}") from None
 
     def _splice(self, out: pa.Table, kept: np.ndarray, redo: list[int]) -> pa.Table:
         """``out`` with the rows of files ``redo`` replaced by the engine's reading of them."""
@@ -454,9 +451,7 @@ class Scan:
             begin = int(starts[i] + kept[i])
         if begin < out.num_rows:
             pieces.append(out.slice(begin))
-        if not self.arrow_schema:  # concat_tables drops the rows of tables without columns
-            return pa.table({"rows": pa.nulls(sum(t.num_rows for t in pieces))}).select([])
-        return pa.concat_tables(pieces)
+        return self._concat(pieces)
 
     def to_batches(self, batch_size: int = _BATCH_ROWS) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.arrow_schema, self._iter_batches(batch_size))
@@ -583,24 +578,10 @@ class Scan:
             mask = keep[offset : offset + n] if keep is not None else None
             offset += n
             resume = (i, offset)
-            for b in self._finish_dataset_batch(batch, plan, mask).to_batches():
+            for b in self._finish(pa.Table.from_batches([batch]), plan, mask).to_batches():
                 if b.num_rows:
                     yield b
         self._count(files=len(fragments) - seen)  # files without rows hand over no batch
-
-    def _finish_dataset_batch(
-        self, batch: pa.RecordBatch, plan: _FilePlan, mask: np.ndarray | None
-    ) -> pa.Table:
-        table = pa.Table.from_batches([batch])
-        if mask is not None and not mask.all():
-            table = table.filter(pa.array(mask))
-        columns_out = {f.name: table.column(j) for j, f in enumerate(self._read_fields)}
-        for name in self._partitions_needed:
-            columns_out[name] = pa.repeat(plan.partition_values[name], table.num_rows)
-        full = pa.table(columns_out) if columns_out else pa.table({"__rows": pa.nulls(table.num_rows)})
-        if self._filter_expr is not None:  # a filter on partition columns only
-            full = self._apply_filter(full, plan)
-        return self._output(full)
 
     def _file_batches(self, pf: pq.ParquetFile, names: list[str], batch_size: int, plan: _FilePlan):
         try:
@@ -865,11 +846,13 @@ class Scan:
             schema=self.arrow_schema,
         )
 
-    def _apply_filter(self, table: pa.Table, plan: _FilePlan) -> pa.Table:
+    def _apply_filter(self, table: pa.Table, plan: _FilePlan | None = None) -> pa.Table:
+        """The residual filter over ``table``: one file's rows, or (``plan`` None) many files'."""
         try:
             return table.filter(self._filter_expr)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-            where = f"data file {plan.location} of {self.snapshot.store.root}"
+            root = self.snapshot.store.root
+            where = f"data file {plan.location} of {root}" if plan is not None else f"the files of {root}"
             raise evaluation_error(self.predicate, e, where) from None
 
     def _conformed(self, table: pa.Table, plan: _FilePlan, fields: list[StructField]) -> dict:
