@@ -160,3 +160,19 @@ def write_checkpoint(store: ObjectStore, version: int, actions: list[dict], type
     key = f"_delta_log/{version:020d}.checkpoint.parquet"
     store.put(key, buf.getvalue())
     return key
+
+
+DV_FEATURES = ["deletionVectors"]  # reader and writer features of a table with deletion vectors
+
+
+def inline_dv(rows: list[int]) -> dict:
+    """An inline deletion-vector descriptor deleting ``rows``."""
+    from deltaplane.engine.deletion_vectors import serialize_bitmap, z85_encode
+
+    bitmap = serialize_bitmap(rows)
+    return {
+        "storageType": "i",
+        "pathOrInlineDv": z85_encode(bitmap),
+        "sizeInBytes": len(bitmap),
+        "cardinality": len(rows),
+    }

@@ -13,12 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from deltaplane.engine import DeltaTable
-from deltaplane.engine.deletion_vectors import serialize_bitmap, z85_encode
 from deltaplane.engine.errors import DataFileError
 from deltaplane.engine.scan import Scan, ScanBuilder
 from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage.local import LocalStore
-from tests.logbuilder import add, metadata, protocol, write_commit
+from tests.logbuilder import DV_FEATURES, add, inline_dv, metadata, protocol, write_commit
 
 SCHEMA = {
     "type": "struct",
@@ -28,17 +27,6 @@ SCHEMA = {
         {"name": "p", "type": "string", "nullable": True, "metadata": {}},
     ],
 }
-DV_FEATURES = ["deletionVectors"]
-
-
-def inline_dv(rows: list[int]) -> dict:
-    bitmap = serialize_bitmap(rows)
-    return {
-        "storageType": "i",
-        "pathOrInlineDv": z85_encode(bitmap),
-        "sizeInBytes": len(bitmap),
-        "cardinality": len(rows),
-    }
 
 
 def parquet(root, name: str, table: pa.Table, **options) -> str:

@@ -18,12 +18,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from deltaplane.engine import DeltaTable
-from deltaplane.engine.deletion_vectors import encode_uuid, frame_dv, serialize_bitmap, z85_encode
+from deltaplane.engine.deletion_vectors import encode_uuid, frame_dv, serialize_bitmap
 from deltaplane.engine.errors import DataFileError
 from deltaplane.engine.scan import Scan, ScanBuilder
 from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage.local import LocalStore
-from tests.logbuilder import add, metadata, protocol, write_commit
+from tests.logbuilder import DV_FEATURES, add, inline_dv, metadata, protocol, write_commit
 
 
 def field(name: str, typ, nullable: bool = True, **meta) -> dict:
@@ -472,18 +472,6 @@ def test_filters_on_partition_columns_only_apply_once_over_the_whole_table(tmp_p
 
 
 # --- deletion vectors, empty files, metrics ----------------------------------------------------
-
-DV_FEATURES = ["deletionVectors"]
-
-
-def inline_dv(rows: list[int]) -> dict:
-    bitmap = serialize_bitmap(rows)
-    return {
-        "storageType": "i",
-        "pathOrInlineDv": z85_encode(bitmap),
-        "sizeInBytes": len(bitmap),
-        "cardinality": len(rows),
-    }
 
 
 def file_dv(root, rows: list[int]) -> dict:
