@@ -152,6 +152,12 @@ class SchemaMismatchError(SchemaError):
     """Data does not match the table schema (names the column, expected and actual types)."""
 
 
+class TableSettingsMismatchError(SchemaMismatchError, InvalidArgumentError):
+    """What a write declares for creating its table (partitioning, properties, clustering
+    columns, a declared schema) disagrees with the table that exists: the caller's arguments are
+    at fault, not the data."""
+
+
 class ConstraintViolationError(DeltaError):
     """Rows violate a NOT NULL, CHECK constraint or invariant; nothing was committed."""
 

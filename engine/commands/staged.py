@@ -41,16 +41,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Add, Metadata, Protocol
+from deltaplane.engine.clustering import domain_metadata as clustering_domain
+from deltaplane.engine.clustering import resolve_columns
 from deltaplane.engine.column_values import (
     IDENTITY_HIGH_WATER_MARK,
     ColumnValues,
     assigned_identity_columns,
+    schema_from_arrow,
     with_high_water_marks,
     written_high_water_marks,
 )
 from deltaplane.engine.commands.write import (
     WriteContext,
     _check_app,
+    check_creation_settings,
+    check_declared_schema,
     new_table_actions,
     replace_where_check,
     stage_overwrite,
@@ -109,6 +114,7 @@ class WriteSpec:
     # the token of the hold placed for this write's files (engine/holds.py): VACUUM keeps them
     # until the commit releases it; None: no hold (a write committed right after its files)
     hold: str | None = None
+    cluster_by: tuple[str, ...] | None = None  # a new table's clustering columns
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -144,6 +150,7 @@ class WriteSpec:
             "userMetadata": self.user_metadata,
             "assignsIdentity": list(self.identity_columns),
             "hold": self.hold,
+            "clusterBy": list(self.cluster_by) if self.cluster_by else None,
         }
 
     @classmethod
@@ -165,6 +172,7 @@ class WriteSpec:
                 user_metadata=obj.get("userMetadata"),
                 identity_columns=tuple(obj.get("assignsIdentity") or ()),
                 hold=check_token(obj["hold"]) if obj.get("hold") is not None else None,
+                cluster_by=tuple(obj["clusterBy"]) if obj.get("clusterBy") else None,
                 storage_options=dict(storage_options or {}),
             )
         except (KeyError, TypeError) as e:
@@ -188,12 +196,20 @@ def plan_write(
     storage_options: Mapping[str, str] | None = None,
     hold: bool | float | None = None,
     hold_note: str | None = None,
+    table_schema: Any = None,
+    cluster_by: list[str] | None = None,
 ) -> WriteSpec:
     """Decide a write of data with ``schema`` (the incoming data's Arrow schema) to ``uri``.
 
     A missing table is created by the commit (``partition_by`` and ``properties`` apply then;
     ``partition_by`` on an existing table must match its partitioning). Errors about the
     schema, the mode or the predicate are raised here, before any file is written.
+
+    ``table_schema`` (a pyarrow schema, a Delta ``StructType`` or a DDL column list such as
+    ``"id BIGINT NOT NULL, zip STRING"``) is the schema the author declares: a missing table is
+    created with it (not with the data's), and an existing table's columns must match it.
+    ``partition_by``, ``properties`` and ``cluster_by`` create a missing table and must agree
+    with an existing one (``check_creation_settings``).
 
     ``hold``: the files will wait for their commit (a staged batch): a hold is placed on the
     table before any file is written (``True``: for ``holds.DEFAULT_LIFETIME_HOURS``; a number:
@@ -229,11 +245,16 @@ def plan_write(
         "user_metadata": user_metadata,
         "storage_options": options,
     }
+    declared = declared_schema(table_schema)
     if list_log(store, 0).max_version is None:
         if replace_where is not None or dynamic_partitions:
             raise TableNotFoundError(f"no Delta table at {uri} to overwrite selectively")
         protocol, metadata = new_table_actions(
-            store, schema, partition_by=partition_by, properties=properties
+            store,
+            declared if declared is not None else schema,
+            partition_by=partition_by,
+            properties=properties,
+            cluster_by=cluster_by,
         )
         table_schema = parse_schema(metadata.schema_string)
         _check_predicate(replace_where, table_schema)
@@ -246,19 +267,13 @@ def plan_write(
             protocol_json=json.dumps(protocol.to_json()),
             metadata_json=json.dumps(metadata.to_json()),
             metadata_changed=True,
+            cluster_by=tuple(cluster_by) if cluster_by else None,
             **common,
         )
-    if properties:
-        raise InvalidArgumentError(
-            f"table properties are set when a table is created; {uri} exists (use ALTER to change them)"
-        )
     snapshot = load_snapshot(store)
-    if partition_by is not None and [c.lower() for c in partition_by] != [
-        c.lower() for c in snapshot.partition_columns
-    ]:
-        raise InvalidArgumentError(
-            f"{uri} is partitioned by {snapshot.partition_columns or 'nothing'}, not {list(partition_by)}"
-        )
+    check_creation_settings(snapshot, partition_by=partition_by, properties=properties, cluster_by=cluster_by)
+    if declared is not None:
+        check_declared_schema(snapshot, declared)
     write = WriteContext(store, snapshot, {}, target_file_size=target_file_size, schema_mode=schema_mode)
     write.evolve(schema)
     _check_predicate(replace_where, write.schema)
@@ -276,6 +291,28 @@ def plan_write(
         identity_columns=assigned_identity_columns(write.schema, schema.names),
         skip=skip,
         **common,
+    )
+
+
+def declared_schema(schema: Any) -> StructType | None:
+    """A declared table schema as a ``StructType``: from pyarrow, a ``StructType``, a DDL column
+    list, or a mapping of column name to Delta type name (``{"id": "long"}``)."""
+    if schema is None:
+        return None
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, pa.Schema):
+        return schema_from_arrow(schema)
+    if isinstance(schema, str):
+        from deltaplane.engine.expressions.ddl import parse_ddl
+
+        return parse_ddl(schema)
+    if isinstance(schema, Mapping):
+        fields = [{"name": str(k), "type": v, "nullable": True, "metadata": {}} for k, v in schema.items()]
+        return parse_schema(json.dumps({"type": "struct", "fields": fields}))
+    raise InvalidArgumentError(
+        "a declared schema is a pyarrow.Schema, a Delta StructType, a DDL column list "
+        f"('id BIGINT, name STRING') or a mapping of column names to Delta types, not {type(schema).__name__}"
     )
 
 
@@ -509,6 +546,11 @@ def _commit_create(
             table_metadata = replace(table_metadata, schema_string=schema_string)
     txn.update_protocol(spec.protocol)
     txn.update_metadata(table_metadata)
+    if spec.cluster_by:
+        schema = parse_schema(table_metadata.schema_string)
+        columns = resolve_columns(schema, list(spec.cluster_by), table_metadata.configuration)
+        params["clusterBy"] = [c.name for c in columns]
+        txn.set_domain_metadata(clustering_domain(columns))
     if spec.app_id is not None:
         txn.set_app_transaction(spec.app_id, spec.app_version)
     txn.add_files(adds)

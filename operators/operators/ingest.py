@@ -44,6 +44,9 @@ class StageRecipe:
     partition_by: tuple[str, ...] | None = None
     schema_mode: str | None = None
     target_file_size: int | None = None
+    schema: str | None = None  # the declared schema, as Delta's schema JSON
+    cluster_by: tuple[str, ...] | None = None
+    properties: tuple[tuple[str, str], ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,7 +54,16 @@ class StageRecipe:
             "partitionBy": list(self.partition_by) if self.partition_by is not None else None,
             "schemaMode": self.schema_mode,
             "targetFileSize": self.target_file_size,
+            "schema": json.loads(self.schema) if self.schema is not None else None,
+            "clusterBy": list(self.cluster_by) if self.cluster_by else None,
+            "properties": dict(self.properties) if self.properties else None,
         }
+
+    def declared(self):
+        """The declared schema as a Delta ``StructType`` (``None``: none declared)."""
+        from deltaplane.engine.schema import parse_schema
+
+        return parse_schema(self.schema) if self.schema is not None else None
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> StageRecipe:
@@ -64,6 +76,9 @@ class StageRecipe:
             partition_by=tuple(partition_by) if partition_by is not None else None,
             schema_mode=obj.get("schemaMode"),
             target_file_size=obj.get("targetFileSize"),
+            schema=json.dumps(obj["schema"]) if obj.get("schema") is not None else None,
+            cluster_by=tuple(obj["clusterBy"]) if obj.get("clusterBy") else None,
+            properties=tuple(sorted(obj["properties"].items())) if obj.get("properties") else None,
         )
 
 
@@ -144,6 +159,9 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         schema_mode: str | None = None,
         target_file_size: int | None = None,
         quarantine_uri: str | None = None,
+        schema: Any = None,
+        cluster_by: list[str] | None = None,
+        properties: dict[str, str] | None = None,
         **kwargs: Any,
     ):
         super().__init__(table_uri=table_uri, **kwargs)
@@ -151,6 +169,20 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
             raise ValueError(f"source_format must be one of {', '.join(FORMATS)}")
         if schema_mode not in (None, "merge"):
             raise ValueError("schema_mode must be None (new columns are refused) or 'merge' (they are added)")
+        if schema is not None:
+            from deltaplane.engine.commands.staged import declared_schema
+
+            declared_schema(schema)  # a schema that does not parse fails the DAG file, naming why
+        for name, value in (("partition_by", partition_by), ("cluster_by", cluster_by)):
+            if value is not None and (isinstance(value, str) or not all(isinstance(c, str) for c in value)):
+                raise TypeError(f"{name} is a list of column names, e.g. [{str(value)!r}]")
+        if properties is not None and not (
+            isinstance(properties, dict) and all(isinstance(k, str) for k in properties)
+        ):
+            raise TypeError("properties is a dict of table property names to values")
+        self.schema = schema
+        self.cluster_by = cluster_by
+        self.properties = properties
         self.landing = landing
         self.staging = staging
         self.source_format = source_format
@@ -163,17 +195,23 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         return None
 
     def recipe(self) -> StageRecipe:
+        from deltaplane.engine.commands.staged import declared_schema
+
+        declared = declared_schema(self.schema)
         return StageRecipe(
             format=self.source_format,
             partition_by=tuple(self.partition_by) if self.partition_by is not None else None,
             schema_mode=self.schema_mode,
             target_file_size=self.target_file_size,
+            schema=declared.to_json_string() if declared is not None else None,
+            cluster_by=tuple(self.cluster_by) if self.cluster_by else None,
+            properties=tuple(sorted((k, str(v)) for k, v in (self.properties or {}).items())) or None,
         )
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         from deltaplane.engine.commands.staged import StagedWrite, manifest_landing, write_manifest
         from deltaplane.engine.errors import ObjectNotFoundError
-        from deltaplane.engine.quarantine import claim_files
+        from deltaplane.engine.quarantine import claim_files, release_claimed
         from deltaplane.operators.utils.batches import quarantine_location, read_object
 
         ti = context.get("ti")
@@ -214,6 +252,13 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
                 )
             except Refused as refused:
                 raise self._reject(context, batch, refused, files, destination, options) from None
+            except BaseException:
+                # Not the batch's fault (the task's arguments, storage): give the files back, so
+                # a retry or the next run stages them (a kill here leaves them claimed for this
+                # task's retry, which takes its own claimed files first).
+                returned, _ = release_claimed(landing)
+                self.log.warning("staging failed; %d landing file(s) back in %s", len(returned), self.landing)
+                raise
             write_manifest(manifest, staged, options, landing=landing, recipe=recipe.to_json())
             if staged.spec.skip:
                 self.log.info(
@@ -359,14 +404,15 @@ def stage_landing_files(table_uri: str, files: list[Path], recipe: StageRecipe, 
     import pyarrow as pa
 
     from deltaplane.engine.commands.staged import StagedWrite, plan_write, release_hold_of
-    from deltaplane.engine.errors import SchemaMismatchError
+    from deltaplane.engine.errors import SchemaMismatchError, TableSettingsMismatchError
     from deltaplane.engine.log.segment import list_log
     from deltaplane.engine.schema import parse_schema
     from deltaplane.engine.snapshot import load_table_config
     from deltaplane.engine.storage import open_store
 
     store = open_store(table_uri, options)
-    current = None  # no table yet: the commit creates it with the batch's schema
+    # No table yet: the commit creates it with the declared schema, else the batch's own.
+    current = recipe.declared()
     if list_log(store, 0).max_version is not None:  # the schema only: no file list replayed
         current = parse_schema(load_table_config(store)[1].schema_string)
     sources = [_Landing(f, recipe.format, current) for f in files]
@@ -387,7 +433,12 @@ def stage_landing_files(table_uri: str, files: list[Path], recipe: StageRecipe, 
             storage_options=options,
             hold=True,
             hold_note=f"staged batch {batch}",
+            table_schema=recipe.declared(),
+            cluster_by=list(recipe.cluster_by) if recipe.cluster_by else None,
+            properties=dict(recipe.properties) if recipe.properties else None,
         )
+    except TableSettingsMismatchError:
+        raise  # the task's arguments are at fault, not the batch: an input error, no quarantine
     except SchemaMismatchError as e:
         raise Refused(None, f"the batch's columns do not fit the table: {e}") from None
     if spec.skip:
@@ -471,7 +522,10 @@ def _columns_text(names: list[str]) -> str:
 
 def _type_text(t) -> str:
     name = getattr(t, "name", None)
-    return name if isinstance(name, str) else json.dumps(t.to_json())
+    if isinstance(name, str):
+        return name
+    body = t.to_json()
+    return body if isinstance(body, str) else json.dumps(body)
 
 
 def _squash(name: str) -> str:
@@ -720,12 +774,16 @@ class _Landing:
         if "UTF8" in message or "UTF-8" in message.upper():
             return self._utf8_error()
         bad = re.search(
-            r"In CSV column #(\d+): CSV conversion error to ([^:]+): invalid value '(.*)'$", message, re.S
+            r"In CSV column #(\d+): (?:CSV conversion error to ([^:]+): invalid value '(.*)'"
+            r"|The string '(.*)' is not a valid (\w+) number)$",
+            message,
+            re.S,
         )
         if bad and int(bad.group(1)) < len(names):
-            name, value = names[int(bad.group(1))], bad.group(3)
+            name = names[int(bad.group(1))]
+            value = bad.group(3) if bad.group(3) is not None else bad.group(4)
             f = self._field(name)
-            wanted = _type_text(f.type) if f is not None else bad.group(2)
+            wanted = _type_text(f.type) if f is not None else bad.group(2) or bad.group(5)
             return Refused(
                 self.name,
                 f"{value!r} is not a {wanted} (the column's type in the table)",
