@@ -51,7 +51,7 @@ def generate(python: str) -> Path:
         ).stdout
     lines = sorted((line for line in frozen.splitlines() if line.strip()), key=str.lower)
     header = [
-        f"# deltaplane: every distribution `pip install 'deltaplane[{EXTRAS}]'` resolves to on Python {version}",
+        f"# deltaplane: what `pip install 'deltaplane[{EXTRAS}]'` resolves to on Python {version}",
         f"# (written by constraints/generate.py on {dt.date.today().isoformat()}). Install with",
         f"#   pip install 'deltaplane[airflow,spark,quality]' -c constraints/constraints-{version}.txt",
     ]

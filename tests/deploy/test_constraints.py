@@ -34,7 +34,10 @@ def _pins(path: Path) -> dict[str, str]:
 
 def _project_pins() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    specs = [*project["dependencies"], *(s for extra in project["optional-dependencies"].values() for s in extra)]
+    specs = [
+        *project["dependencies"],
+        *(s for extra in project["optional-dependencies"].values() for s in extra),
+    ]
     out = {}
     for spec in specs:
         name, sep, version = spec.partition("==")
@@ -50,13 +53,17 @@ def test_each_published_file_holds_every_pin_of_pyproject(version):
     pins = _pins(path)
     assert "deltaplane" not in pins
     wrong = {
-        name: (version_, pins.get(name)) for name, version_ in _project_pins().items() if pins.get(name) != version_
+        name: (version_, pins.get(name))
+        for name, version_ in _project_pins().items()
+        if pins.get(name) != version_
     }
-    assert not wrong, f"{path.name} disagrees with pyproject.toml (wanted, found): {wrong}; run `make constraints`"
+    assert not wrong, (
+        f"{path.name} disagrees with pyproject.toml (wanted, found): {wrong}; run `make constraints`"
+    )
 
 
 def test_the_running_virtualenv_is_its_constraints_file():
-    version = "%d.%d" % sys.version_info[:2]
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     pins = _pins(ROOT / "constraints" / f"constraints-{version}.txt")
     installed = {_norm(d.metadata["Name"]): d.version for d in md.distributions()}
     installed.pop("deltaplane", None)
@@ -65,7 +72,9 @@ def test_the_running_virtualenv_is_its_constraints_file():
         pins.pop(tool, None)
     extra = {n: v for n, v in installed.items() if n not in pins}
     differing = {n: (pins[n], v) for n, v in installed.items() if n in pins and pins[n] != v}
-    assert not differing, f"installed versions differ from the constraints file (pinned, installed): {differing}"
+    assert not differing, (
+        f"installed versions differ from the constraints file (pinned, installed): {differing}"
+    )
     assert not extra, f"installed but not in the constraints file: {extra}"
 
 
