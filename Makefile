@@ -5,14 +5,23 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# Every distribution pinned for this Python (constraints/generate.py writes the files): pip installs
+# them without resolving anything, and CI installs exactly what the suite was run with.
+PYVER       := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+CONSTRAINTS := constraints/constraints-$(PYVER).txt
 
-.PHONY: run airflow stack stack-down test lint unit conformance bench clean reference
+.PHONY: run airflow stack stack-down test lint bench clean reference constraints
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -e '.[airflow,spark,quality,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[airflow,spark,quality,dev]' -c $(CONSTRAINTS)
 	touch $(STAMP)
+
+# Resolve the constraints files again (after a pin changed in pyproject.toml): one fresh
+# virtualenv per Python version deltaplane supports that this machine has.
+constraints:
+	$(PYTHON) constraints/generate.py $(foreach v,3.11 3.12 3.13,$(if $(shell command -v python$(v)),--python python$(v)))
 
 # The project's main job on embedded defaults: the platform's DAGs on a local folder lake,
 # a SQLite Airflow home and Spark local[2], all under ./demo/.

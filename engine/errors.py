@@ -58,6 +58,12 @@ class TableExistsError(DeltaError):
     """Creating a table where one already exists."""
 
 
+class StagedSchemaConflictError(TableExistsError):
+    """A staged write planned to create its table lost the race to another creator whose table
+    its files do not fit (other columns or types, partitioning, layout): it must be staged again
+    against the table."""
+
+
 class TableReadOnlyError(DeltaError):
     """A write the table's properties forbid (for example a delete on ``delta.appendOnly``)."""
 
@@ -144,6 +150,12 @@ class SchemaError(DeltaError):
 
 class SchemaMismatchError(SchemaError):
     """Data does not match the table schema (names the column, expected and actual types)."""
+
+
+class TableSettingsMismatchError(SchemaMismatchError, InvalidArgumentError):
+    """What a write declares for creating its table (partitioning, properties, clustering
+    columns, a declared schema) disagrees with the table that exists: the caller's arguments are
+    at fault, not the data."""
 
 
 class ConstraintViolationError(DeltaError):

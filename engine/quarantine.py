@@ -4,8 +4,15 @@ What every stage (in process or Spark) and the quality gate share about a batch 
 whatever runs them (Airflow operators, the Spark jobs, a user's script):
 
 * its name: the staged manifest's file name without ``.json`` (``batch_name``);
-* once staged, its files move to ``<their folder>/_processed/<batch>/`` (``processed_path``,
-  ``move_files``), so the next run neither blocks on them nor loads them again;
+* a stage **claims** its landing files by moving them to ``<their folder>/_staged/<batch>/``
+  (``claim_files``: one atomic rename per file, so two runs never take the same file); the next
+  run neither blocks on them nor loads them again, and while the batch waits for its gate and
+  its commit, they are still there to stage it again from (a staged file lost to a VACUUM that
+  knows nothing of holds);
+* only once the commit holding their rows has landed do they move on to
+  ``<their folder>/_processed/<batch>/`` (``finish_claimed``); a commit that cannot land for good
+  (a table created meanwhile with another schema) puts them back into the landing folder
+  (``release_claimed``), so the next run stages them again;
 * when rejected, everything of it (landing files, staged data files, manifest) moves to
   ``<table>/_quarantine/<batch>/`` with ``rejection.json`` (``move_to_quarantine``,
   ``quarantine_staged``); ``read_rejection`` finds that record again (a rerun stays rejected) and
@@ -25,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from deltaplane.engine.errors import ObjectNotFoundError
+from deltaplane.engine.holds import release_hold
 from deltaplane.engine.storage import open_store, resolve_location
 
 QUARANTINE_DIR = "_quarantine"
 REJECTION = "rejection.json"
 PROCESSED = "_processed"
+STAGED = "_staged"
 _COPY_CHUNK = 8 << 20
 
 
@@ -198,6 +207,7 @@ def quarantine_staged(
         landing=landing,
         extra={"manifest.json": manifest_bytes or staged.dumps(), **(extra or {})},
     )
+    release_staged_hold(staged)  # its files left the table: nothing to protect any more
     head, _, name = manifest_uri.rstrip("/").rpartition("/")
     with contextlib.suppress(ObjectNotFoundError, FileNotFoundError):
         open_store(head or "/", options).delete(name)
@@ -215,3 +225,99 @@ def move_files(moves: Iterable[tuple[Path, Path]]) -> None:
         if source.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             source.rename(target)
+
+
+# --- claimed landing files --------------------------------------------------------------------
+
+
+def claimed_path(path: Path, batch: str) -> Path:
+    """Where a stage puts a landing file it claims: ``<its folder>/_staged/<batch>/<its name>``."""
+    return path.parent / STAGED / batch / path.name
+
+
+def _claimed_parts(path: Path) -> tuple[Path, str] | None:
+    """``(landing folder, batch)`` of a claimed file; ``None`` for any other path."""
+    if path.parent.parent.name != STAGED:
+        return None
+    return path.parent.parent.parent, path.parent.name
+
+
+def home_path(path: Path) -> Path:
+    """The landing path a claimed (or processed) file came from; other paths are their own."""
+    if path.parent.parent.name in (STAGED, PROCESSED):
+        return path.parent.parent.parent / path.name
+    return path
+
+
+def claim_files(files: Iterable[Path], batch: str) -> list[Path]:
+    """Claim landing files for ``batch``: each is renamed into ``_staged/<batch>/`` (atomic: of
+    two runs renaming one file, one wins and the other goes without it). Returns the batch's
+    claimed files, sorted, including those an earlier, interrupted try of the batch claimed."""
+    files = list(files)
+    folders = {Path(f).parent for f in files}
+    for f in files:
+        target = claimed_path(Path(f), batch)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):  # another run claimed it first
+            os.rename(f, target)
+    out = []
+    for folder in folders:
+        claimed = folder / STAGED / batch
+        if claimed.is_dir():
+            out += [p for p in claimed.iterdir() if p.is_file()]
+    return sorted(out)
+
+
+def finish_claimed(paths: Iterable[str], batch: str) -> list[str]:
+    """The batch's rows are in the table: move its claimed files on to ``_processed/<batch>/``.
+    Paths that are not claimed files (an older manifest's ``_processed`` paths) are left; a
+    file already moved (a retry) is skipped. Returns where the files are now."""
+    out = []
+    for raw in paths:
+        path = Path(raw)
+        parts = _claimed_parts(path)
+        if parts is None:
+            out.append(str(path))
+            continue
+        target = processed_path(home_path(path), batch)
+        if path.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+        out.append(str(target))
+        _remove_empty(path.parent)
+    return out
+
+
+def release_claimed(paths: Iterable[str]) -> tuple[list[str], list[str]]:
+    """A commit that cannot land for good: put the batch's claimed files back into their landing
+    folder, so the next run stages them again. A landing file of the same name that arrived
+    meanwhile is not overwritten: the claimed file stays where it is. Returns ``(returned,
+    kept)`` paths."""
+    returned, kept = [], []
+    for raw in paths:
+        path = Path(raw)
+        if _claimed_parts(path) is None or not path.exists():
+            continue
+        home = home_path(path)
+        try:
+            os.link(path, home)  # never replaces a newer file of the same name
+        except FileExistsError:
+            kept.append(str(path))
+            continue
+        os.unlink(path)
+        returned.append(str(home))
+        _remove_empty(path.parent)
+    return returned, kept
+
+
+def release_staged_hold(staged) -> None:
+    """A staged write that will not be committed (quarantined, given back to landing): its files
+    are no longer protected from VACUUM."""
+    token = getattr(staged.spec, "hold", None)
+    if token is not None:
+        release_hold(staged.spec.store(), token)
+
+
+def _remove_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not empty, or gone
+        folder.rmdir()

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from deltaplane.engine.errors import InvalidArgumentError, SchemaMismatchError, TableExistsError
+from deltaplane.engine.commands.write import check_creation_settings
+from deltaplane.engine.errors import InvalidArgumentError, TableExistsError
 from deltaplane.engine.table import DeltaTable
 from deltaplane.engine.transaction import CommitResult, commit_metadata_scope
 
@@ -78,8 +79,14 @@ def write_table(
             raise TableExistsError(f"a Delta table already exists at {table.uri} (mode='error')")
         if mode == "ignore":
             return CommitResult(table.version, "WRITE", {}, skipped=True)
-        _check_creation_settings(table, partition_by, properties, name, description)
-        _check_clustering(table, cluster_by)
+        check_creation_settings(
+            table.snapshot,
+            partition_by=partition_by,
+            properties=properties,
+            cluster_by=cluster_by,
+            name=name,
+            description=description,
+        )
         if mode == "append":
             return table.append(
                 data,
@@ -125,40 +132,3 @@ def _create(uri: str, data: Any, *, partition_by, predicate, storage_options, **
     return table.overwrite(
         reader, predicate, app_id=app_id, app_version=app_version, target_file_size=target_file_size
     )
-
-
-def _check_clustering(table: DeltaTable, cluster_by: list[str]) -> None:
-    """Delta Spark's DELTA_CLUSTERING_COLUMNS_MISMATCH: a write names the table's own columns."""
-    if not cluster_by:
-        return
-    current = table.clustering_columns or []
-    if [c.lower() for c in cluster_by] != [c.lower() for c in current]:
-        raise SchemaMismatchError(
-            f"the clustering columns of {table.uri} are {current or 'none'}, not {cluster_by}; "
-            "change them with dt.alter.cluster_by([...])"
-        )
-
-
-def _check_creation_settings(table: DeltaTable, partition_by, properties, name, description) -> None:
-    current = [c.lower() for c in table.partition_columns]
-    if partition_by and [c.lower() for c in partition_by] != current:
-        raise SchemaMismatchError(
-            f"{table.uri} is partitioned by {table.partition_columns or 'nothing'}, not {partition_by}; "
-            "the partitioning of an existing table cannot change with a write"
-        )
-    configuration = table.metadata.configuration
-    differing = {k: v for k, v in (properties or {}).items() if configuration.get(k) != str(v)}
-    if differing:
-        raise InvalidArgumentError(
-            f"properties {sorted(differing)} differ from those of the existing table {table.uri}; "
-            "properties are set when a table is created: change them with dt.alter.set_table_properties()"
-        )
-    for what, wanted, actual in (
-        ("name", name, table.metadata.name),
-        ("description", description, table.metadata.description),
-    ):
-        if wanted is not None and wanted != actual:
-            raise InvalidArgumentError(
-                f"the {what} of the existing table {table.uri} is {actual!r}, not {wanted!r}; "
-                f"change it with dt.alter.set_table_{what}()"
-            )

@@ -108,6 +108,7 @@ class WriterConfig:
     random_prefix_length: int | None = None
     materialize_partitions: bool = False
     prefix: str = ""  # a directory every file goes under ("_change_data" for CDC files)
+    name_tag: str = ""  # carried in every file name (a staged write's hold token: engine/holds.py)
     # Row tracking's hidden (row id, row commit version) columns: written into every file, from
     # the input's columns of those names (rows copied by a rewrite), null where absent.
     row_tracking_columns: tuple[str, str] | None = None
@@ -440,7 +441,8 @@ class DataFileWriter:
         ]
         physical_names = [f.physical_name for f in config.partition_fields]
         self._counter += 1
-        name = f"part-{self._counter:05d}-{self._write_id}-c000.{config.compression}.parquet"
+        tag = f"-{config.name_tag}" if config.name_tag else ""
+        name = f"part-{self._counter:05d}-{self._write_id}{tag}-c000.{config.compression}.parquet"
         if config.random_prefix_length:
             directory = uuid.uuid4().hex[: config.random_prefix_length]
         elif config.partition_columns:

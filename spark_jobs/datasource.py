@@ -178,8 +178,16 @@ class DeltaplaneWriter(DataSourceArrowWriter):
 
             raise DeltaError("option replaceWhere needs mode('overwrite')")
         self.options = options
+        # The tasks' files are held until the driver commits them (or the batch staged for a
+        # gate is committed later): a VACUUM meanwhile keeps them, whatever its retention.
         self.spec = plan_for(
-            options, schema, overwrite, app_id=options.app_id, app_version=options.app_version
+            options,
+            schema,
+            overwrite,
+            app_id=options.app_id,
+            app_version=options.app_version,
+            hold=True,
+            hold_note=f"Spark write to be committed from {options.stage_manifest or 'the driver'}",
         )
         if self.spec.skip:
             log.info(
@@ -220,6 +228,9 @@ class DeltaplaneWriter(DataSourceArrowWriter):
             log.info("committed %d files to %s as version %d", len(adds), self.options.uri, result.version)
 
     def abort(self, messages) -> None:
+        from deltaplane.engine.commands.staged import release_hold_of
+
+        release_hold_of(self.spec)  # nothing will be committed: VACUUM may reclaim the files
         written = sum(len(m.adds) for m in messages if m is not None)
         log.warning(
             "write to %s failed: nothing committed; %d file(s) already written are left for VACUUM",

@@ -85,5 +85,7 @@ def plan_for(options: WriteOptions, schema: SparkStructType, overwrite: bool, **
         target_file_size=options.target_file_size,
         user_metadata=options.user_metadata,
         storage_options=options.storage_options,
+        properties=options.properties,
+        cluster_by=options.cluster_by,
         **extra,
     )

@@ -44,6 +44,13 @@ def build_parser():
     p.add_argument("--schema", help="source schema as Spark DDL, e.g. 'id BIGINT, name STRING' (CSV/JSON)")
     p.add_argument("--no-header", action="store_true", help="CSV files have no header line")
     p.add_argument("--partition-by", help="comma-separated partition columns (a new table)")
+    p.add_argument("--cluster-by", help="comma-separated liquid clustering columns (a new table)")
+    p.add_argument(
+        "--property",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a table property of a new table (repeatable); an existing table's must agree",
+    )
     p.add_argument("--mode", choices=("append", "overwrite"), default="append")
     p.add_argument(
         "--replace-where", help="with --mode overwrite: replace only the rows matching this predicate"
@@ -111,6 +118,8 @@ def main(args) -> dict:
     settings["commitMetadata"] = json.dumps({**metadata, RUN_KEY: token})
     for name, value in (
         ("partitionBy", args.partition_by),
+        ("clusterBy", args.cluster_by),
+        ("tableProperties", json.dumps(_properties(args.property)) if args.property else None),
         ("replaceWhere", args.replace_where),
         ("mergeSchema", "true" if args.merge_schema else None),
         ("txnAppId", key.app_id if key is not None else None),
@@ -137,6 +146,16 @@ def main(args) -> dict:
             "landing_files": landing,
         }
     return {"action": "write", **_commit_of(args.table, options, token, key)}
+
+
+def _properties(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise job.JobError(f"--property takes KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value
+    return out
 
 
 def local_path(source: str) -> str | None:

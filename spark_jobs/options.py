@@ -150,11 +150,14 @@ class WriteOptions(TableOptions):
     target_file_size: int | None = None
     commit_metadata: dict | None = None  # commitMetadata: a JSON object merged into commitInfo
     stage_manifest: str | None = None  # stageManifest: write the files, record them there, commit nothing
+    # a new table's settings (an existing table's must agree): tableProperties (a JSON object), clusterBy
+    properties: dict | None = None
+    cluster_by: list[str] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         o = _lower(options)
-        partition_by = o.get("partitionby")
+        partition_by, cluster_by = o.get("partitionby"), o.get("clusterby")
         mode = (o.get("partitionoverwritemode") or "static").lower()
         if mode not in ("static", "dynamic"):
             raise InvalidArgumentError(
@@ -178,6 +181,8 @@ class WriteOptions(TableOptions):
             target_file_size=_size(o, "targetFileSize"),
             commit_metadata=_json_object(o, "commitMetadata"),
             stage_manifest=o.get("stagemanifest") or None,
+            properties=_json_object(o, "tableProperties"),
+            cluster_by=[c.strip() for c in cluster_by.split(",") if c.strip()] if cluster_by else None,
         )
 
 

@@ -41,15 +41,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Add, Metadata, Protocol
+from deltaplane.engine.clustering import domain_metadata as clustering_domain
+from deltaplane.engine.clustering import resolve_columns
 from deltaplane.engine.column_values import (
+    IDENTITY_HIGH_WATER_MARK,
     ColumnValues,
     assigned_identity_columns,
+    schema_from_arrow,
     with_high_water_marks,
     written_high_water_marks,
 )
 from deltaplane.engine.commands.write import (
     WriteContext,
     _check_app,
+    check_creation_settings,
+    check_declared_schema,
     new_table_actions,
     replace_where_check,
     stage_overwrite,
@@ -61,19 +67,22 @@ from deltaplane.engine.errors import (
     ConstraintViolationError,
     InvalidArgumentError,
     SchemaMismatchError,
+    StagedSchemaConflictError,
     TableExistsError,
     TableNotFoundError,
 )
 from deltaplane.engine.expressions.bind import bind_predicate
 from deltaplane.engine.expressions.parser import parse_predicate
+from deltaplane.engine.holds import check_token, new_token, place_hold, release_hold
 from deltaplane.engine.inputs import as_reader
-from deltaplane.engine.log.replay import reconcile_rows
+from deltaplane.engine.log.replay import canonical_path, reconcile_rows
 from deltaplane.engine.log.segment import list_log
 from deltaplane.engine.scan import Scan
 from deltaplane.engine.schema import StructType, parse_schema, partition_physical_names
 from deltaplane.engine.snapshot import files_snapshot, load_snapshot
-from deltaplane.engine.storage import open_store
+from deltaplane.engine.storage import missing_objects, open_store
 from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_features import writer_features
 from deltaplane.engine.transaction import CommitResult, Transaction, check_commit_metadata
 from deltaplane.engine.work import WorkKey
 from deltaplane.engine.writer import DataFileWriter
@@ -102,6 +111,10 @@ class WriteSpec:
     user_metadata: str | None = None
     # identity columns the data lacks: the tasks assign them, the commit moves their marks
     identity_columns: tuple[str, ...] = ()
+    # the token of the hold placed for this write's files (engine/holds.py): VACUUM keeps them
+    # until the commit releases it; None: no hold (a write committed right after its files)
+    hold: str | None = None
+    cluster_by: tuple[str, ...] | None = None  # a new table's clustering columns
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -136,6 +149,8 @@ class WriteSpec:
             "targetFileSize": self.target_file_size,
             "userMetadata": self.user_metadata,
             "assignsIdentity": list(self.identity_columns),
+            "hold": self.hold,
+            "clusterBy": list(self.cluster_by) if self.cluster_by else None,
         }
 
     @classmethod
@@ -156,6 +171,8 @@ class WriteSpec:
                 target_file_size=obj.get("targetFileSize"),
                 user_metadata=obj.get("userMetadata"),
                 identity_columns=tuple(obj.get("assignsIdentity") or ()),
+                hold=check_token(obj["hold"]) if obj.get("hold") is not None else None,
+                cluster_by=tuple(obj["clusterBy"]) if obj.get("clusterBy") else None,
                 storage_options=dict(storage_options or {}),
             )
         except (KeyError, TypeError) as e:
@@ -177,12 +194,27 @@ def plan_write(
     user_metadata: str | None = None,
     properties: Mapping[str, str] | None = None,
     storage_options: Mapping[str, str] | None = None,
+    hold: bool | float | None = None,
+    hold_note: str | None = None,
+    table_schema: Any = None,
+    cluster_by: list[str] | None = None,
 ) -> WriteSpec:
     """Decide a write of data with ``schema`` (the incoming data's Arrow schema) to ``uri``.
 
     A missing table is created by the commit (``partition_by`` and ``properties`` apply then;
     ``partition_by`` on an existing table must match its partitioning). Errors about the
     schema, the mode or the predicate are raised here, before any file is written.
+
+    ``table_schema`` (a pyarrow schema, a Delta ``StructType`` or a DDL column list such as
+    ``"id BIGINT NOT NULL, zip STRING"``) is the schema the author declares: a missing table is
+    created with it (not with the data's), and an existing table's columns must match it.
+    ``partition_by``, ``properties`` and ``cluster_by`` create a missing table and must agree
+    with an existing one (``check_creation_settings``).
+
+    ``hold``: the files will wait for their commit (a staged batch): a hold is placed on the
+    table before any file is written (``True``: for ``holds.DEFAULT_LIFETIME_HOURS``; a number:
+    for that many hours), so VACUUM keeps them whatever its retention, until ``commit_write``
+    releases it (``engine/holds.py``). ``hold_note`` says who holds (a batch's name).
     """
     if mode not in MODES:
         raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -213,47 +245,91 @@ def plan_write(
         "user_metadata": user_metadata,
         "storage_options": options,
     }
+    declared = declared_schema(table_schema)
     if list_log(store, 0).max_version is None:
         if replace_where is not None or dynamic_partitions:
             raise TableNotFoundError(f"no Delta table at {uri} to overwrite selectively")
         protocol, metadata = new_table_actions(
-            store, schema, partition_by=partition_by, properties=properties
+            store,
+            declared if declared is not None else schema,
+            partition_by=partition_by,
+            properties=properties,
+            cluster_by=cluster_by,
         )
         table_schema = parse_schema(metadata.schema_string)
         _check_predicate(replace_where, table_schema)
-        return WriteSpec(
+        return _held(
+            store,
+            hold,
+            hold_note,
             read_version=None,
             identity_columns=assigned_identity_columns(table_schema, schema.names),
             protocol_json=json.dumps(protocol.to_json()),
             metadata_json=json.dumps(metadata.to_json()),
             metadata_changed=True,
+            cluster_by=tuple(cluster_by) if cluster_by else None,
             **common,
         )
-    if properties:
-        raise InvalidArgumentError(
-            f"table properties are set when a table is created; {uri} exists (use ALTER to change them)"
-        )
     snapshot = load_snapshot(store)
-    if partition_by is not None and [c.lower() for c in partition_by] != [
-        c.lower() for c in snapshot.partition_columns
-    ]:
-        raise InvalidArgumentError(
-            f"{uri} is partitioned by {snapshot.partition_columns or 'nothing'}, not {list(partition_by)}"
-        )
+    check_creation_settings(snapshot, partition_by=partition_by, properties=properties, cluster_by=cluster_by)
+    if declared is not None:
+        check_declared_schema(snapshot, declared)
     write = WriteContext(store, snapshot, {}, target_file_size=target_file_size, schema_mode=schema_mode)
     write.evolve(schema)
     _check_predicate(replace_where, write.schema)
     if dynamic_partitions and not snapshot.partition_columns:
         raise InvalidArgumentError("dynamic partition overwrite needs a partitioned table")
-    return WriteSpec(
+    skip = app_id is not None and WorkKey(app_id, app_version).done_in(snapshot)
+    return _held(
+        store,
+        hold if not skip else None,  # nothing will be written
+        hold_note,
         read_version=snapshot.version,
         protocol_json=json.dumps(write.protocol.to_json()),
         metadata_json=json.dumps(write.metadata.to_json()),
         metadata_changed=write.metadata != snapshot.metadata,
         identity_columns=assigned_identity_columns(write.schema, schema.names),
-        skip=app_id is not None and WorkKey(app_id, app_version).done_in(snapshot),
+        skip=skip,
         **common,
     )
+
+
+def declared_schema(schema: Any) -> StructType | None:
+    """A declared table schema as a ``StructType``: from pyarrow, a ``StructType``, a DDL column
+    list, or a mapping of column name to Delta type name (``{"id": "long"}``)."""
+    if schema is None:
+        return None
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, pa.Schema):
+        return schema_from_arrow(schema)
+    if isinstance(schema, str):
+        from deltaplane.engine.expressions.ddl import parse_ddl
+
+        return parse_ddl(schema)
+    if isinstance(schema, Mapping):
+        fields = [{"name": str(k), "type": v, "nullable": True, "metadata": {}} for k, v in schema.items()]
+        return parse_schema(json.dumps({"type": "struct", "fields": fields}))
+    raise InvalidArgumentError(
+        "a declared schema is a pyarrow.Schema, a Delta StructType, a DDL column list "
+        f"('id BIGINT, name STRING') or a mapping of column names to Delta types, not {type(schema).__name__}"
+    )
+
+
+def _held(store: ObjectStore, hold: bool | float | None, note: str | None, **fields: Any) -> WriteSpec:
+    """The spec, with a hold placed for its files when asked (before any of them exists)."""
+    if hold is None or hold is False:
+        return WriteSpec(**fields)
+    token = new_token()
+    place_hold(
+        store,
+        token,
+        lifetime_hours=hold,
+        app_id=fields.get("app_id"),
+        app_version=fields.get("app_version"),
+        note=note,
+    )
+    return WriteSpec(hold=token, **fields)
 
 
 def _check_predicate(predicate: str | None, schema: StructType):
@@ -294,7 +370,10 @@ def write_files(
     check = None
     if spec.replace_where is not None:
         check = replace_where_check(_check_predicate(spec.replace_where, schema), spec.replace_where)
-    writer = DataFileWriter(store, writer_config(metadata, spec.protocol, schema, spec.target_file_size))
+    config = writer_config(metadata, spec.protocol, schema, spec.target_file_size)
+    if spec.hold is not None:
+        config = replace(config, name_tag=spec.hold)
+    writer = DataFileWriter(store, config)
     try:
         for batch in _batches(data, schema):
             names = {n.lower() for n in batch.schema.names}
@@ -341,13 +420,40 @@ def commit_write(
     store: ObjectStore | None = None,
     operation: str | None = None,
     operation_parameters: Mapping[str, Any] | None = None,
+    release_hold: bool = True,
 ) -> CommitResult:
     """Commit the files of a staged write (``add`` actions or their JSON) in one transaction.
 
     ``operation`` and ``operation_parameters`` replace the recorded ``WRITE`` and its mode
-    (a streaming sink records ``STREAMING UPDATE`` with its query and epoch, as Delta Spark)."""
+    (a streaming sink records ``STREAMING UPDATE`` with its query and epoch, as Delta Spark).
+
+    A write planned to create the table whose table was created by someone else meanwhile is
+    appended to it when its files fit the winner (same columns and types, partitioning and
+    file layout: Delta Spark's create-or-append); otherwise ``StagedSchemaConflictError``
+    names both schemas. Once the commit landed (or found its work already in the table) the
+    spec's hold is released (``release_hold=False`` keeps it)."""
     adds = [a if isinstance(a, Add) else Add.from_json(dict(a)) for a in adds]
     store = store if store is not None else spec.store()
+    result = _commit(spec, adds, store, commit_metadata, operation, operation_parameters)
+    if spec.hold is not None and release_hold:
+        release_hold_of(spec, store)
+    return result
+
+
+def release_hold_of(spec: WriteSpec, store: ObjectStore | None = None) -> None:
+    """Stop protecting a staged write's files (committed, quarantined or abandoned)."""
+    if spec.hold is not None:
+        release_hold(store if store is not None else spec.store(), spec.hold)
+
+
+def _commit(
+    spec: WriteSpec,
+    adds: list[Add],
+    store: ObjectStore,
+    commit_metadata: Mapping[str, Any] | None,
+    operation: str | None,
+    operation_parameters: Mapping[str, Any] | None,
+) -> CommitResult:
     metadata = dict(commit_metadata or {})
     if spec.user_metadata is not None and "userMetadata" not in metadata:
         metadata["userMetadata"] = spec.user_metadata
@@ -440,16 +546,89 @@ def _commit_create(
             table_metadata = replace(table_metadata, schema_string=schema_string)
     txn.update_protocol(spec.protocol)
     txn.update_metadata(table_metadata)
+    if spec.cluster_by:
+        schema = parse_schema(table_metadata.schema_string)
+        columns = resolve_columns(schema, list(spec.cluster_by), table_metadata.configuration)
+        params["clusterBy"] = [c.name for c in columns]
+        txn.set_domain_metadata(clustering_domain(columns))
     if spec.app_id is not None:
         txn.set_app_transaction(spec.app_id, spec.app_version)
     txn.add_files(adds)
     try:
         return txn.commit(operation_metrics)
     except TableExistsError:
-        raise TableExistsError(
-            f"{spec.uri} was created by someone else while this write was staged; plan the write again "
-            "(its files are left for VACUUM)"
-        ) from None
+        pass
+    # Another writer created the table since the plan: append to it when the files fit.
+    winner = load_snapshot(store)
+    _check_fits_winner(spec, winner)
+    appended = replace(
+        spec,
+        read_version=winner.version,
+        protocol_json=json.dumps(winner.protocol.to_json()),
+        metadata_json=json.dumps(winner.metadata.to_json()),
+        metadata_changed=False,
+    )
+    return _commit(appended, adds, store, metadata, operation, parameters)
+
+
+def _schema_text(schema: StructType, partition_columns: list[str]) -> str:
+    columns = ", ".join(
+        f"{f.name}: {_type_name(f.type)}{'' if f.nullable else ' NOT NULL'}" for f in schema.fields
+    )
+    parted = f"; partitioned by {', '.join(partition_columns)}" if partition_columns else "; not partitioned"
+    return f"({columns}){parted}"
+
+
+def _type_name(t) -> str:
+    name = getattr(t, "name", None)
+    return name if isinstance(name, str) else json.dumps(t.to_json())
+
+
+def _comparable(schema: StructType) -> dict[str, str]:
+    """Each column (by lower-cased name) as JSON, without what moves on its own (the identity
+    high-water mark, comments)."""
+    out = {}
+    for f in schema.fields:
+        body = f.to_json()
+        body["metadata"] = {
+            k: v
+            for k, v in (body.get("metadata") or {}).items()
+            if k not in (IDENTITY_HIGH_WATER_MARK, "comment")
+        }
+        out[f.name.lower()] = json.dumps(body, sort_keys=True)
+    return out
+
+
+def _check_fits_winner(spec: WriteSpec, winner) -> None:
+    """The files of a create that lost the race can be appended to the winner only when they are
+    exactly what a write planned against the winner would have written."""
+    ours, theirs = spec.metadata, winner.metadata
+    mine, table = parse_schema(ours.schema_string), winner.schema
+    problems = []
+    if [c.lower() for c in ours.partition_columns] != [c.lower() for c in theirs.partition_columns]:
+        problems.append("another partitioning")
+    if _comparable(mine) != _comparable(table):
+        problems.append("other columns or types")
+    layout = ("delta.columnMapping.mode",)
+    config_mine, config_theirs = ours.configuration, theirs.configuration
+    if any(config_mine.get(k, "none") != config_theirs.get(k, "none") for k in layout):
+        problems.append("another column mapping")
+    constraints = {k: v for k, v in config_theirs.items() if k.startswith("delta.constraints.")}
+    if constraints != {k: v for k, v in config_mine.items() if k.startswith("delta.constraints.")}:
+        problems.append("other CHECK constraints")
+    materialized = "materializePartitionColumns"
+    if materialized in writer_features(winner.protocol) - writer_features(spec.protocol):
+        problems.append("partition columns materialized in files")
+    if spec.identity_columns:
+        problems.append("identity values assigned from the same first block")
+    if problems:
+        raise StagedSchemaConflictError(
+            f"{spec.uri} was created by another writer while this write was staged, with "
+            f"{' and '.join(problems)}: the table is {_schema_text(table, theirs.partition_columns)}, "
+            f"this write's files are {_schema_text(mine, ours.partition_columns)}. Its files cannot be "
+            "appended; stage the batch again against the table (a DeltaStageOperator run reads the "
+            "landing files in the table's types). The files written are left for VACUUM."
+        )
 
 
 def _written_marks(spec: WriteSpec, schema: StructType, adds: list[Add]) -> dict[str, int]:
@@ -524,6 +703,12 @@ class StagedWrite:
         ).live
         return Scan(files_snapshot(store, version, self.spec.protocol, metadata, files), columns, None)
 
+    def missing_files(self) -> list[str]:
+        """The staged data files that are gone (deleted by a VACUUM that knows nothing of holds,
+        or by hand): a commit of them would fail."""
+        store = self.spec.store()
+        return missing_objects(store, [canonical_path(a.path, store.root) for a in self.adds])
+
     def commit(self, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
         return commit_write(self.spec, self.adds, commit_metadata=commit_metadata)
 
@@ -569,8 +754,10 @@ def stage_write(
     storage_options: Mapping[str, str] | None = None,
     **plan_options: Any,
 ) -> StagedWrite:
-    """Plan and write ``data`` in this process; commit later with ``.commit()``."""
+    """Plan and write ``data`` in this process; commit later with ``.commit()``. The files are
+    held (``plan_write(hold=True)``: VACUUM keeps them) until the commit, unless ``hold=False``."""
     reader = as_reader(data, None)
+    plan_options.setdefault("hold", True)
     spec = plan_write(uri, reader.schema, mode=mode, storage_options=storage_options, **plan_options)
     return StagedWrite(spec, tuple(write_files(spec, reader, task=0)))
 
@@ -588,15 +775,20 @@ def write_manifest(
     storage_options: Mapping[str, str] | None = None,
     *,
     landing: Iterable[str] | None = None,
+    recipe: Mapping[str, Any] | None = None,
 ) -> None:
     """Write a staged-write manifest (a local path or an object-store URI), replacing any.
 
     ``landing``: the local files the batch was staged from, where they are now; recorded as
     ``{"landing": {"files": [...]}}`` (``manifest_landing`` reads it back), so whoever rejects
-    the batch (a quality gate) can move them to the quarantine with its staged files."""
+    the batch (a quality gate) can move them to the quarantine with its staged files.
+    ``recipe``: how they were read (format, schema, partitioning...: JSON), so the batch can be
+    staged again from them (``manifest_recipe``) when its staged files are lost."""
     body = staged.to_json()
     if landing is not None:
         body[_LANDING] = {"files": [str(p) for p in landing]}
+        if recipe is not None:
+            body[_LANDING]["recipe"] = dict(recipe)
     root, name = _split_location(uri)
     open_store(root, storage_options).put(name, json.dumps(body, indent=1).encode(), mode="overwrite")
 
@@ -608,6 +800,16 @@ def manifest_landing(manifest: bytes | str) -> list[str]:
         return [str(p) for p in json.loads(manifest).get(_LANDING, {}).get("files") or []]
     except (ValueError, AttributeError, TypeError):
         return []
+
+
+def manifest_recipe(manifest: bytes | str) -> dict[str, Any] | None:
+    """How a manifest's landing files were read (``write_manifest(recipe=...)``); ``None`` when
+    it records none."""
+    try:
+        recipe = json.loads(manifest).get(_LANDING, {}).get("recipe")
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return recipe if isinstance(recipe, dict) else None
 
 
 def read_manifest(uri: str, storage_options: Mapping[str, str] | None = None) -> StagedWrite:

@@ -63,6 +63,7 @@ from deltaplane.engine.errors import (
     StorageError,
     UnsupportedOperationError,
 )
+from deltaplane.engine.holds import held, hold_is_live, list_holds, release_hold
 from deltaplane.engine.log.commits import parse_log_json
 from deltaplane.engine.log.files import LOG_DIR, LogFile, LogFileKind, parse_log_file_name
 from deltaplane.engine.log.replay import canonical_paths
@@ -71,6 +72,7 @@ from deltaplane.engine.snapshot import Snapshot, update_snapshot
 from deltaplane.engine.storage.base import ObjectMeta, ObjectStore
 from deltaplane.engine.table_features import check_write_supported, reader_features, writer_features
 from deltaplane.engine.transaction import CommitResult, Transaction
+from deltaplane.engine.work import WorkKey
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,9 @@ class VacuumPlan:
     eligible_start_version: int | None = None  # lite: the commits read, inclusive
     eligible_end_version: int | None = None
     record_commits: bool = True  # VACUUM START/END can be committed (deltaplane can write the table)
+    # full: old unreferenced files kept because a pending writer's hold protects them
+    held_files: tuple[str, ...] = ()
+    stale_holds: tuple[str, ...] = ()  # tokens of holds that expired or whose work landed
     snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -137,6 +142,7 @@ class VacuumPlan:
             "latestCommitVersionOutsideOfRetentionWindow": self.latest_version_outside_window,
             "eligibleStartCommitVersion": self.eligible_start_version,
             "eligibleEndCommitVersion": self.eligible_end_version,
+            "numFilesHeld": len(self.held_files),
         }
 
 
@@ -396,15 +402,39 @@ def _plan_full(store: ObjectStore, snapshot: Snapshot, cutoff: int, base: dict) 
             m.key.rpartition("/")[0] + "/x" if "/" in m.key else "x", partition_dirs, iceberg=iceberg
         )
     ]
+    # Read the holds only now: a file listed above was written after its hold was placed.
+    tokens, stale = _holds(store, snapshot, base["now_ms"])
+    kept = held((m.key for m in old), tokens)
+    if kept:
+        log.info("VACUUM %s: keeping %d files of pending staged writes (holds)", store.root, len(kept))
+        old = [m for m in old if m.key not in kept]
     old.sort(key=lambda m: m.key)
     return VacuumPlan(
         **base,
+        held_files=tuple(sorted(kept)),
+        stale_holds=stale,
         files=tuple(m.key for m in old),
         sizes=tuple(m.size for m in old),
         num_objects_considered=len(considered),
         latest_version_outside_window=outside,
         vacuumed_through_version=_deferred_through(snapshot, cutoff, outside),
     )
+
+
+def _holds(store: ObjectStore, snapshot: Snapshot, now_ms: int) -> tuple[set[str], tuple[str, ...]]:
+    """The tokens of the live holds on the table, and those of stale ones (expired, or whose
+    work the table already holds)."""
+
+    def done(app_id: str, version: int | None) -> bool:
+        return WorkKey(app_id, version if version is not None else 0).done_in(snapshot)
+
+    live, stale = set(), []
+    for hold in list_holds(store):
+        if hold_is_live(hold, done, now_ms):
+            live.add(hold.token)
+        else:
+            stale.append(hold.token)
+    return live, tuple(stale)
 
 
 def _read_commits(store: ObjectStore, commits: list[LogFile]):
@@ -563,6 +593,8 @@ def execute_vacuum(
     if base is None:
         raise InvalidArgumentError("execute_vacuum needs the snapshot the plan was made on")
     metrics = VacuumMetrics(files=[])
+    for token in plan.stale_holds:  # expired or committed: they protect nothing any more
+        release_hold(store, token)
     if not plan.files:
         log.info("VACUUM %s: nothing to delete", plan.table_root)
         _write_last_vacuum_info(store, plan)

@@ -9,6 +9,7 @@ the transaction is abandoned and finished files stay unreferenced until VACUUM r
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Metadata, Protocol, Remove
 from deltaplane.engine.clustering import FEATURE_PROPERTY as CLUSTERING_FEATURE_PROPERTY
-from deltaplane.engine.clustering import ClusteringError, resolve_columns
+from deltaplane.engine.clustering import ClusteringError, clustering_column_names, resolve_columns
 from deltaplane.engine.clustering import domain_metadata as clustering_domain
 from deltaplane.engine.column_values import (
     ColumnValues,
@@ -41,6 +42,7 @@ from deltaplane.engine.errors import (
     SchemaMismatchError,
     TableExistsError,
     TableReadOnlyError,
+    TableSettingsMismatchError,
 )
 from deltaplane.engine.expressions.arrow import evaluate
 from deltaplane.engine.expressions.bind import bind_predicate
@@ -332,6 +334,78 @@ def writer_config(
         materialize_partitions=materialize,
         row_tracking_columns=materialized_columns(protocol, metadata),
     )
+
+
+def check_creation_settings(
+    snapshot: Snapshot,
+    *,
+    partition_by: list[str] | None = None,
+    properties: Mapping[str, str] | None = None,
+    cluster_by: list[str] | None = None,
+    name: str | None = None,
+    description: str | None = None,
+) -> None:
+    """Settings a write gives for creating its table must agree with the table that exists, rather
+    than be dropped silently: partitioning, properties, clustering columns (Delta Spark's
+    DELTA_CLUSTERING_COLUMNS_MISMATCH), name, description. Change them with ALTER."""
+    uri = snapshot.store.root
+    current = [c.lower() for c in snapshot.partition_columns]
+    if partition_by and [c.lower() for c in partition_by] != current:
+        raise TableSettingsMismatchError(
+            f"{uri} is partitioned by {snapshot.partition_columns or 'nothing'}, not {list(partition_by)}; "
+            "the partitioning of an existing table cannot change with a write"
+        )
+    configuration = snapshot.metadata.configuration
+    differing = {k: v for k, v in (properties or {}).items() if configuration.get(k) != str(v)}
+    if differing:
+        raise TableSettingsMismatchError(
+            f"properties {sorted(differing)} differ from those of the existing table {uri}; "
+            "properties are set when a table is created: change them with dt.alter.set_table_properties()"
+        )
+    if cluster_by:
+        clustered = clustering_column_names(snapshot) or []
+        if [c.lower() for c in cluster_by] != [c.lower() for c in clustered]:
+            raise TableSettingsMismatchError(
+                f"the clustering columns of {uri} are {clustered or 'none'}, not {list(cluster_by)}; "
+                "change them with dt.alter.cluster_by([...])"
+            )
+    for what, wanted, actual in (
+        ("name", name, snapshot.metadata.name),
+        ("description", description, snapshot.metadata.description),
+    ):
+        if wanted is not None and wanted != actual:
+            raise TableSettingsMismatchError(
+                f"the {what} of the existing table {uri} is {actual!r}, not {wanted!r}; "
+                f"change it with dt.alter.set_table_{what}()"
+            )
+
+
+def check_declared_schema(snapshot: Snapshot, declared: StructType) -> None:
+    """A schema a write declares for its table must be the table's own for every column it names
+    (same type, same nullability); a column the table lacks is an error too (add it with ALTER or
+    a write with schema merging)."""
+    table = {f.name.lower(): f for f in snapshot.schema.fields}
+    problems = []
+    for f in declared.fields:
+        current = table.get(f.name.lower())
+        if current is None:
+            problems.append(f"{f.name} (not in the table)")
+        elif current.type != f.type or current.nullable != f.nullable:
+            problems.append(
+                f"{f.name}: {_declared_text(f)} declared, {_declared_text(current)} in the table"
+            )
+    if problems:
+        raise TableSettingsMismatchError(
+            f"the schema declared for {snapshot.store.root} does not match the table's: "
+            f"{'; '.join(problems)}. The table's schema changes with dt.alter (or a write with "
+            "schema_mode='merge' for new columns), not with a declared schema"
+        )
+
+
+def _declared_text(f: StructField) -> str:
+    name = getattr(f.type, "name", None)
+    text = name if isinstance(name, str) else json.dumps(f.type.to_json())
+    return text + ("" if f.nullable else " NOT NULL")
 
 
 class WriteContext:

@@ -103,9 +103,23 @@ class Quality(_Model):
 class Ingest(_Model):
     landing: str  # a directory (or glob) of landing files
     format: Literal["csv", "json", "parquet"] = "parquet"
+    # the table's columns as DDL ("id BIGINT NOT NULL, zip STRING"): the first batch creates the
+    # table with them, and every batch is read in them (never types guessed from a first file)
     schema_ddl: str | None = Field(None, alias="schema")
     staging: str | None = None  # where staged manifests go (default: <table>/_deltaplane/staging)
     engine: Literal["local", "spark"] = "local"
+
+    @field_validator("schema_ddl")
+    @classmethod
+    def _parses(cls, v: str | None) -> str | None:
+        if v is not None:
+            from deltaplane.engine.expressions.ddl import parse_ddl
+
+            try:
+                parse_ddl(v)
+            except Exception as e:  # shown as the key's error, with the file and table
+                raise ValueError(str(e)) from None
+        return v
 
 
 class Consumer(_Model):
@@ -119,6 +133,8 @@ class TableConfig(_Model):
     conn_id: str | None = None
     description: str | None = None
     partition_by: list[str] = Field(default_factory=list)
+    cluster_by: list[str] = Field(default_factory=list)  # liquid clustering of a table ingest creates
+    properties: dict[str, str] = Field(default_factory=dict)  # table properties of a table ingest creates
     schedules: Schedules = Field(default_factory=Schedules)
     target_file_size: int | None = None
     zorder_by: list[str] = Field(default_factory=list)

@@ -147,6 +147,10 @@ commit not run, the run failed; the next run is not blocked.
                 args += ["--schema", ingest.schema_ddl]
             if table.partition_by:
                 args += ["--partition-by", ",".join(table.partition_by)]
+            if table.cluster_by:
+                args += ["--cluster-by", ",".join(table.cluster_by)]
+            for key, value in table.properties.items():
+                args += ["--property", f"{key}={value}"]
             stage = DeltaSparkJobOperator(
                 task_id="stage", table_uri=table.uri, job="ingest", job_args=args, **conn
             )
@@ -159,6 +163,9 @@ commit not run, the run failed; the next run is not blocked.
                 source_format=ingest.format,
                 partition_by=table.partition_by or None,
                 target_file_size=table.target_file_size,
+                schema=ingest.schema_ddl,
+                cluster_by=table.cluster_by or None,
+                properties=table.properties or None,
                 **conn,
             )
         commit = DeltaCommitOperator(task_id="commit", table_uri=table.uri, staged_manifest=MANIFEST, **conn)

@@ -121,6 +121,7 @@ class DeltaTableOperator(BaseOperator):
             if applied is not None:
                 self.log.info("%s: %s; nothing to do", self.table_uri, applied.describe())
                 result = {"version": applied.version, "already_applied": True, "reason": applied.describe()}
+                self.settle(context, hook, result)
                 return self._report(context, hook, result, key)
         try:
             with (
@@ -147,6 +148,7 @@ class DeltaTableOperator(BaseOperator):
             applied = find_applied(hook.get_table(self.table_uri).snapshot, key)
             if applied is not None:
                 result.update(version=applied.version, reason=applied.describe())
+        self.settle(context, hook, result)
         return self._report(context, hook, result, key)
 
     def _report(self, context, hook, result: dict[str, Any], key) -> dict[str, Any]:
@@ -192,6 +194,11 @@ class DeltaTableOperator(BaseOperator):
         except Exception:  # lineage never fails a task
             self.log.warning("%s: no lineage facts", self.table_uri, exc_info=True)
         return out
+
+    def settle(self, context, hook, result: dict[str, Any]) -> None:
+        """What follows once the table holds this task's work, whichever try committed it (this
+        one, an earlier one, a concurrent one): the commit operator moves the batch's landing
+        files to ``_processed``. Runs before the XCom is pushed; must be safe to repeat."""
 
     def work_key(self, context, hook, table):
         """The ``deltaplane.engine.work.WorkKey`` of what this task commits (``None``: idempotent by nature).

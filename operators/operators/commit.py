@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
 
 from deltaplane.operators.operators.base import DeltaTableOperator
 
@@ -56,9 +59,14 @@ class DeltaCommitOperator(DeltaTableOperator):
         if getattr(self, "_loaded", False):
             return
         if self.staged_manifest is not None:
-            from deltaplane.engine.commands.staged import read_manifest
+            from deltaplane.engine.commands.staged import StagedWrite, manifest_landing, manifest_recipe
+            from deltaplane.operators.utils.batches import read_object
 
-            self._staged = read_manifest(self.staged_manifest, hook.settings.storage_options)
+            options = hook.settings.storage_options
+            raw = read_object(self.staged_manifest, options)
+            self._staged = StagedWrite.loads(raw, options)
+            self._landing = manifest_landing(raw)
+            self._recipe = manifest_recipe(raw)
             spec = self._staged.spec
             if spec.uri.rstrip("/") != self.table_uri.rstrip("/"):
                 raise ValueError(f"{self.staged_manifest} stages a write to {spec.uri}, not {self.table_uri}")
@@ -92,30 +100,7 @@ class DeltaCommitOperator(DeltaTableOperator):
         options = hook.settings.storage_options
         self._load(hook)
         if self.staged_manifest is not None:
-            from deltaplane.engine.commands.staged import commit_write
-
-            staged = self._staged
-            key = self._key() if self.idempotent else None
-            spec = replace(
-                staged.spec,
-                skip=False,
-                app_id=key.app_id if key is not None else None,
-                app_version=key.version if key is not None else None,
-            )
-            result = commit_write(spec, staged.adds)
-            self.log.info(
-                "committed %d staged files (%d rows) as version %s",
-                len(staged.adds),
-                staged.num_rows,
-                result.version,
-            )
-            return {
-                "version": None if result.skipped else result.version,
-                "already_applied": result.skipped,
-                "files": len(staged.adds),
-                "rows": staged.num_rows,
-                "bytes": staged.num_bytes,
-            }
+            return self._commit_staged(hook, options)
         from deltaplane.engine import write_table
 
         result = write_table(
@@ -134,6 +119,77 @@ class DeltaCommitOperator(DeltaTableOperator):
             "files": int(metrics.get("numFiles", 0)),
             "rows": int(metrics.get("numOutputRows", 0)),
         }
+
+    def _commit_staged(self, hook, options) -> dict[str, Any]:
+        """Commit the staged batch: staged again first if its files are gone; given back to the
+        landing folder if it cannot land for good (then the next run stages it again)."""
+        from deltaplane.engine.commands.staged import commit_write
+        from deltaplane.engine.quarantine import batch_name, release_claimed, release_staged_hold
+        from deltaplane.operators.operators.base import input_error
+
+        staged = self._staged
+        batch = batch_name(self.staged_manifest)
+        restaged = False
+        missing = [] if staged.spec.skip else staged.missing_files()
+        if missing:
+            from deltaplane.operators.operators.ingest import StageRecipe, restage
+
+            recipe = StageRecipe.from_json(self._recipe) if self._recipe else None
+            manifest = self.staged_manifest
+            staged = restage(self, staged, self._landing, recipe, batch, manifest, missing, options)
+            self._staged, restaged = staged, True
+        key = self._key() if self.idempotent else None
+        spec = replace(
+            staged.spec,
+            skip=False,
+            app_id=key.app_id if key is not None else None,
+            app_version=key.version if key is not None else None,
+        )
+        try:
+            result = commit_write(spec, staged.adds)
+        except Exception as e:
+            if not input_error(e):
+                raise  # worth retrying: the batch stays claimed and held
+            returned, kept = release_claimed(self._landing)
+            release_staged_hold(staged)
+            where = sorted({str(Path(p).parent) for p in returned + kept})
+            names = ", ".join(Path(p).name for p in returned + kept) or "none recorded"
+            note = (
+                f"batch {batch} was not committed; its landing files ({names}) are back in "
+                f"{', '.join(where) or 'their landing folder'}, so the next run stages them again"
+            )
+            if kept:
+                note += f" (left claimed, a newer file has the same name: {', '.join(kept)})"
+            self.log.error("%s: %s: %s", self.table_uri, type(e).__name__, e)
+            self.log.error("%s", note)
+            raise AirflowFailException(f"{type(e).__name__}: {e}; {note}") from e
+        self.log.info(
+            "committed %d staged files (%d rows) as version %s",
+            len(staged.adds),
+            staged.num_rows,
+            result.version,
+        )
+        return {
+            "version": None if result.skipped else result.version,
+            "already_applied": result.skipped,
+            "files": len(staged.adds),
+            "rows": staged.num_rows,
+            "bytes": staged.num_bytes,
+            "restaged": restaged,
+        }
+
+    def settle(self, context, hook, result) -> None:
+        """The batch's rows are in the table: its landing files move on to ``_processed`` and its
+        hold is released (both safe to repeat: a retry after a crash here finishes them)."""
+        if self.staged_manifest is None or not getattr(self, "_loaded", False):
+            return
+        from deltaplane.engine.quarantine import batch_name, finish_claimed, release_staged_hold
+
+        release_staged_hold(self._staged)
+        if self._landing:
+            moved = finish_claimed(self._landing, batch_name(self.staged_manifest))
+            result["landing_files"] = moved
+            self.log.info("moved %d landing file(s) of the committed batch to _processed", len(moved))
 
     def lineage_datasets(self, result, facts):
         from deltaplane.operators.utils.batches import batch_name

@@ -8,6 +8,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,6 @@ from airflow.sdk.bases.skipmixin import SkipMixin
 from deltaplane.operators.operators.base import DeltaTableOperator
 from deltaplane.operators.utils.batches import (
     BatchRejected,
-    move_files,
-    processed_path,
     raise_if_rejected,
     reject,
     skip_downstream,
@@ -27,8 +26,60 @@ FORMATS = {"csv": (".csv",), "json": (".json", ".jsonl", ".ndjson"), "parquet": 
 READ_BLOCK = 1 << 20  # bytes of a landing file parsed at a time: memory does not grow with files
 
 
-def batch_id(run_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
+def batch_id(run_id: str, task_id: str | None = None, map_index: int | None = None) -> str:
+    """A landing batch's name: the run's id, with the stage task's id (two stage tasks of one run
+    are two batches) and its map index (mapped stages), as one file name."""
+    name = run_id if task_id is None else f"{run_id}.{task_id}"
+    if map_index is not None and map_index >= 0:
+        name += f".{map_index}"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+@dataclass(frozen=True)
+class StageRecipe:
+    """How a batch's landing files are read and written: recorded in its manifest, so the batch
+    can be staged again from them exactly the same way (``stage_landing_files``)."""
+
+    format: str
+    partition_by: tuple[str, ...] | None = None
+    schema_mode: str | None = None
+    target_file_size: int | None = None
+    schema: str | None = None  # the declared schema, as Delta's schema JSON
+    cluster_by: tuple[str, ...] | None = None
+    properties: tuple[tuple[str, str], ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "partitionBy": list(self.partition_by) if self.partition_by is not None else None,
+            "schemaMode": self.schema_mode,
+            "targetFileSize": self.target_file_size,
+            "schema": json.loads(self.schema) if self.schema is not None else None,
+            "clusterBy": list(self.cluster_by) if self.cluster_by else None,
+            "properties": dict(self.properties) if self.properties else None,
+        }
+
+    def declared(self):
+        """The declared schema as a Delta ``StructType`` (``None``: none declared)."""
+        from deltaplane.engine.schema import parse_schema
+
+        return parse_schema(self.schema) if self.schema is not None else None
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> StageRecipe:
+        fmt = obj.get("format")
+        if fmt not in FORMATS:
+            raise ValueError(f"a staged manifest's recipe names no readable format: {fmt!r}")
+        partition_by = obj.get("partitionBy")
+        return cls(
+            format=fmt,
+            partition_by=tuple(partition_by) if partition_by is not None else None,
+            schema_mode=obj.get("schemaMode"),
+            target_file_size=obj.get("targetFileSize"),
+            schema=json.dumps(obj["schema"]) if obj.get("schema") is not None else None,
+            cluster_by=tuple(obj["clusterBy"]) if obj.get("clusterBy") else None,
+            properties=tuple(sorted(obj["properties"].items())) if obj.get("properties") else None,
+        )
 
 
 class Refused(Exception):
@@ -59,10 +110,17 @@ class Refused(Exception):
 
 
 class DeltaStageOperator(DeltaTableOperator, SkipMixin):
-    """Take the files in ``landing`` (a local folder), write them as a staged batch of the table
-    (data files + a manifest in ``staging``), and move the originals to ``landing/_processed/<batch>``.
-    Nothing is committed: the quality gate and the commit operator come next. No landing files:
-    the downstream tasks are skipped. A retry reuses the manifest its first try wrote.
+    """Take the files in ``landing`` (a local folder) and write them as a staged batch of the table
+    (data files + a manifest in ``staging``). Nothing is committed: the quality gate and the
+    commit operator come next. No landing files: the downstream tasks are skipped.
+
+    The batch (``<run id>.<task id>``) **claims** its landing files first, by moving them to
+    ``landing/_staged/<batch>/`` (one atomic rename each: two runs never stage the same file);
+    they move on to ``landing/_processed/<batch>/`` only once the commit holding their rows has
+    landed (``DeltaCommitOperator``). The staged data files are **held**: VACUUM does not delete
+    them, whatever its retention, until the commit (``deltaplane.engine.holds``). A retry reuses
+    the manifest its first try wrote; if the staged files have gone meanwhile (a VACUUM that
+    knows nothing of holds), the batch is staged again from its claimed landing files.
 
     Files are read in record batches (CSV and JSON ``READ_BLOCK`` bytes at a time, Parquet by
     row groups) and written as they are read, so a batch larger than memory stages in bounded
@@ -80,9 +138,10 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
 
     XCom (beside the common keys; ``version`` is null: staging commits nothing):
     ``batch``, ``manifest`` (what the gate and the commit read), ``rows``, ``files`` (staged data
-    files), ``landing_files`` (where this try moved the landing files; null when an earlier try
-    staged the batch), ``already_committed`` (= ``already_applied``: these files are already in
-    the table). Lineage: input the landing folder, output the staging area (version: the batch).
+    files), ``landing_files`` (where the batch's landing files are: claimed under ``_staged``),
+    ``restaged`` (this try staged the batch again: its staged files were gone),
+    ``already_committed`` (= ``already_applied``: these files are already in the table).
+    Lineage: input the landing folder, output the staging area (version: the batch).
     """
 
     template_fields = ("table_uri", "landing", "staging", "quarantine_uri")
@@ -100,6 +159,9 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         schema_mode: str | None = None,
         target_file_size: int | None = None,
         quarantine_uri: str | None = None,
+        schema: Any = None,
+        cluster_by: list[str] | None = None,
+        properties: dict[str, str] | None = None,
         **kwargs: Any,
     ):
         super().__init__(table_uri=table_uri, **kwargs)
@@ -107,6 +169,20 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
             raise ValueError(f"source_format must be one of {', '.join(FORMATS)}")
         if schema_mode not in (None, "merge"):
             raise ValueError("schema_mode must be None (new columns are refused) or 'merge' (they are added)")
+        if schema is not None:
+            from deltaplane.engine.commands.staged import declared_schema
+
+            declared_schema(schema)  # a schema that does not parse fails the DAG file, naming why
+        for name, value in (("partition_by", partition_by), ("cluster_by", cluster_by)):
+            if value is not None and (isinstance(value, str) or not all(isinstance(c, str) for c in value)):
+                raise TypeError(f"{name} is a list of column names, e.g. [{str(value)!r}]")
+        if properties is not None and not (
+            isinstance(properties, dict) and all(isinstance(k, str) for k in properties)
+        ):
+            raise TypeError("properties is a dict of table property names to values")
+        self.schema = schema
+        self.cluster_by = cluster_by
+        self.properties = properties
         self.landing = landing
         self.staging = staging
         self.source_format = source_format
@@ -118,43 +194,76 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
     def open_table(self, hook):
         return None
 
-    def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from deltaplane.engine.commands.staged import read_manifest, write_manifest
-        from deltaplane.engine.errors import ObjectNotFoundError
-        from deltaplane.engine.work import WorkKey, local_file_identities
-        from deltaplane.operators.utils.batches import quarantine_location
+    def recipe(self) -> StageRecipe:
+        from deltaplane.engine.commands.staged import declared_schema
 
-        batch = batch_id(stamp.run_id)
+        declared = declared_schema(self.schema)
+        return StageRecipe(
+            format=self.source_format,
+            partition_by=tuple(self.partition_by) if self.partition_by is not None else None,
+            schema_mode=self.schema_mode,
+            target_file_size=self.target_file_size,
+            schema=declared.to_json_string() if declared is not None else None,
+            cluster_by=tuple(self.cluster_by) if self.cluster_by else None,
+            properties=tuple(sorted((k, str(v)) for k, v in (self.properties or {}).items())) or None,
+        )
+
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
+        from deltaplane.engine.commands.staged import StagedWrite, manifest_landing, write_manifest
+        from deltaplane.engine.errors import ObjectNotFoundError
+        from deltaplane.engine.quarantine import claim_files, release_claimed
+        from deltaplane.operators.utils.batches import quarantine_location, read_object
+
+        ti = context.get("ti")
+        batch = batch_id(stamp.run_id, self.task_id, getattr(ti, "map_index", None))
         manifest = f"{self.staging.rstrip('/')}/{batch}.json"
         options = hook.settings.storage_options
         destination = quarantine_location(self.table_uri, batch, self.quarantine_uri)
         raise_if_rejected(destination, options, self.log)
-        landing = None
+        recipe = self.recipe()
+        restaged = False
         try:
-            staged = read_manifest(manifest, options)
-            self.log.info("batch %s was staged by an earlier try: %s", batch, manifest)
+            raw = read_object(manifest, options)
         except (ObjectNotFoundError, FileNotFoundError):
-            files = sorted(
+            raw = None
+        if raw is not None:
+            staged, landing = StagedWrite.loads(raw, options), manifest_landing(raw)
+            self.log.info("batch %s was staged by an earlier try: %s", batch, manifest)
+            missing = [] if staged.spec.skip else staged.missing_files()
+            if missing:
+                staged = restage(self, staged, landing, recipe, batch, manifest, missing, options)
+                restaged = True
+        else:
+            candidates = sorted(
                 p
                 for p in Path(self.landing).iterdir()
                 if p.is_file() and p.name.endswith(FORMATS[self.source_format])
             )
+            files = claim_files(candidates, batch)  # with any an interrupted earlier try claimed
             if not files:
                 reason = f"no {self.source_format} files in {self.landing}"
                 out = {"version": None, "batch": batch, "files": 0, "reason": reason}
                 return skip_downstream(self, context, out, f"{self.landing}: nothing to ingest")
-            key = WorkKey.named("files", {"files": local_file_identities(files)})
+            landing = [str(f) for f in files]
             started = time.monotonic()
             try:
-                staged = self._stage(files, key, options)
+                staged = stage_landing_files(
+                    self.table_uri, files, recipe, landing_key(files), options, batch=batch
+                )
             except Refused as refused:
                 raise self._reject(context, batch, refused, files, destination, options) from None
-            moves = [(f, processed_path(f, batch)) for f in files]
-            landing = [str(target) for _, target in moves]
-            write_manifest(manifest, staged, options, landing=landing)
-            move_files(moves)
+            except BaseException:
+                # Not the batch's fault (the task's arguments, storage): give the files back, so
+                # a retry or the next run stages them (a kill here leaves them claimed for this
+                # task's retry, which takes its own claimed files first).
+                returned, _ = release_claimed(landing)
+                self.log.warning("staging failed; %d landing file(s) back in %s", len(returned), self.landing)
+                raise
+            write_manifest(manifest, staged, options, landing=landing, recipe=recipe.to_json())
             if staged.spec.skip:
-                self.log.info("%s: these %d files were already committed (%s)", batch, len(files), key.app_id)
+                self.log.info(
+                    "%s: these %d files were already committed (%s)", batch, len(files), staged.spec.app_id
+                )
             else:
                 self.log.info(
                     "staged %d rows from %d files as %s in %.1f s",
@@ -171,6 +280,7 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
             "files": len(staged.adds),
             "bytes": staged.num_bytes,
             "landing_files": landing,
+            "restaged": restaged,
             "already_committed": staged.spec.skip,
             "work": staged.spec.app_id,
             "reason": "staged for the quality gate and the commit; nothing committed",
@@ -187,71 +297,6 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
             source.rows = staged.rows = result.get("rows")
             staged.files, staged.bytes = result.get("files"), result.get("bytes")
         return [source], [staged]
-
-    def _stage(self, files: list[Path], key, options):
-        """Plan the write against the table, then stream every file into staged data files."""
-        import pyarrow as pa
-
-        from deltaplane.engine.column_values import ColumnValues
-        from deltaplane.engine.commands.staged import StagedWrite, plan_write, write_files
-        from deltaplane.engine.enforcement import table_constraints
-        from deltaplane.engine.errors import SchemaMismatchError
-        from deltaplane.engine.log.segment import list_log
-        from deltaplane.engine.schema import StructType, parse_schema, to_arrow_schema
-        from deltaplane.engine.snapshot import load_table_config
-        from deltaplane.engine.storage import open_store
-
-        store = open_store(self.table_uri, options)
-        current = None  # no table yet: the commit creates it with the batch's schema
-        if list_log(store, 0).max_version is not None:  # the schema only: no file list replayed
-            current = parse_schema(load_table_config(store)[1].schema_string)
-        sources = [_Landing(f, self.source_format, current) for f in files]
-        schemas = [source.probe() for source in sources]
-        try:
-            incoming = pa.unify_schemas(schemas, promote_options="permissive")
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-            raise Refused(None, f"the files' columns do not agree: {e}") from None
-        try:
-            spec = plan_write(
-                self.table_uri,
-                incoming,
-                partition_by=self.partition_by,
-                schema_mode=self.schema_mode,
-                app_id=key.app_id,
-                app_version=key.version,
-                target_file_size=self.target_file_size,
-                storage_options=options,
-            )
-        except SchemaMismatchError as e:
-            raise Refused(None, f"the batch's columns do not fit the table: {e}") from None
-        if spec.skip:
-            return StagedWrite(spec, ())
-        # The files' rows are conformed to the table's columns, except those the table fills
-        # itself when they are missing (generated, default, identity): write_files fills them.
-        supplied = {n.lower() for source in sources for n in source.schema.names}
-        values = ColumnValues(spec.schema, table=self.table_uri)
-        target = StructType(
-            tuple(f for f in spec.schema.fields if f.name.lower() in supplied or not values.computes(f.name))
-        )
-        for source in sources:
-            source.check(target)
-        try:
-            constraints = table_constraints(target, spec.metadata.configuration)
-        except SchemaMismatchError:  # a constraint reads a filled column: write_files checks it
-            constraints = []
-
-        def batches():
-            for source in sources:
-                yield from source.batches(target, constraints)
-
-        store = _Recording(spec.store())
-        reader = pa.RecordBatchReader.from_batches(to_arrow_schema(target), batches())
-        try:
-            adds = write_files(spec, reader, store=store, task=0)  # the one writer of this batch
-        except Refused as refused:
-            refused.staged = store.published()
-            raise
-        return StagedWrite(spec, tuple(adds))
 
     def _reject(
         self, context, batch: str, refused: Refused, files: list[Path], destination: str, options
@@ -285,6 +330,161 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
             data_keys=refused.staged,
             landing=[str(f) for f in files],
         )
+
+
+def landing_key(files: list[Path]):
+    """The work key of a batch of landing files: their identities (path in the landing folder,
+    size, modification time), wherever the batch's claim has moved them since."""
+    import os
+
+    from deltaplane.engine.quarantine import home_path
+    from deltaplane.engine.work import WorkKey, file_identities
+
+    identities = []
+    for f in files:
+        stat = os.stat(f)
+        identities.append((os.path.abspath(home_path(Path(f))), stat.st_size, stat.st_mtime_ns))
+    return WorkKey.named("files", {"files": file_identities(identities)})
+
+
+def restage(
+    operator,
+    staged,
+    landing: list[str],
+    recipe: StageRecipe | None,
+    batch: str,
+    manifest: str,
+    missing: list[str],
+    options,
+):
+    """Stage a batch again from its claimed landing files, with the same work key, because its
+    staged data files are gone (``missing``); the manifest is rewritten. Fails (retryable: the
+    files may come back from a restore) when the landing files are gone too."""
+    from deltaplane.engine.commands.staged import write_manifest
+    from deltaplane.engine.errors import StorageError
+    from deltaplane.engine.work import WorkKey
+
+    files = [Path(p) for p in landing]
+    absent = [str(p) for p in files if not p.exists()]
+    if not files or absent or recipe is None:
+        why = (
+            "its manifest records no landing files"
+            if not files
+            else f"its landing files are gone too ({', '.join(absent[:5])})"
+            if absent
+            else "its manifest does not say how they were read (staged by another tool)"
+        )
+        raise StorageError(
+            f"batch {batch}: {len(missing)} of its {len(staged.adds)} staged files are gone "
+            f"(e.g. {missing[0]}) and it cannot be staged again: {why}"
+        )
+    operator.log.warning(
+        "batch %s: %d of its %d staged files are gone (e.g. %s: deleted by a VACUUM that ignores holds, "
+        "or by hand); staging it again from its %d landing files",
+        batch,
+        len(missing),
+        len(staged.adds),
+        missing[0],
+        len(files),
+    )
+    key = WorkKey(staged.spec.app_id, staged.spec.app_version) if staged.spec.app_id else landing_key(files)
+    try:
+        again = stage_landing_files(operator.table_uri, files, recipe, key, options, batch=batch)
+    except Refused as refused:
+        raise BatchRejected(
+            f"batch {batch} could not be staged again from its landing files: {refused.text}"
+        ) from None
+    write_manifest(manifest, again, options, landing=landing, recipe=recipe.to_json())
+    return again
+
+
+def stage_landing_files(table_uri: str, files: list[Path], recipe: StageRecipe, key, options, *, batch: str):
+    """Plan the write against the table, then stream every file into staged data files, held
+    (VACUUM keeps them) until the commit. A file the table cannot take raises ``Refused``."""
+    import pyarrow as pa
+
+    from deltaplane.engine.commands.staged import StagedWrite, plan_write, release_hold_of
+    from deltaplane.engine.errors import SchemaMismatchError, TableSettingsMismatchError
+    from deltaplane.engine.log.segment import list_log
+    from deltaplane.engine.schema import parse_schema
+    from deltaplane.engine.snapshot import load_table_config
+    from deltaplane.engine.storage import open_store
+
+    store = open_store(table_uri, options)
+    # No table yet: the commit creates it with the declared schema, else the batch's own.
+    current = recipe.declared()
+    if list_log(store, 0).max_version is not None:  # the schema only: no file list replayed
+        current = parse_schema(load_table_config(store)[1].schema_string)
+    sources = [_Landing(f, recipe.format, current) for f in files]
+    schemas = [source.probe() for source in sources]
+    try:
+        incoming = pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise Refused(None, f"the files' columns do not agree: {e}") from None
+    try:
+        spec = plan_write(
+            table_uri,
+            incoming,
+            partition_by=list(recipe.partition_by) if recipe.partition_by is not None else None,
+            schema_mode=recipe.schema_mode,
+            app_id=key.app_id,
+            app_version=key.version,
+            target_file_size=recipe.target_file_size,
+            storage_options=options,
+            hold=True,
+            hold_note=f"staged batch {batch}",
+            table_schema=recipe.declared(),
+            cluster_by=list(recipe.cluster_by) if recipe.cluster_by else None,
+            properties=dict(recipe.properties) if recipe.properties else None,
+        )
+    except TableSettingsMismatchError:
+        raise  # the task's arguments are at fault, not the batch: an input error, no quarantine
+    except SchemaMismatchError as e:
+        raise Refused(None, f"the batch's columns do not fit the table: {e}") from None
+    if spec.skip:
+        return StagedWrite(spec, ())
+    try:
+        return StagedWrite(spec, tuple(_write_landing(spec, sources, table_uri)))
+    except BaseException:
+        release_hold_of(spec)  # refused or failed: these files will never be committed
+        raise
+
+
+def _write_landing(spec, sources: list[_Landing], table_uri: str) -> list:
+    """Stream the landing files into staged data files of ``spec`` (the one writer of the batch)."""
+    import pyarrow as pa
+
+    from deltaplane.engine.column_values import ColumnValues
+    from deltaplane.engine.commands.staged import write_files
+    from deltaplane.engine.enforcement import table_constraints
+    from deltaplane.engine.errors import SchemaMismatchError
+    from deltaplane.engine.schema import StructType, to_arrow_schema
+
+    # The files' rows are conformed to the table's columns, except those the table fills
+    # itself when they are missing (generated, default, identity): write_files fills them.
+    supplied = {n.lower() for source in sources for n in source.schema.names}
+    values = ColumnValues(spec.schema, table=table_uri)
+    target = StructType(
+        tuple(f for f in spec.schema.fields if f.name.lower() in supplied or not values.computes(f.name))
+    )
+    for source in sources:
+        source.check(target)
+    try:
+        constraints = table_constraints(target, spec.metadata.configuration)
+    except SchemaMismatchError:  # a constraint reads a filled column: write_files checks it
+        constraints = []
+
+    def batches():
+        for source in sources:
+            yield from source.batches(target, constraints)
+
+    recording = _Recording(spec.store())
+    reader = pa.RecordBatchReader.from_batches(to_arrow_schema(target), batches())
+    try:
+        return write_files(spec, reader, store=recording, task=0)
+    except Refused as refused:
+        refused.staged = recording.published()
+        raise
 
 
 class _Recording:
@@ -322,7 +522,10 @@ def _columns_text(names: list[str]) -> str:
 
 def _type_text(t) -> str:
     name = getattr(t, "name", None)
-    return name if isinstance(name, str) else json.dumps(t.to_json())
+    if isinstance(name, str):
+        return name
+    body = t.to_json()
+    return body if isinstance(body, str) else json.dumps(body)
 
 
 def _squash(name: str) -> str:
@@ -571,12 +774,16 @@ class _Landing:
         if "UTF8" in message or "UTF-8" in message.upper():
             return self._utf8_error()
         bad = re.search(
-            r"In CSV column #(\d+): CSV conversion error to ([^:]+): invalid value '(.*)'$", message, re.S
+            r"In CSV column #(\d+): (?:CSV conversion error to ([^:]+): invalid value '(.*)'"
+            r"|The string '(.*)' is not a valid (\w+) number)$",
+            message,
+            re.S,
         )
         if bad and int(bad.group(1)) < len(names):
-            name, value = names[int(bad.group(1))], bad.group(3)
+            name = names[int(bad.group(1))]
+            value = bad.group(3) if bad.group(3) is not None else bad.group(4)
             f = self._field(name)
-            wanted = _type_text(f.type) if f is not None else bad.group(2)
+            wanted = _type_text(f.type) if f is not None else bad.group(2) or bad.group(5)
             return Refused(
                 self.name,
                 f"{value!r} is not a {wanted} (the column's type in the table)",

@@ -72,11 +72,12 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
     paths and globs match (names starting with ``_`` or ``.`` left out, as Spark does):
 
     * none: nothing to stage, no Spark job; the downstream tasks are skipped;
-    * staged: the job records the files it read in the manifest; they are then moved to
-      ``<their folder>/_processed/<batch>/`` and the manifest records them there, so the next run
+    * staged: the job records the files it read in the manifest; they are then claimed (moved to
+      ``<their folder>/_staged/<batch>/``) and the manifest records them there, so the next run
       does not read them again (its glob would make them part of a new batch and load them a
-      second time) and a gate that rejects the batch moves them to the quarantine with it. A
-      retry after they were moved reuses the manifest;
+      second time) and a gate that rejects the batch moves them to the quarantine with it; the
+      commit moves them on to ``_processed/<batch>/`` once the batch landed. A retry after they
+      were moved reuses the manifest;
     * refused by the job (exit code 3, bad input: a value that does not fit the table's type, an
       unknown column...): moved to ``<table>/_quarantine/<batch>/landing/`` (or under
       ``quarantine_uri``) with ``rejection.json`` (the job's error and message, the exit code,
@@ -198,39 +199,50 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         return {**metrics, "version": None, "batch": batch, "landing_files": landing}
 
     def _put_aside(self, manifest: str, batch: str, options) -> list[str]:
-        """Move the files the job staged (as its manifest records them) to
-        ``<folder>/_processed/<batch>/``; the manifest records the new places before the moves,
-        so a crash in between leaves a manifest ``_staged_earlier`` can finish."""
+        """Claim the files the job staged (as its manifest records them): move them to
+        ``<folder>/_staged/<batch>/``; the manifest records the new places (and how to read them
+        again) before the moves, so a crash in between leaves a manifest ``_staged_earlier`` can
+        finish."""
         from pathlib import Path
 
         from deltaplane.engine.commands.staged import StagedWrite, manifest_landing, write_manifest
-        from deltaplane.operators.utils.batches import move_files, processed_path, read_object
+        from deltaplane.engine.quarantine import claimed_path
+        from deltaplane.operators.utils.batches import move_files, read_object
 
         raw = read_object(manifest, options)
-        moves = [(Path(p), processed_path(Path(p), batch)) for p in manifest_landing(raw)]
-        write_manifest(manifest, StagedWrite.loads(raw, options), options, landing=[str(t) for _, t in moves])
+        moves = [(Path(p), claimed_path(Path(p), batch)) for p in manifest_landing(raw)]
+        formats = _arg_values(self.job_args, "--format")
+        recipe = {"format": formats[-1]} if formats else _recipe_from_names([p for p, _ in moves])
+        write_manifest(
+            manifest,
+            StagedWrite.loads(raw, options),
+            options,
+            landing=[str(t) for _, t in moves],
+            recipe=recipe,
+        )
         move_files(moves)
-        self.log.info("moved %d staged landing file(s) to _processed/%s", len(moves), batch)
+        self.log.info("claimed %d staged landing file(s) under _staged/%s", len(moves), batch)
         return [str(t) for _, t in moves]
 
     def _staged_earlier(self, manifest: str, batch: str, options) -> dict[str, Any] | None:
-        """The metrics of an earlier try that staged this batch and began moving its files (the
-        manifest records them under ``_processed/<batch>/``): the moves are finished, the job is
+        """The metrics of an earlier try that staged this batch and began claiming its files (the
+        manifest records them under ``_staged/<batch>/``): the moves are finished, the job is
         not run again. ``None`` when there is no such manifest."""
         from pathlib import Path
 
         from deltaplane.engine.commands.staged import StagedWrite, manifest_landing
         from deltaplane.engine.errors import ObjectNotFoundError
-        from deltaplane.operators.utils.batches import move_files, processed_path, read_object
+        from deltaplane.engine.quarantine import claimed_path, home_path
+        from deltaplane.operators.utils.batches import move_files, read_object
 
         try:
             raw = read_object(manifest, options)
         except (ObjectNotFoundError, FileNotFoundError):
             return None
         landing = [Path(p) for p in manifest_landing(raw)]
-        if not landing or any(p != processed_path(p.parent.parent.parent / p.name, batch) for p in landing):
+        if not landing or any(p != claimed_path(home_path(p), batch) for p in landing):
             return None  # the job's own record (or none): the files are still in landing; stage again
-        move_files([(p.parent.parent.parent / p.name, p) for p in landing])
+        move_files([(home_path(p), p) for p in landing])
         staged = StagedWrite.loads(raw, options)
         self.log.info("batch %s was staged by an earlier try: %s", batch, manifest)
         return {
@@ -307,6 +319,15 @@ def pin_sources(job_args: list[str], files: list[str]) -> list[str]:
     for path in files:
         out += ["--source", "".join("\\" + c if c in "\\{}[]*?" else c for c in path)]
     return out
+
+
+def _recipe_from_names(paths) -> dict[str, str] | None:
+    """How to read the files again when the job was not told their format: by their extension
+    (as the job itself decides); ``None`` when they do not agree."""
+    from deltaplane.operators.operators.ingest import FORMATS
+
+    found = {fmt for p in paths for fmt, ends in FORMATS.items() if str(p).endswith(ends)}
+    return {"format": found.pop()} if len(found) == 1 else None
 
 
 def _arg_values(args: list[str], name: str) -> list[str]:

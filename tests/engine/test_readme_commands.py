@@ -28,7 +28,23 @@ def test_every_block_is_known():
     for block in blocks():
         assert block.language in ("python", "sh", ""), block
         if block.language == "sh":
-            assert block.source.lstrip().startswith(("make ", "python -m deltaplane.", "deltaplane ")), block
+            assert block.source.lstrip().startswith(
+                ("make ", "python -m deltaplane.", "deltaplane ", "pip install ")
+            ), block
+
+
+def test_pip_install_lines_name_real_extras_and_constraints_files():
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    lines = _sh_lines("pip install")
+    assert lines
+    for line in lines:
+        words = shlex.split(line)
+        (spec,) = [w for w in words if w.startswith("deltaplane[")]
+        assert set(spec[len("deltaplane[") : -1].split(",")) <= extras, line
+        constraints = words[words.index("-c") + 1]
+        assert (ROOT / constraints).is_file(), f"{line}: no file {constraints}"
 
 
 def test_make_targets_exist():

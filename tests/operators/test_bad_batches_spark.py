@@ -164,7 +164,9 @@ def test_a_good_spark_batch_commits_once_and_leaves_the_landing_folder(airflow_d
     stage = xcom(run, "stage")
     assert stage["batch"] == batch and stage["rows"] == 3
     manifest = json.loads(Path(stage["manifest"]).read_text())
-    assert manifest["landing"] == {"files": [str(processed)]}  # where the gate finds them
+    # Where the gate finds them (claimed while the batch waited), and how to stage them again.
+    claimed = landing / "_staged" / batch / "a.csv"
+    assert manifest["landing"] == {"files": [str(claimed)], "recipe": {"format": "csv"}}
 
     # A run with nothing landed stages nothing, runs no Spark, commits nothing, fails nothing.
     run = run_dag("spark_good_empty", dag_file(dag_id, config))
