@@ -14,8 +14,8 @@ from typing import Any
 
 from deltaplane.engine.errors import InvalidArgumentError
 
-APPEND, DELETE, UPDATE, NONE = "append", "delete", "update", "none"
-KINDS = (APPEND, DELETE, UPDATE, NONE)
+APPEND, DELETE, UPDATE, RESTORE, NONE = "append", "delete", "update", "restore", "none"
+KINDS = (APPEND, DELETE, UPDATE, RESTORE, NONE)
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,8 @@ class CommitFilter:
     sensor and of both commit triggers: one definition, ``FILTER_ARGS``).
 
     * ``data_change_only``: skip commits that change no rows (OPTIMIZE, metadata): kind ``none``;
-    * ``kinds``: what the commit did to rows: ``append``, ``delete``, ``update`` (``none``);
+    * ``kinds``: what the commit did to rows: ``append``, ``delete``, ``update``, ``restore``
+      (rows that existed before came back), ``none``;
     * ``operations``: commitInfo operations (``WRITE``, ``MERGE``...), case-insensitive;
     * ``partition_filter``: a SQL predicate on partition columns that the commit's new or
       removed files must match.
