@@ -51,12 +51,15 @@ from deltaplane.engine.actions import Metadata, Protocol
 from deltaplane.engine.commit_filter import (  # noqa: F401 - the kinds are part of this API
     APPEND,
     DELETE,
+    EARLIEST,
     FILTER_ARGS,
     KINDS,
+    LATEST,
     NONE,
     RESTORE,
     UPDATE,
     CommitFilter,
+    check_start,
 )
 from deltaplane.engine.errors import InvalidArgumentError, MissingLogVersionError, TableNotFoundError
 from deltaplane.engine.log.commits import DV_TYPE
@@ -534,6 +537,19 @@ def matching(scan: IncrementalScan, commit_filter: CommitFilter) -> Iterator[tup
 def commit_summary(scan: IncrementalScan, change: CommitChanges) -> dict[str, Any]:
     """``CommitChanges.summary()`` plus ``files``, the URIs of the commit's new files."""
     return {**change.summary(), "files": scan.file_uris(change)}
+
+
+def start_after(store: ObjectStore, start: str | int) -> int:
+    """The version a consumer with no watermark starts after, for ``start`` (``check_start``):
+    ``-1`` for ``"earliest"``, the table's latest version for ``"latest"`` (``-1`` when it has no
+    commit yet), ``N - 1`` for version ``N``."""
+    start = check_start(start)
+    if start == EARLIEST:
+        return -1
+    if start == LATEST:
+        latest = list_log(store, 0).max_version
+        return -1 if latest is None else latest
+    return start - 1
 
 
 def find_new_commits(
