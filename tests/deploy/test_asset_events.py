@@ -98,9 +98,9 @@ def _query(db: Path, sql: str, *args) -> list[tuple]:
         return con.execute(sql, args).fetchall()
 
 
-def _consumer_runs(db: Path) -> dict[str, list[tuple[str, str]]]:
+def _consumer_runs(db: Path, tables=TABLES) -> dict[str, list[tuple[str, str]]]:
     rows = _query(db, "SELECT dag_id, run_id, state FROM dag_run WHERE dag_id LIKE 'consumer_%' ORDER BY id")
-    out: dict[str, list[tuple[str, str]]] = {name: [] for name in TABLES}
+    out: dict[str, list[tuple[str, str]]] = {name: [] for name in tables}
     for dag_id, run_id, state in rows:
         out[dag_id.removeprefix("consumer_")].append((run_id, state))
     return out
@@ -127,13 +127,13 @@ def _until(what: str, check, processes, timeout: float = 300):
         time.sleep(1)
 
 
-def _settle(db: Path, lake: Path, processes) -> dict[str, int]:
+def _settle(db: Path, lake: Path, processes, tables=TABLES) -> dict[str, int]:
     """Wait until no consumer run or table event has appeared for ``SETTLE`` seconds and every
     consumer run has finished; the number of consumer runs per table."""
 
     def snapshot():
-        runs = _consumer_runs(db)
-        events = {name: len(_events(db, f"file://{lake / name}")) for name in TABLES}
+        runs = _consumer_runs(db, tables)
+        events = {name: len(_events(db, f"file://{lake / name}")) for name in tables}
         return runs, events
 
     last, since = snapshot(), time.time()
@@ -270,3 +270,58 @@ def test_one_consumer_run_per_data_commit_with_watcher_outlets_or_both(tmp_path)
         for name in TABLES
     }
     assert maintenance == {"w": [], "o": ["OPTIMIZE", "VACUUM END"], "b": ["OPTIMIZE", "VACUUM END"]}
+
+
+RESTORE_DAG = """
+import pendulum
+from airflow.sdk import DAG, AssetWatcher
+from deltaplane.operators import DeltaCommitEventTrigger, DeltaConsumeOperator, table_asset
+
+watcher = AssetWatcher(name="watch_r", trigger=DeltaCommitEventTrigger(
+    table_uri={uri!r}, watermark_key="consumer_r", poke_interval=0.2))
+with DAG("consumer_r", schedule=[table_asset({uri!r}, watchers=[watcher])],
+         start_date=pendulum.datetime(2026, 1, 1), catchup=False, max_active_runs=1):
+    DeltaConsumeOperator(task_id="consume", table_uri={target!r}, source_uri={uri!r}, on_change="skip")
+"""
+
+
+def test_a_restore_through_the_real_watcher_is_not_copied_twice(tmp_path):
+    """The issue's scenario end to end: 10 rows, DELETE them (skipped), RESTORE to before the
+    DELETE, then 110 more rows: the copy holds 120 rows, each once (it held 130)."""
+    home, dags, logs, lake = tmp_path / "airflow", tmp_path / "dags", tmp_path / "logs", tmp_path / "lake"
+    for d in (home, dags, logs, lake):
+        d.mkdir()
+    uri, target = str(lake / "r"), str(lake / "copy")
+    write_table(uri, pa.table({"id": pa.array(range(10), pa.int64())}))  # v0
+    (dags / "restore.py").write_text(textwrap.dedent(RESTORE_DAG.format(uri=uri, target=target)))
+    port = _free_port()
+    env = _env(home, dags, port)
+    db = home / "airflow.db"
+    processes = start_airflow(env, logs, port)
+    processes["triggerer"] = _start("triggerer", ["triggerer", "--skip-serve-logs"], env, logs)
+    runs = []
+
+    def copied() -> list[int]:
+        return (
+            sorted(DeltaTable(target).to_arrow(columns=["id"])["id"].to_pylist())
+            if Path(target).exists()
+            else []
+        )
+
+    try:
+        _until("the first copy", lambda: len(copied()) == 10, processes)
+        runs.append(_settle(db, lake, processes, tables=("r",))["r"])
+        DeltaTable(uri).delete("id >= 0")  # v1
+        runs.append(_settle(db, lake, processes, tables=("r",))["r"])
+        DeltaTable(uri).restore(version=0)  # v2: the 10 rows come back
+        runs.append(_settle(db, lake, processes, tables=("r",))["r"])
+        DeltaTable(uri).append(pa.table({"id": pa.array(range(10, 120), pa.int64())}))  # v3
+        runs.append(_settle(db, lake, processes, tables=("r",))["r"])
+    finally:
+        for process in processes.values():
+            _kill(process, signal.SIGTERM)
+    print(json.dumps({"consumer_runs_after_each_step": runs}))
+    assert runs == [1, 2, 3, 4]  # the DELETE and the RESTORE woke the consumer too: it skipped them
+    assert copied() == list(range(120))
+    kinds = [e["payload"]["kind"] for e in _events(db, f"file://{uri}")]
+    assert kinds == ["append", "delete", "restore", "append"]
