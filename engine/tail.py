@@ -32,7 +32,8 @@ and this module is the one place that answers them:
   ``DeltaTable.changes_between`` are its plain iteration;
 * which of those commits a consumer cares about: ``CommitFilter`` (data changes only, kinds,
   operations, a partition predicate) and ``find_new_commits``, the condition of the log-tail
-  sensor and of the commit triggers.
+  sensor and of the commit triggers; and where a consumer without a watermark starts
+  (``start_after`` for ``start=`` ``"earliest"``, ``"latest"`` or a version).
 
 The file tables come back in the live-file table's shape (``FILE_COLUMNS``), so
 ``Scan(files=...)`` reads them with their deletion vectors applied.
