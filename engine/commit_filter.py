@@ -14,8 +14,8 @@ from typing import Any
 
 from deltaplane.engine.errors import InvalidArgumentError
 
-APPEND, DELETE, UPDATE, NONE = "append", "delete", "update", "none"
-KINDS = (APPEND, DELETE, UPDATE, NONE)
+APPEND, DELETE, UPDATE, RESTORE, NONE = "append", "delete", "update", "restore", "none"
+KINDS = (APPEND, DELETE, UPDATE, RESTORE, NONE)
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,8 @@ class CommitFilter:
     sensor and of both commit triggers: one definition, ``FILTER_ARGS``).
 
     * ``data_change_only``: skip commits that change no rows (OPTIMIZE, metadata): kind ``none``;
-    * ``kinds``: what the commit did to rows: ``append``, ``delete``, ``update`` (``none``);
+    * ``kinds``: what the commit did to rows: ``append``, ``delete``, ``update``, ``restore``
+      (rows that existed before came back), ``none``;
     * ``operations``: commitInfo operations (``WRITE``, ``MERGE``...), case-insensitive;
     * ``partition_filter``: a SQL predicate on partition columns that the commit's new or
       removed files must match.
@@ -85,3 +86,20 @@ class CommitFilter:
 
 
 FILTER_ARGS = tuple(f.name for f in fields(CommitFilter))
+
+EARLIEST, LATEST = "earliest", "latest"
+DEFAULT_START = EARLIEST
+
+
+def check_start(start: Any, *, owner: str = "start") -> str | int:
+    """Where a consumer with no watermark yet starts (``start=``, shared by the log-tail sensor
+    and the event trigger): ``"earliest"`` (the default: every commit, version 0 included),
+    ``"latest"`` (only commits after the version current when it first looks) or a version
+    ``N >= 0`` (commits from ``N`` on, ``N`` included). Checked when a DAG file is parsed."""
+    if isinstance(start, str) and start.lower() in (EARLIEST, LATEST):
+        return start.lower()
+    if isinstance(start, int) and not isinstance(start, bool) and start >= 0:
+        return start
+    raise InvalidArgumentError(
+        f"{owner}: start must be 'earliest', 'latest' or a version (an int >= 0), got {start!r}"
+    )

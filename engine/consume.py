@@ -9,11 +9,12 @@ landing the rows twice).
 
 What a source commit did to rows decides (``deltaplane.engine.tail``'s kinds): an ``append``
 gives its new rows (never the rows of files a deletion-vector DELETE re-added); OPTIMIZE and
-other commits that change no rows give nothing; a ``delete`` or ``update`` follows
-``on_change``: ``"fail"`` (``ChangeNotConsumableError`` naming the version; nothing written),
-``"skip"`` (ignored), or ``"changes"`` (the source's change data feed rows for that commit; needs
-``delta.enableChangeDataFeed``). Rows get ``_source_version``, and with ``"changes"`` also
-``_change_type`` (``insert`` for appends). Columns the source adds are added to the target
+other commits that change no rows give nothing; a ``delete``, ``update`` or ``restore`` (rows
+that were there before came back: a RESTORE, whose rows a consumer already copied when they were
+first added) follows ``on_change``: ``"fail"`` (``ChangeNotConsumableError`` naming the version;
+nothing written), ``"skip"`` (ignored), or ``"changes"`` (the source's change data feed rows
+for that commit; needs ``delta.enableChangeDataFeed``). Rows get ``_source_version``, and with
+``"changes"`` also ``_change_type`` (``insert`` for appends). Columns the source adds are added to the target
 (``schema_mode="merge"``); other schema changes fail the write (``SchemaMismatchError``).
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from deltaplane.engine.errors import DeltaError, InvalidArgumentError, TableNotFoundError
-from deltaplane.engine.tail import APPEND, IncrementalScan
+from deltaplane.engine.tail import APPEND, IncrementalScan, describe_change
 from deltaplane.engine.write_table import write_table
 
 ON_CHANGE = ("fail", "skip", "changes")
@@ -121,7 +122,7 @@ def consume_appends(
         else:
             raise ChangeNotConsumableError(
                 f"{source_uri} version {change.version} ({change.operation}) is a {change.kind}: "
-                f"{change.rows_deleted} row(s) removed; set on_change='skip' to ignore such commits "
+                f"{describe_change(change)}; set on_change='skip' to ignore such commits "
                 "or on_change='changes' to consume the change data feed",
                 change.version,
             )

@@ -17,6 +17,11 @@ and this module is the one place that answers them:
   - ``update``: rows removed and rows written (UPDATE, MERGE, overwrite, replaceWhere):
     ``rows_added``/``rows_deleted`` count the rows written and removed; the exact row changes
     are the change data feed's (``DeltaTable.changes``);
+  - ``restore``: rows that were in the table before came back: a ``dataChange=true`` add of a
+    file that an earlier commit removed (a RESTORE re-adds the target version's files; so may a
+    hand-made or foreign commit), or a file re-added with a smaller deletion vector. A consumer
+    that copied those rows when they were first added already has them: they are counted in
+    ``rows_restored``, never in ``rows_added``, and are not in ``new_files``;
   - ``none``: no data change (OPTIMIZE and other ``dataChange=false`` rewrites, metadata,
     protocol, VACUUM, commitInfo only).
 
@@ -27,7 +32,8 @@ and this module is the one place that answers them:
   ``DeltaTable.changes_between`` are its plain iteration;
 * which of those commits a consumer cares about: ``CommitFilter`` (data changes only, kinds,
   operations, a partition predicate) and ``find_new_commits``, the condition of the log-tail
-  sensor and of the commit triggers.
+  sensor and of the commit triggers; and where a consumer without a watermark starts
+  (``start_after`` for ``start=`` ``"earliest"``, ``"latest"`` or a version).
 
 The file tables come back in the live-file table's shape (``FILE_COLUMNS``), so
 ``Scan(files=...)`` reads them with their deletion vectors applied.
@@ -35,9 +41,9 @@ The file tables come back in the live-file table's shape (``FILE_COLUMNS``), so
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,11 +52,15 @@ from deltaplane.engine.actions import Metadata, Protocol
 from deltaplane.engine.commit_filter import (  # noqa: F401 - the kinds are part of this API
     APPEND,
     DELETE,
+    EARLIEST,
     FILTER_ARGS,
     KINDS,
+    LATEST,
     NONE,
+    RESTORE,
     UPDATE,
     CommitFilter,
+    check_start,
 )
 from deltaplane.engine.errors import InvalidArgumentError, MissingLogVersionError, TableNotFoundError
 from deltaplane.engine.log.commits import DV_TYPE
@@ -68,6 +78,27 @@ FILE_COLUMNS = ("path", "partition_values", "size", "modification_time", "stats"
 
 
 _DELETE_OPERATIONS = {"DELETE", "TRUNCATE"}
+# Operations whose adds are, by what they are, files written by the commit itself (or, for a
+# deletion-vector DML, files it removes in the same commit). Any other operation that adds files
+# (RESTORE, CLONE, an unknown or missing name) may re-add files an earlier commit removed: its
+# adds are checked against the table's tombstones before the commit. RESTORE always re-adds.
+_FRESH_FILE_OPERATIONS = {
+    "WRITE",
+    "STREAMING UPDATE",
+    "CREATE TABLE",
+    "CREATE TABLE AS SELECT",
+    "REPLACE TABLE",
+    "REPLACE TABLE AS SELECT",
+    "CREATE OR REPLACE TABLE",
+    "CREATE OR REPLACE TABLE AS SELECT",
+    "MERGE",
+    "UPDATE",
+    "DELETE",
+    "TRUNCATE",
+    "OPTIMIZE",
+    "COPY INTO",
+}
+_RESTORE_OPERATIONS = {"RESTORE"}
 
 
 @dataclass(frozen=True)
@@ -89,6 +120,7 @@ class CommitChanges:
     kind: str = NONE
     rows_added: int | None = 0  # rows written (None: a file without statistics)
     rows_deleted: int | None = 0  # rows removed (in place by deletion vectors or with their files)
+    rows_restored: int | None = 0  # rows that were in the table before and came back (``restore``)
     # The protocol and metadata in effect at this version (set by this commit or before it);
     # ``metadata``/``protocol`` above are only what this commit itself set.
     table_protocol: Protocol | None = field(default=None, repr=False)
@@ -126,6 +158,7 @@ class CommitChanges:
             "dataChange": self.data_change,
             "rowsAdded": self.rows_added,
             "rowsDeleted": self.rows_deleted,
+            "rowsRestored": self.rows_restored,
             "filesAdded": self.files_added,
             "filesRemoved": self.files_removed,
             "newFiles": int(self.new_files.num_rows),
@@ -156,32 +189,92 @@ def _dv_rows(files: pa.Table) -> int:
 
 
 def classify(
-    added: pa.Table, removed: pa.Table, root: str, operation: str | None
-) -> tuple[str, pa.Table, int | None, int | None]:
-    """``(kind, new_files, rows_added, rows_deleted)`` of a commit's data-changing adds and removes.
+    added: pa.Table,
+    removed: pa.Table,
+    root: str,
+    operation: str | None,
+    removed_before: Callable[[], pa.Array] | None = None,
+) -> Classified:
+    """What a commit's data-changing adds and removes did to rows.
 
     An add whose path the commit also removes re-adds that file (with another deletion vector):
-    the rows its new deletion vector hides were deleted in place, and none of its rows are new."""
+    the rows its new deletion vector hides were deleted in place, the rows it no longer hides
+    came back, and none of its rows are new. An add of a file an earlier commit removed (every
+    add of a RESTORE; for an operation outside ``_FRESH_FILE_OPERATIONS``, an add whose path is in
+    ``removed_before()``, the canonical paths removed before this commit) brings back rows that
+    were there before: not new either."""
     if added.num_rows == 0 and removed.num_rows == 0:
-        return NONE, added, 0, 0
-    if added.num_rows and removed.num_rows:
+        return Classified(NONE, added, 0, 0, 0)
+    added_keys = canonical_paths(added.column("path"), root)
+    if removed.num_rows:
         removed_keys = canonical_paths(removed.column("path"), root).combine_chunks()
-        readded = pc.is_in(canonical_paths(added.column("path"), root), value_set=removed_keys)
-        new_files, re_adds = added.filter(pc.invert(readded)), added.filter(readded)
+        in_place = pc.is_in(added_keys, value_set=removed_keys)
     else:
-        new_files, re_adds = added, added.slice(0, 0)
+        in_place = pa.repeat(False, added.num_rows)
+    returning = pa.repeat(False, added.num_rows)
+    name = (operation or "").upper()
+    if added.num_rows and name not in _FRESH_FILE_OPERATIONS:
+        if name in _RESTORE_OPERATIONS:
+            returning = pc.invert(in_place)
+        elif removed_before is not None:
+            earlier = removed_before()
+            if len(earlier):
+                returning = pc.and_(pc.invert(in_place), pc.is_in(added_keys, value_set=earlier))
+    new_files = added.filter(pc.invert(pc.or_(in_place, returning)))
+    re_adds, back_files = added.filter(in_place), added.filter(returning)
     new_rows = live_rows(new_files)
-    if removed.num_rows == 0:
-        return APPEND, new_files, new_rows, 0
-    # Rows gone: the removed files' visible rows, minus those still visible in their re-adds.
+    # Rows the removed files showed, minus those their in-place re-adds still show: gone when
+    # positive, back (a smaller deletion vector) when negative.
     removed_rows, kept_rows = live_rows(removed), live_rows(re_adds)
-    gone = None if removed_rows is None or kept_rows is None else removed_rows - kept_rows
+    net = None if removed_rows is None or kept_rows is None else removed_rows - kept_rows
+    gone = None if net is None else max(net, 0)
+    back = live_rows(back_files)
+    if back is not None and net is not None and net < 0:
+        back -= net
+    if back_files.num_rows or (net is not None and net < 0):
+        return Classified(RESTORE, new_files, new_rows, gone, back)
+    if removed.num_rows == 0:
+        return Classified(APPEND, new_files, new_rows, 0, 0)
     if new_files.num_rows == 0:
-        return DELETE, new_files, 0, gone
-    if (operation or "").upper() in _DELETE_OPERATIONS:
+        return Classified(DELETE, new_files, 0, gone, 0)
+    if name in _DELETE_OPERATIONS:
         # A copy-on-write DELETE rewrites the survivors of the files it touched: rows only go.
-        return DELETE, new_files, 0, None if gone is None or new_rows is None else gone - new_rows
-    return UPDATE, new_files, new_rows, gone
+        survivors_gone = None if gone is None or new_rows is None else gone - new_rows
+        return Classified(DELETE, new_files, 0, survivors_gone, 0)
+    return Classified(UPDATE, new_files, new_rows, gone, 0)
+
+
+class Classified(NamedTuple):
+    """``classify``'s answer."""
+
+    kind: str
+    new_files: pa.Table  # the adds that are new files (not re-added, not returning)
+    rows_added: int | None  # rows in new files (None: a file without statistics)
+    rows_deleted: int | None  # rows that disappeared
+    rows_restored: int | None  # rows that were there before and came back
+
+
+def describe_change(change: CommitChanges) -> str:
+    """What a commit that is not an append did to rows, in words (for errors that refuse it)."""
+    parts = [f"{change.rows_deleted} row(s) removed"]
+    if change.rows_added:
+        parts.append(f"{change.rows_added} written")
+    if change.kind == RESTORE:
+        parts.append(f"{change.rows_restored} row(s) that were there before came back")
+    return ", ".join(parts)
+
+
+def removed_paths_before(store: ObjectStore, version: int) -> pa.Array:
+    """The canonical paths of the files removed before ``version`` (the tombstones of the
+    snapshot before it; empty for version 0)."""
+    from deltaplane.engine.snapshot import load_snapshot
+
+    if version <= 0:
+        return pa.array([], pa.string())
+    tombstones = load_snapshot(store, version - 1).tombstones
+    if tombstones.num_rows == 0:
+        return pa.array([], pa.string())
+    return canonical_paths(tombstones.column("path"), store.root).combine_chunks()
 
 
 def versions_after(store: ObjectStore, version: int, *, until: int | None = None) -> list[int]:
@@ -237,7 +330,9 @@ def commit_changes(
         added = _files(changing.filter(is_add))
         removed = _files(changing.filter(pc.invert(is_add)))
     operation = actions.commit_info.operation if actions.commit_info is not None else None
-    kind, new_files, rows_added, rows_deleted = classify(added, removed, store.root, operation)
+    kind, new_files, rows_added, rows_deleted, rows_restored = classify(
+        added, removed, store.root, operation, lambda: removed_paths_before(store, version)
+    )
     if kind == NONE and actions.cdc:
         kind = UPDATE  # change data files without file actions: rows changed, counted by the feed
         rows_added = rows_deleted = None
@@ -263,6 +358,7 @@ def commit_changes(
         kind=kind,
         rows_added=rows_added,
         rows_deleted=rows_deleted,
+        rows_restored=rows_restored,
         table_protocol=actions.protocol or protocol,
         table_metadata=metadata,
     )
@@ -442,6 +538,19 @@ def matching(scan: IncrementalScan, commit_filter: CommitFilter) -> Iterator[tup
 def commit_summary(scan: IncrementalScan, change: CommitChanges) -> dict[str, Any]:
     """``CommitChanges.summary()`` plus ``files``, the URIs of the commit's new files."""
     return {**change.summary(), "files": scan.file_uris(change)}
+
+
+def start_after(store: ObjectStore, start: str | int) -> int:
+    """The version a consumer with no watermark starts after, for ``start`` (``check_start``):
+    ``-1`` for ``"earliest"``, the table's latest version for ``"latest"`` (``-1`` when it has no
+    commit yet), ``N - 1`` for version ``N``."""
+    start = check_start(start)
+    if start == EARLIEST:
+        return -1
+    if start == LATEST:
+        latest = list_log(store, 0).max_version
+        return -1 if latest is None else latest
+    return start - 1
 
 
 def find_new_commits(

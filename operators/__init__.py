@@ -42,6 +42,7 @@ _PUBLIC = {
     "DeltaTriggerTimeout": "exceptions",
     "build_dags": "factory.dags",
     "table_asset": "operators.base",
+    "maintenance_asset": "operators.base",
 }
 
 __all__ = sorted(_PUBLIC)

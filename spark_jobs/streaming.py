@@ -269,6 +269,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _follow(self, changes: CommitChanges) -> CommitChanges | None:
         """The commit's changes if the stream reads them, ``None`` if it skips the commit."""
+        from deltaplane.engine.tail import describe_change
         from deltaplane.spark_jobs.types import spark_schema
 
         version = changes.version
@@ -284,7 +285,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             return None
         raise StreamingSourceError(
             f"version {version} of {self.options.uri} ({changes.operation or 'unknown operation'}) is a "
-            f"{changes.kind}: {changes.rows_deleted} existing row(s) removed; a streaming read "
+            f"{changes.kind}: {describe_change(changes)}; a streaming read "
             "only follows appends. Set the option skipChangeCommits=true to ignore such commits, or "
             "restart the query from a later startingVersion"
         )

@@ -36,6 +36,7 @@ no retries, since the same input fails the same way every time.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
@@ -48,6 +49,14 @@ def table_asset(table_uri: str, **asset_kwargs: Any) -> Asset:
     """The table's Asset (the one the writing operators publish events on), e.g.
     ``table_asset(uri, watchers=[AssetWatcher(...)])`` as a consumer DAG's schedule."""
     uri = asset_uri(table_uri)
+    return Asset(name=uri, uri=uri, **asset_kwargs)
+
+
+def maintenance_asset(table_uri: str, **asset_kwargs: Any) -> Asset:
+    """The Asset of a table's maintenance commits (``dataChange=false``: OPTIMIZE, VACUUM): the
+    writing operators announce those here, never on the table's Asset, so a DAG scheduled on the
+    table runs for data and a DAG that wants to follow maintenance schedules on this one."""
+    uri = f"{asset_uri(table_uri)}/_deltaplane/maintenance"
     return Asset(name=uri, uri=uri, **asset_kwargs)
 
 
@@ -110,7 +119,7 @@ class DeltaTableOperator(BaseOperator):
 
         self._lineage_result = self._lineage_facts = None
         hook = DeltaHook(self.deltaplane_conn_id)
-        stamp = run_stamp(context)
+        stamp = dataclasses.replace(run_stamp(context), asset_event=self.announces_commits())
         table = self.open_table(hook)
         read_version = table.version if table is not None else None  # the facade moves on as it commits
         self._flow = {"hook": hook, "table": table, "key": None, "read_version": read_version}
@@ -227,19 +236,38 @@ class DeltaTableOperator(BaseOperator):
     def run(self, context, hook, table, stamp) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def announces_commits(self) -> bool:
+        """Whether this task announces its commits through its ``AssetAlias`` outlet (a writing
+        operator with ``emit_asset``, its alias declared: not for a templated ``table_uri``)."""
+        if not (self.writes and self.emit_asset) or "{{" in self.table_uri:
+            return False
+        alias = commit_alias(self.table_uri)
+        return any(isinstance(o, AssetAlias) and o.name == alias.name for o in self.outlets or ())
+
     def publish(self, context, hook, result: dict[str, Any]) -> None:
-        """Tell the Asset what the commit did (nothing for a run that committed nothing)."""
+        """Announce the commit (nothing for a run that committed nothing): a data-changing commit
+        on the table's Asset, a ``dataChange=false`` one (OPTIMIZE, VACUUM) on the table's
+        ``maintenance_asset``. The ``extra`` is ``{"from_trigger": false, "payload": {...}}``,
+        the shape of the ``AssetWatcher``'s events."""
         version = result.get("version")
-        if not (self.writes and self.emit_asset) or version is None or "{{" in self.table_uri:
+        if version is None or not self.announces_commits():
             return
         from deltaplane.operators.utils.runs import commit_event
 
         fresh = (getattr(self, "_flow", None) or {}).get("fresh") or hook.get_table(self.table_uri)
-        extra = commit_event(fresh, int(version))
+        extra = commit_event(fresh, int(version), self.table_uri)
         result["event"] = extra
-        context["outlet_events"][commit_alias(self.table_uri)].add(table_asset(self.table_uri), extra=extra)
+        payload = extra["payload"]
+        asset = table_asset(self.table_uri) if payload["dataChange"] else maintenance_asset(self.table_uri)
+        context["outlet_events"][commit_alias(self.table_uri)].add(asset, extra=extra)
         self.log.info(
-            "%s: version %s (%s) -> Asset event %s", self.table_uri, version, extra["operation"], extra
+            "%s: version %s (%s, %s) -> Asset event on %s: %s",
+            self.table_uri,
+            version,
+            payload["operation"],
+            payload["kind"],
+            asset.uri,
+            payload,
         )
 
     # --- OpenLineage (Airflow's OpenLineage provider calls these) -------------------------------

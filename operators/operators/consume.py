@@ -18,9 +18,10 @@ class DeltaConsumeOperator(DeltaTableOperator):
 
     What a source commit did to rows decides (``deltaplane.engine.tail``'s kinds): an ``append``
     gives its new rows (never the rows of files a deletion-vector DELETE re-added); OPTIMIZE and
-    other commits that change no rows give nothing; a ``delete`` or ``update`` follows
-    ``on_change``: ``"fail"`` (default: the task fails naming the version), ``"skip"`` (ignore
-    it), or ``"changes"`` (the source's change data feed rows for that commit; needs
+    other commits that change no rows give nothing; a ``delete``, ``update`` or ``restore`` (a
+    RESTORE's rows came back: they were copied when first added) follows ``on_change``:
+    ``"fail"`` (default: the task fails naming the version), ``"skip"`` (ignore it), or
+    ``"changes"`` (the source's change data feed rows for that commit; needs
     ``delta.enableChangeDataFeed`` on the source). Rows get ``_source_version``, and with
     ``"changes"`` also ``_change_type`` (``insert`` for appends). ``max_versions`` bounds the
     source commits one run reads (the next run reads on). The XCom is the operators' one shape

@@ -7,8 +7,8 @@ shown inside Airflow's own UI.
   DAG id into ``{DAG_ID}``; the view answers with the page of the table the DAG maintains,
   ingests into or consumes (or says the DAG has no table).
 
-Airflow 3.3 has no plugin destination on assets: an Asset event's ``extra["ops_view"]`` links
-the table's page instead (``deltaplane.operators.utils.runs.commit_event``)."""
+Airflow 3.3 has no plugin destination on assets: an Asset event's ``extra["payload"]["ops_view"]``
+links the table's page instead (``deltaplane.operators.utils.runs.commit_event``)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from typing import Any
 from airflow.sdk import conf
 from airflow.sdk.bases.sensor import BaseSensorOperator, PokeReturnValue
 
+from deltaplane.engine.commit_filter import DEFAULT_START, LATEST, check_start
 from deltaplane.operators.operators.base import DeltaTableOperator
 from deltaplane.operators.utils.conditions import CommitFilter, take_filter
 
@@ -54,12 +55,20 @@ class DeltaLogTailSensor(BaseSensorOperator):
     under ``watermark_key`` (``deltaplane.engine.watermarks``; default ``<dag_id>.<task_id>``;
     ``-1``, the whole history, the first time). The filter takes the commit triggers' arguments
     (``deltaplane.engine.commit_filter.FILTER_ARGS``): ``data_change_only`` (default: OPTIMIZE and
-    other rewrites do not count), ``kinds`` (``append``, ``delete``, ``update``), ``operations``
-    (``["WRITE", "MERGE"]``) and a ``partition_filter`` (templated). The XCom is
-    ``{"after_version", "latest_version", "commits": [{"version", "operation", "kind",
-    "rowsAdded", "rowsDeleted", "files", ...}]}`` in the operators' one XCom shape
-    (``deltaplane.operators.utils.results``: ``operation`` ``LOG TAIL``, ``read_version`` the
-    latest version examined, ``committed`` false, ``engine`` ``in-process`` or ``triggerer``).
+    other rewrites do not count), ``kinds`` (``append``, ``delete``, ``update``, ``restore``),
+    ``operations`` (``["WRITE", "MERGE"]``) and a ``partition_filter`` (templated). ``start``
+    (``"earliest"``, the default, ``"latest"`` or a version ``N``; the event trigger's option
+    too) says where a watermark that does not exist yet begins; ``"latest"`` records the version
+    it resolved to, so a run that ends before a commit lands does not move the start on.
+
+    The XCom (the README documents each key): the operators' one shape
+    (``deltaplane.operators.utils.results``: ``operation`` ``LOG TAIL``, ``version`` null,
+    ``read_version`` the latest version examined, ``committed`` false, ``engine`` ``in-process``
+    or ``triggerer``) plus ``after_version`` (where it started), ``latest_version`` (the newest
+    version examined: what ``DeltaWatermarkOperator`` records) and ``commits``, a list with one
+    dict per matching commit: ``version``, ``timestamp`` (ms), ``operation``, ``kind``,
+    ``dataChange``, ``rowsAdded``, ``rowsDeleted``, ``rowsRestored``, ``filesAdded``,
+    ``filesRemoved``, ``newFiles`` (a count) and ``files`` (the URIs of its new files).
     OpenLineage: the table, at the latest version examined, as the task's input.
 
     The sensor does not move the watermark: the commits it found are not handled until the work
@@ -89,6 +98,7 @@ class DeltaLogTailSensor(BaseSensorOperator):
         deltaplane_conn_id: str | None = None,
         after_version: int | str | None = None,
         watermark_key: str | None = None,
+        start: str | int = DEFAULT_START,
         advance_watermark: bool = False,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
@@ -96,7 +106,9 @@ class DeltaLogTailSensor(BaseSensorOperator):
         # The filter is checked here, at parse time: a wrong type fails the DAG file, not the run.
         where = f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})"
         commit_filter = take_filter(where, kwargs)
+        start = check_start(start, owner=where)
         super().__init__(**kwargs)
+        self.start = start
         self.table_uri = table_uri
         self.deltaplane_conn_id = deltaplane_conn_id
         self.after_version = after_version
@@ -122,11 +134,40 @@ class DeltaLogTailSensor(BaseSensorOperator):
 
     def _start(self) -> int:
         if self.after_version not in (None, ""):
-            return int(self.after_version)
-        from deltaplane.engine.watermarks import read_watermark
+            return self._after_version()
+        from deltaplane.engine.watermarks import read_watermark, write_watermark
 
-        known = read_watermark(self.table_uri, self._key(), self._options())
-        return -1 if known is None else known
+        options = self._options()
+        known = read_watermark(self.table_uri, self._key(), options)
+        if known is not None:
+            return known
+        from deltaplane.engine.storage import open_store
+        from deltaplane.engine.tail import start_after
+
+        after = start_after(open_store(self.table_uri, options), self.start)
+        if self.start == LATEST:
+            # "latest" is the version current the first time: recorded, so a run that ends
+            # before a commit lands (a quiet hour) does not let the next run start later.
+            write_watermark(self.table_uri, self._key(), after, options)
+        return after
+
+    def _after_version(self) -> int:
+        """The rendered ``after_version`` as a version; anything else (a whole XCom, a list of
+        commits) is an error naming the argument and what it got."""
+        value = self.after_version
+        try:
+            version = int(str(value).strip()) if not isinstance(value, bool) else None
+        except ValueError:
+            version = None
+        if version is None or version < -1:
+            from deltaplane.engine.errors import InvalidArgumentError
+
+            raise InvalidArgumentError(
+                f"{self.task_id}: after_version must render to a version (an int >= -1), got "
+                f"{str(value)[:200]!r}; to start after what another log-tail sensor saw, use "
+                "\"{{ ti.xcom_pull(task_ids='<sensor>')['latest_version'] }}\""
+            )
+        return version
 
     def _check(self, after: int) -> dict[str, Any]:
         from deltaplane.engine.tail import find_new_commits
@@ -268,8 +309,12 @@ class DeltaWatermarkOperator(DeltaTableOperator):
         from deltaplane.engine.watermarks import read_watermark, write_watermark
 
         seen = context["ti"].xcom_pull(task_ids=self.sensor_task_id)
-        if not seen or "latest_version" not in seen:
-            raise ValueError(f"{self.sensor_task_id} left no log-tail result to acknowledge")
+        if not isinstance(seen, dict) or not isinstance(seen.get("latest_version"), int):
+            raise ValueError(
+                f"{self.task_id}: {self.sensor_task_id!r} left no log-tail result to acknowledge (its XCom "
+                f"must be a DeltaLogTailSensor's, a dict with an int 'latest_version'; got "
+                f"{type(seen).__name__}{' with keys ' + str(sorted(seen)) if isinstance(seen, dict) else ''})"
+            )
         key = self.watermark_key or default_watermark_key(self.dag_id, self.sensor_task_id)
         options = hook.settings.storage_options
         before = read_watermark(self.table_uri, key, options)

@@ -4,7 +4,9 @@
   and fires once, with the result, when commits after its watermark match. It keeps no state:
   the sensor's task decides what to do with the result.
 * ``DeltaCommitEventTrigger``: a ``BaseEventTrigger`` for ``AssetWatcher``: a DAG scheduled on
-  the table's Asset runs for every new data commit (one ``TriggerEvent`` per matching commit).
+  the table's Asset runs for every new data commit (one ``TriggerEvent`` per matching commit that
+  no deltaplane task announced through its outlet; the payload is ``runs.event_payload``, the
+  outlet events' payload).
 
 The event trigger never loses a commit. Its position in the log (the watermark, kept beside the
 table by ``deltaplane.engine.watermarks``) moves only past commits whose events Airflow has
@@ -36,6 +38,8 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
+from deltaplane.engine.commit_filter import DEFAULT_START, check_start
+from deltaplane.engine.errors import InvalidArgumentError
 from deltaplane.operators.utils.conditions import FILTER_ARGS, CommitFilter, take_filter
 
 log = logging.getLogger(__name__)
@@ -134,8 +138,14 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
     table = Asset("s3://lake/trips", watchers=[AssetWatcher(name="trips_commits",
                   trigger=DeltaCommitEventTrigger(table_uri="s3://lake/trips", deltaplane_conn_id="lake"))])
 
-    ``start_after``: the version to start after the first time (default: the latest, so only
-    commits from now on); later starts resume from the persisted watermark (``watermark_key``).
+    ``start``: where the first start begins (``"earliest"``, the default, as for the log-tail
+    sensor: every commit from version 0; ``"latest"``: only commits after the version current
+    then; a version ``N``: from ``N`` on); later starts resume from the persisted watermark
+    (``watermark_key``). ``start_after=N`` is the older spelling of ``start=N + 1``.
+
+    Commits made by a deltaplane task that announces them through its outlet (its commitInfo's
+    ``airflow.asset_event``) are not announced again: on a table's Asset, each data commit is
+    one event, from the task that made it or else from this trigger.
     """
 
     def __init__(
@@ -144,16 +154,22 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
         table_uri: str,
         deltaplane_conn_id: str | None = None,
         watermark_key: str | None = None,
+        start: str | int = DEFAULT_START,
         start_after: int | None = None,
         poke_interval: float = 30.0,
         **filters: Any,
     ):
         super().__init__()
+        owner = type(self).__name__
+        if start_after is not None:
+            if start != DEFAULT_START:
+                raise InvalidArgumentError(f"{owner}: give start or start_after, not both")
+            start = check_start(int(start_after) + 1, owner=owner)
         self.table_uri = table_uri
         self.deltaplane_conn_id = deltaplane_conn_id
         self.watermark_key = watermark_key or "asset-watcher"
-        self.start_after = None if start_after is None else int(start_after)
-        self.commit_filter = take_filter(type(self).__name__, filters, strict=True)
+        self.start = check_start(start, owner=owner)
+        self.commit_filter = take_filter(owner, filters, strict=True)
         self.poke_interval = float(poke_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -161,7 +177,7 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
             "table_uri": self.table_uri,
             "deltaplane_conn_id": self.deltaplane_conn_id,
             "watermark_key": self.watermark_key,
-            "start_after": self.start_after,
+            "start": self.start,
             "poke_interval": self.poke_interval,
             **self.commit_filter.to_kwargs(),
         }
@@ -193,9 +209,12 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
 
 
 def _event(table_uri: str, raw: dict[str, Any]) -> TriggerEvent | None:
-    """The event of one raw stream item: a matching commit's summary, or an error report."""
+    """The event of one raw stream item: a matching commit's payload (``event_payload``, the
+    payload of a task's outlet event too), or an error report."""
     if raw.get("summary") is not None:
-        return TriggerEvent({"status": "success", "table": table_uri, **raw["summary"]})
+        from deltaplane.operators.utils.runs import event_payload
+
+        return TriggerEvent(event_payload(table_uri, raw["summary"]))
     if raw.get("error") is not None:
         return TriggerEvent({"status": "error", "table": table_uri, "message": raw["error"]})
     return None
@@ -228,7 +247,10 @@ class CommitLogProducer(SharedStreamProducer):
         self.table_uri = kwargs["table_uri"]
         self.conn_id = kwargs.get("deltaplane_conn_id")
         self.watermark_key = kwargs.get("watermark_key") or "asset-watcher"
-        self.start_after = kwargs.get("start_after")
+        start = kwargs.get("start", DEFAULT_START)
+        if kwargs.get("start_after") is not None:  # serialized by an earlier version
+            start = int(kwargs["start_after"]) + 1
+        self.start = check_start(start)
         self.poke_interval = float(kwargs.get("poke_interval", 30.0))
         self.commit_filter = CommitFilter.of({k: kwargs[k] for k in FILTER_ARGS if k in kwargs})
         self._generation = 0
@@ -237,27 +259,29 @@ class CommitLogProducer(SharedStreamProducer):
         self._reported: str | None = None  # the lasting error last reported
 
     def _start(self) -> int:
-        from deltaplane.engine.log.segment import list_log
         from deltaplane.engine.storage import open_store
+        from deltaplane.engine.tail import start_after
         from deltaplane.engine.watermarks import read_watermark, write_watermark
 
         known = read_watermark(self.table_uri, self.watermark_key, self._options)
         if known is not None:
             return known
-        if self.start_after is not None:
-            start = int(self.start_after)
-        else:  # first start: announce commits from now on
-            latest = list_log(open_store(self.table_uri, self._options), 0).max_version
-            start = -1 if latest is None else latest
+        start = start_after(open_store(self.table_uri, self._options), self.start)
         write_watermark(self.table_uri, self.watermark_key, start, self._options)
         return start
 
     def _scan(self, after: int) -> list[tuple[int, dict | None]]:
-        from deltaplane.engine.tail import IncrementalScan, commit_summary, matching
+        """Each commit after ``after``: its summary when this stream announces it (it matches
+        the filter and no task announced it through an outlet), else ``None``."""
+        from deltaplane.engine.tail import IncrementalScan, matching
+        from deltaplane.operators.utils.runs import announced_by_a_task
 
         scan = IncrementalScan.of(self.table_uri, after, storage_options=self._options)
         return [
-            (change.version, commit_summary(scan, change) if matched else None)
+            (
+                change.version,
+                change.summary() if matched and not announced_by_a_task(change.commit_info) else None,
+            )
             for change, matched in matching(scan, self.commit_filter)
         ]
 

@@ -1,10 +1,14 @@
 """Who is committing (the Airflow run) and what a commit tells Airflow.
 
 Every commit a task makes is stamped ``{"airflow": {dag_id, run_id, task_id, try_number[,
-map_index]}}`` in its commitInfo, so the table's history names the run that made each version.
-The stamp is for people and the ops view: whether a task's work is already in the table is
-decided by the work's own key (``deltaplane.engine.work``; see ``operators.base``), never by
-the run's time.
+map_index][, asset_event]}}`` in its commitInfo, so the table's history names the run that made
+each version. The stamp is for people and the ops view: whether a task's work is already in the
+table is decided by the work's own key (``deltaplane.engine.work``; see ``operators.base``), never
+by the run's time. ``asset_event: true`` says the task announces the commit on the table's Asset
+itself, so the ``AssetWatcher`` does not announce it a second time.
+
+Every Asset event of a commit has one shape, whoever announces it: ``extra = {"from_trigger":
+bool, "payload": event_payload(...)}``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ class RunStamp:
     run_id: str
     try_number: int
     map_index: int = -1
+    asset_event: bool = False  # the task announces its data commits through its outlet
 
     def commit_metadata(self) -> dict[str, Any]:
         return {
@@ -33,6 +38,7 @@ class RunStamp:
                 "task_id": self.task_id,
                 "try_number": self.try_number,
                 **({"map_index": self.map_index} if self.map_index >= 0 else {}),
+                **({"asset_event": True} if self.asset_event else {}),
             }
         }
 
@@ -64,21 +70,46 @@ def asset_uri(table_uri: str) -> str:
     return "file://" + str(Path(table_uri).resolve())
 
 
-def commit_event(table, version: int) -> dict[str, Any]:
-    """The Asset event ``extra`` for one commit: what a consumer decides on (``deltaplane.engine.tail``'s
-    summary: ``kind`` append/delete/update/none, ``rowsAdded``, ``rowsDeleted``, files), and
-    ``ops_view``: the table's page in Airflow's UI (Airflow has no plugin tab on assets), a path
-    under Airflow's ``[api] base_url`` that opens the ops view inside Airflow's frame."""
+def ops_view_link(table_uri: str) -> str:
+    """The table's page in Airflow's UI (Airflow has no plugin tab on assets): a path under
+    Airflow's ``[api] base_url`` that opens the ops view inside Airflow's frame."""
     from urllib.parse import quote, urlsplit
 
-    from deltaplane.engine.tail import commit_changes
-
-    changes = commit_changes(table.snapshot.store, version, table.snapshot.metadata)
     try:
         from airflow.configuration import conf
 
         base = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
     except Exception:  # no Airflow configuration here: the UI at the server's root
         base = ""
-    link = f"{base}/plugin/deltaplane/deltaplane/table?uri={quote(table.uri, safe='')}"
-    return {"table": table.uri, **changes.summary(), "ops_view": link}
+    return f"{base}/plugin/deltaplane/deltaplane/table?uri={quote(table_uri, safe='')}"
+
+
+def event_payload(table_uri: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """What every Asset event of a commit says, whoever announces it (a task's outlet or the
+    ``AssetWatcher``'s trigger): ``status`` ``success``, ``table``, the engine's commit summary
+    (``deltaplane.engine.tail.CommitChanges.summary``: ``version``, ``timestamp``, ``operation``,
+    ``kind``, ``dataChange``, ``rowsAdded``, ``rowsDeleted``, ``rowsRestored``, ``filesAdded``,
+    ``filesRemoved``, ``newFiles``) and ``ops_view``, the table page's link."""
+    return {"status": "success", "table": table_uri, **summary, "ops_view": ops_view_link(table_uri)}
+
+
+def outlet_extra(payload: dict[str, Any]) -> dict[str, Any]:
+    """An outlet event's ``extra`` in the shape Airflow gives a watcher's event (``{"from_trigger":
+    true, "payload": ...}``): consumers read ``extra["payload"]`` whoever announced the commit."""
+    return {"from_trigger": False, "payload": payload}
+
+
+def commit_event(table, version: int, table_uri: str | None = None) -> dict[str, Any]:
+    """The Asset event ``extra`` a task publishes for commit ``version`` of ``table``:
+    ``{"from_trigger": false, "payload": event_payload(...)}``."""
+    from deltaplane.engine.tail import commit_changes
+
+    changes = commit_changes(table.snapshot.store, version, table.snapshot.metadata)
+    return outlet_extra(event_payload(table_uri or table.uri, changes.summary()))
+
+
+def announced_by_a_task(commit_info: dict[str, Any]) -> bool:
+    """Whether the commit was made by a deltaplane task that announces its commits through its
+    outlet (``RunStamp.asset_event`` in commitInfo): the ``AssetWatcher`` leaves those to it."""
+    stamp = commit_info.get("airflow") if isinstance(commit_info, dict) else None
+    return isinstance(stamp, dict) and stamp.get("asset_event") is True

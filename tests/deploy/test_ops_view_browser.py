@@ -365,7 +365,7 @@ def test_an_ops_person_finds_the_table_from_the_nav_a_dag_and_an_asset_event(air
     # The link in the newest Asset event's extra opens the table page inside Airflow's frame.
     status, body = _get(f"{base}/api/v2/assets/events?order_by=-timestamp&limit=1", seen["token"])
     assert status == 200, body
-    link = json.loads(body)["asset_events"][0]["extra"]["ops_view"]
+    link = json.loads(body)["asset_events"][0]["extra"]["payload"]["ops_view"]
     assert link.startswith("/plugin/deltaplane/deltaplane/table?uri=")
     opened = asyncio.run(_open_link(ws_url, base + link))
     assert opened == {"path": "/plugin/deltaplane/deltaplane/tables/trips", "frames": 1}, opened

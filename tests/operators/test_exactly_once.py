@@ -83,7 +83,7 @@ def test_out_of_order_backfill_and_rerun_land_each_day_once(airflow_db, tmp_path
     assert again["skipped"] is True and again["version"] == 1  # the version holding the batch
     assert again["work"].startswith("deltaplane:files:")
     events = asset_events(f"file://{table}")
-    assert [e["version"] for e in events][-1] == 1  # the rerun published the version it found
+    assert [e["payload"]["version"] for e in events][-1] == 1  # the rerun published the version it found
 
 
 def test_a_changed_folder_is_new_work_and_an_identical_one_is_not(airflow_db, tmp_path):

@@ -524,7 +524,7 @@ def test_dag_tabs_and_asset_events_lead_to_the_table_page(ops_server):
     assert where.startswith("/deltaplane/dags/") and "No Delta table for this DAG" in page
     assert_inert(page, [URI_PAYLOAD])
     extra = commit_event(DeltaTable(trips), 0)
-    link = extra["ops_view"]
+    link = extra["payload"]["ops_view"]
     assert link.startswith("/plugin/deltaplane/deltaplane/table?uri=")
     where, page = final(link.removeprefix("/plugin/deltaplane"))  # what Airflow's frame loads
     assert where == "/deltaplane/tables/trips" and "<h1>trips</h1>" in page

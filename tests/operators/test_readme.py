@@ -94,6 +94,16 @@ def test_the_readme_dags_run_as_written(airflow_db, tmp_path, monkeypatch):
     assert set(task_states(run).values()) == {"success"}
     assert _rows(lake / "trips_events") == expected
 
+    # A quiet hour: nothing new. The sensor gives up at its timeout (the README's 50 minutes,
+    # shortened here) and the run is green with its work skipped; it used to fail red every hour.
+    wait = consumer.dag.get_task("wait_for_commits")
+    assert wait.soft_fail and wait.timeout < 3600 and wait.deferrable  # as the README deploys it
+    wait.timeout = 2
+    run = consumer.dag.test()
+    assert task_states(run) == {"wait_for_commits": "skipped", "consume": "skipped", "ack_commits": "skipped"}
+    assert run.state == "success"
+    assert _rows(lake / "trips_copy") == expected
+
     _land(lake, "b6", [(60, 3.0), (61, 4.0)])
     ingest.test()
     consumer.dag.test()

@@ -242,7 +242,9 @@ def test_event_trigger_reports_a_vanished_table_once_and_keeps_polling(tmp_path)
     make_table(uri)
 
     async def scenario():
-        events = DeltaCommitEventTrigger(table_uri=uri, poke_interval=0.05, watermark_key="gone").run()
+        events = DeltaCommitEventTrigger(
+            table_uri=uri, poke_interval=0.05, watermark_key="gone", start="latest"
+        ).run()
         waiting = asyncio.ensure_future(anext(events))
         await asyncio.sleep(0.5)
         assert not waiting.done()  # nothing new yet

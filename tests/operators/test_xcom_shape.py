@@ -92,7 +92,7 @@ def check_shape(task: str, value) -> list[str]:
             wrong.append(f"{task}: a commit with version {v['version']} and reason {v['reason']!r}")
         if not v["metrics"] or not all(isinstance(x, str) for x in v["metrics"].values()):
             wrong.append(f"{task}: a commit's metrics must be Delta's operationMetrics: {v['metrics']!r}")
-        if v["event"] is not None and v["event"].get("version") != v["version"]:
+        if v["event"] is not None and v["event"]["payload"].get("version") != v["version"]:
             wrong.append(f"{task}: Asset event of another version: {v['event']!r}")
     elif not v["reason"]:
         wrong.append(f"{task}: nothing committed and no reason")

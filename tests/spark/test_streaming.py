@@ -184,6 +184,24 @@ def test_deletes_fail_the_query_unless_change_commits_are_skipped(spark, tmp_pat
     assert ids(str(tmp_path / "b")) == Counter(range(25))  # the delete is not applied downstream
 
 
+def test_a_restore_is_not_new_data_for_a_stream(spark, tmp_path):
+    """DELETE a file's rows, RESTORE to before the DELETE: the re-added file's rows were streamed
+    when they were first appended. With skipChangeCommits they are not streamed again (they used
+    to be, twice downstream); without it a stream that meets the RESTORE fails naming it."""
+    src = str(tmp_path / "src")
+    write_table(src, rows(0, 10))
+    write_table(src, rows(10, 10), mode="append")
+    DeltaTable(src).delete("id < 10")  # v2: the whole first file
+    DeltaTable(src).restore(version=1)  # v3: it comes back
+    write_table(src, rows(20, 5), mode="append")
+    run_available_now(
+        spark, src, str(tmp_path / "b"), tmp_path / "ckb", startingVersion=0, skipChangeCommits="true"
+    )
+    assert ids(str(tmp_path / "b")) == Counter(range(25))
+    with pytest.raises(FAILURES, match=r"version 3 .*RESTORE.* is a restore: .*10 row\(s\) that were there"):
+        run_available_now(spark, src, str(tmp_path / "a"), tmp_path / "cka", startingVersion=3)
+
+
 def test_a_replayed_sink_batch_is_not_committed_twice(spark, tmp_path):
     """The query dies after its batch committed to the table but before Spark recorded the batch
     in its commit log: on restart Spark replays the batch with the same id."""
