@@ -1,5 +1,5 @@
 # Two commands on a fresh machine (Python 3.11, Java 17, pip): `make run` and `make test`.
-# Both create the virtualenv and install what they need; reinstall happens when pyproject changes.
+# Both create the virtualenv and install what they need; reinstall happens when pyproject.toml or setup.py changes.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -8,10 +8,12 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: run airflow stack stack-down test lint unit conformance bench clean reference
 
-$(STAMP): pyproject.toml
+# setuptools' editable build always adds a notice ("Editable installation ... folders in your
+# working directory"): the install prints nothing else, so that one is filtered out too.
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -e '.[airflow,spark,quality,dev]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[airflow,spark,quality,dev]'
 	touch $(STAMP)
 
 # The project's main job on embedded defaults: the platform's DAGs on a local folder lake,
