@@ -36,6 +36,7 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
+from deltaplane.operators.utils.arguments import location
 from deltaplane.operators.utils.conditions import FILTER_ARGS, CommitFilter, take_filter
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class DeltaCommitTrigger(BaseTrigger):
         **filters: Any,
     ):
         super().__init__()
-        self.table_uri = table_uri
+        self.table_uri = location(table_uri)  # serialized as JSON: a pathlib.Path as its string
         self.after_version = int(after_version)
         self.deltaplane_conn_id = deltaplane_conn_id
         self.commit_filter = take_filter(type(self).__name__, filters, strict=True)
@@ -149,7 +150,7 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
         **filters: Any,
     ):
         super().__init__()
-        self.table_uri = table_uri
+        self.table_uri = location(table_uri)  # serialized as JSON: a pathlib.Path as its string
         self.deltaplane_conn_id = deltaplane_conn_id
         self.watermark_key = watermark_key or "asset-watcher"
         self.start_after = None if start_after is None else int(start_after)
