@@ -23,6 +23,7 @@ _PUBLIC = {
     "DeltaTable": "table",
     "CommitResult": "transaction",
     "write_table": "write_table",
+    "write_deltalake": "write_table",  # delta-rs's name for write_table
 }
 __all__ = sorted([*_PUBLIC, "__version__"])
 
