@@ -1,5 +1,5 @@
 # Two commands on a fresh machine (Python 3.11, Java 17, pip): `make run` and `make test`.
-# Both create the virtualenv and install what they need; reinstall happens when pyproject changes.
+# Both create the virtualenv and install what they need; reinstall happens when pyproject.toml or setup.py changes.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -12,10 +12,12 @@ CONSTRAINTS := constraints/constraints-$(PYVER).txt
 
 .PHONY: run airflow stack stack-down test lint bench clean reference constraints
 
-$(STAMP): pyproject.toml $(CONSTRAINTS)
+# setuptools' editable build always adds a notice ("Editable installation ... folders in your
+# working directory"): the install prints nothing else, so that one is filtered out too.
+$(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -e '.[airflow,spark,quality,dev]' -c $(CONSTRAINTS)
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[airflow,spark,quality,dev]' -c $(CONSTRAINTS)
 	touch $(STAMP)
 
 # Resolve the constraints files again (after a pin changed in pyproject.toml): one fresh

@@ -11,8 +11,9 @@ SQLite Airflow home (``demo/airflow``), the DAGs that
    **consumer** DAG), and the consumer appends the new rows to ``trips_by_zone``;
 3. the **maintenance** DAG compacts the small files, checkpoints, vacuums and writes manifests.
 
-Then it prints what happened and how to open the UI (``make airflow``). Airflow's own task logs
-go to ``demo/demo.log``.
+Then it prints what happened and how to open the UI (``make airflow``). Each task's log is
+written where Airflow's UI reads it (``demo/airflow/logs/dag_id=.../attempt=1.log``, through
+``task_logs.task_log_files``); whatever Airflow prints outside a task goes to ``demo/demo.log``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ def _environment(demo: Path, config: Path) -> None:
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
             "DELTAPLANE_CONFIG": str(config),
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
         }
     )
 
@@ -115,7 +115,14 @@ def main(argv=None) -> int:
     if done.returncode:
         print(done.stderr[-3000:], file=sys.stderr)
         return 1
+    from deltaplane.devstack.task_logs import task_log_files
 
+    with open(demo / "demo.log", "ab") as other, task_log_files(other):
+        return _run(demo, config)
+
+
+def _run(demo: Path, config) -> int:
+    """The DAG runs and the report (``main`` set up the lake, the Airflow home and the logs)."""
     import runpy
 
     from deltaplane.engine import DeltaTable
@@ -205,7 +212,8 @@ def main(argv=None) -> int:
         f"   quarantine: "
         f"{', '.join(str(p) for p in sorted(quarantine.iterdir())) if quarantine.exists() else 'none'}"
     )
-    print(f"   task logs: {demo / 'demo.log'}")
+    print(f"   task logs: {demo / 'airflow' / 'logs'} (a task's Logs tab in the UI)")
+    print(f"   other output: {demo / 'demo.log'}")
     print("\nOpen the Airflow UI on these DAGs and tables: make airflow  (then http://127.0.0.1:8080)")
     return 0
 

@@ -88,10 +88,20 @@ def _http_ok(url: str) -> bool:
         return response.status == 200
 
 
+# Airflow's components start as ``python -m airflow`` wherever the launcher runs (the repository
+# root under make), and ``-m`` puts the working directory first on sys.path. There, every editable
+# install leaves setuptools' ``deltaplane.egg-info``: a second "deltaplane" distribution, whose
+# ``airflow.plugins`` entry point made Airflow register the plugin twice and show "Plugin
+# 'deltaplane' already registered" as a plugin import error. Python 3.11's safe-path mode keeps
+# the working directory off sys.path in the components and every process they start.
+SAFE_PATH = {"PYTHONSAFEPATH": "1"}
+
+
 def environment(root: Path, ports: dict[str, int], config: Path) -> dict[str, str]:
     """The settings every Airflow component of the stack runs with (also for ``airflow`` CLI calls)."""
     s3 = f"http://127.0.0.1:{ports['s3']}"
     return {
+        **SAFE_PATH,
         "AIRFLOW_HOME": str(root / "airflow"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
@@ -126,6 +136,7 @@ def airflow_environment(
 ) -> dict[str, str]:
     """Airflow alone (``make airflow``): the components of :func:`airflow_up`, on 127.0.0.1."""
     return {
+        **SAFE_PATH,
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags),

@@ -9,6 +9,8 @@ not pay for Arrow and the whole engine: DAG files parse fast.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 _PUBLIC = {
     "StagedWrite": "commands.staged",
@@ -21,6 +23,7 @@ _PUBLIC = {
     "DeltaTable": "table",
     "CommitResult": "transaction",
     "write_table": "write_table",
+    "write_deltalake": "write_table",  # delta-rs's name for write_table
 }
 __all__ = sorted([*_PUBLIC, "__version__"])
 
@@ -38,3 +41,18 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *__all__])
+
+
+class _Package(types.ModuleType):
+    """``write_table`` is a public function and the name of the module defining it. The import
+    system sets a package attribute for every submodule it loads, which made
+    ``from deltaplane.engine import write_table`` the module once anything had imported
+    ``deltaplane.engine.write_table``: a public name keeps its function."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(value, types.ModuleType) and _PUBLIC.get(name) == name:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from deltaplane.engine.delta_rs import CalledLikeDeltaRs
+
 
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
@@ -82,7 +84,7 @@ class DeletionVectorDescriptor(_JsonAction):
 
 
 @dataclass(frozen=True)
-class Protocol(_JsonAction):
+class Protocol(_JsonAction, CalledLikeDeltaRs):  # dt.protocol() as delta-rs spells it
     min_reader_version: int
     min_writer_version: int
     reader_features: list[str] | None = None
@@ -98,7 +100,7 @@ class Format(_JsonAction):
 
 
 @dataclass(frozen=True)
-class Metadata(_JsonAction):
+class Metadata(_JsonAction, CalledLikeDeltaRs):  # dt.metadata() as delta-rs spells it
     NESTED: ClassVar[dict[str, type]] = {"format": Format}
 
     id: str

@@ -15,6 +15,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
 import re
 import sys
 from decimal import Decimal
@@ -583,9 +584,13 @@ def _fail(message: str, status: int = 2) -> int:
     return status
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str | os.PathLike[str]] | None = None) -> int:
+    """Run one command; ``argv`` (default ``sys.argv[1:]``) may hold ``os.PathLike`` items, as
+    ``subprocess`` arguments may."""
     args = None
     try:
+        if argv is not None:
+            argv = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in argv]
         args = build_parser().parse_args(argv)
         return args.func(args)
     except _UsageError as e:
@@ -593,8 +598,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader closed the pipe (``| head``): stop quietly, and keep Python from complaining
         # about the unflushable stdout at exit.
-        import os
-
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0

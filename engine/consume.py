@@ -20,6 +20,7 @@ for that commit; needs ``delta.enableChangeDataFeed``). Rows get ``_source_versi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from deltaplane.engine.errors import DeltaError, InvalidArgumentError, TableNotFoundError
+from deltaplane.engine.storage import table_location
 from deltaplane.engine.tail import APPEND, IncrementalScan, describe_change
 from deltaplane.engine.write_table import write_table
 
@@ -61,9 +63,10 @@ class ConsumeResult:
         return out
 
 
-def consume_app_id(source_uri: str) -> str:
-    """The ``txn`` appId under which a target records how far it consumed ``source_uri``."""
-    return f"consume:{source_uri}"
+def consume_app_id(source_uri: str | os.PathLike[str]) -> str:
+    """The ``txn`` appId under which a target records how far it consumed ``source_uri`` (the
+    same for a path given as a ``str`` or as a ``pathlib.Path``)."""
+    return f"consume:{table_location(source_uri)}"
 
 
 def consumed_version(
@@ -96,6 +99,7 @@ def consume_appends(
     if not isinstance(on_change, str) or on_change.lower() not in ON_CHANGE:
         raise InvalidArgumentError(f"on_change must be one of {', '.join(ON_CHANGE)}, got {on_change!r}")
     on_change = on_change.lower()
+    source_uri, target_uri = table_location(source_uri), table_location(target_uri)
     if source_storage_options is None:
         source_storage_options = storage_options
     done = consumed_version(target_uri, source_uri, storage_options)

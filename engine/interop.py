@@ -104,15 +104,16 @@ def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
 
 
-def pyarrow_dataset(snapshot: Snapshot) -> ds.Dataset:
-    """A ``pyarrow.dataset`` of the live files with typed partition columns as expressions."""
+def pyarrow_dataset(snapshot: Snapshot, files: pa.Table | None = None) -> ds.Dataset:
+    """A ``pyarrow.dataset`` of the live files (or of ``files``, some of them: a scan's pruned
+    list) with typed partition columns as expressions."""
     root = snapshot.store.root
     if snapshot.column_mapping_mode != "none":
         raise UnsupportedOperationError(
             f"{root} uses column mapping: its Parquet files name columns by physical name, which a "
             "pyarrow dataset cannot map; read it with to_batches() or the table's Arrow stream"
         )
-    files = snapshot.files
+    files = snapshot.files if files is None else files
     dv = files.column("deletion_vector")
     if dv.null_count < len(dv):
         count = len(dv) - dv.null_count

@@ -33,7 +33,7 @@ from typing import Any
 
 from deltaplane.engine.errors import ObjectNotFoundError
 from deltaplane.engine.holds import release_hold
-from deltaplane.engine.storage import open_store, resolve_location
+from deltaplane.engine.storage import open_store, resolve_location, table_location
 
 QUARANTINE_DIR = "_quarantine"
 REJECTION = "rejection.json"
@@ -50,7 +50,9 @@ def batch_name(manifest_uri: str) -> str:
 
 def quarantine_root(table_uri: str, quarantine_uri: str | None = None) -> str:
     """Where a table's rejected batches go: ``quarantine_uri`` or ``<table>/_quarantine``."""
-    return (quarantine_uri or f"{table_uri.rstrip('/')}/{QUARANTINE_DIR}").rstrip("/")
+    if quarantine_uri:
+        return table_location(quarantine_uri).rstrip("/")
+    return f"{table_location(table_uri).rstrip('/')}/{QUARANTINE_DIR}"
 
 
 def quarantine_location(table_uri: str, batch: str, quarantine_uri: str | None = None) -> str:
@@ -60,7 +62,7 @@ def quarantine_location(table_uri: str, batch: str, quarantine_uri: str | None =
 
 def read_object(uri: str, options: Mapping[str, str] | None = None) -> bytes:
     """The bytes of one object given by its full URI (a manifest, a record)."""
-    head, _, name = uri.rstrip("/").rpartition("/")
+    head, _, name = table_location(uri).rstrip("/").rpartition("/")
     return open_store(head or "/", options).get(name)
 
 

@@ -315,6 +315,10 @@ class Scan:
                 tables = list(pool.map(read, plans))
         return self._concat(tables)
 
+    def read_all(self) -> pa.Table:
+        """``to_table()``, by the name of the reader delta-rs's ``dt.scan()`` returns."""
+        return self.to_table()
+
     def _concat(self, tables: list) -> pa.Table:
         """The scan's result from per-file tables (or batches), in order. One chunk per file: no
         second copy of the result just to make it contiguous."""

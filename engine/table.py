@@ -8,10 +8,12 @@ as an Airflow run id); it applies to every commit the call makes, through
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Metadata, Protocol
 from deltaplane.engine.auto_optimize import auto_compact_after_commit, auto_compact_enabled
@@ -59,9 +61,21 @@ from deltaplane.engine.commands.vacuum import (
     plan_vacuum,
 )
 from deltaplane.engine.commands.write import execute_append, execute_create, execute_overwrite
+from deltaplane.engine.delta_rs import (
+    COMMIT_OPTIONS,
+    EXECUTION,
+    TYPE_MISMATCH,
+    WRITER_PROPERTIES,
+    DeltaRsOnly,
+    DeltaRsVersion,
+    Refused,
+    delta_rs_names,
+    only,
+)
 from deltaplane.engine.errors import (
     DeltaError,
     InvalidArgumentError,
+    TableExistsError,
     TableNotFoundError,
     UnsupportedOperationError,
 )
@@ -73,13 +87,16 @@ from deltaplane.engine.log.timestamps import version_at_timestamp
 from deltaplane.engine.scan import Scan, ScanBuilder
 from deltaplane.engine.schema import StructType
 from deltaplane.engine.snapshot import Snapshot, load_snapshot, load_table_config, update_snapshot
-from deltaplane.engine.storage import ObjectStore, open_store
+from deltaplane.engine.storage import ObjectStore, open_store, table_location
 from deltaplane.engine.table_properties import TableProperties
 from deltaplane.engine.tail import CommitChanges
 from deltaplane.engine.tail import changes_between as tail_changes
 from deltaplane.engine.transaction import CommitResult, commit_metadata_scope
 
 _CACHED_URIS = 100_000
+_OWN_STORAGE = (
+    "files are read through the table's own storage; pass storage_options when opening the DeltaTable"
+)
 _CACHED_COMMIT_INFOS = 20_000
 
 
@@ -94,16 +111,33 @@ class VacuumFiles(list):
 
 
 class DeltaTable:
-    """A Delta table at one version (the latest unless ``version`` or ``timestamp`` is given)."""
+    """A Delta table at one version (the latest unless ``version`` or ``timestamp`` is given).
 
+    ``uri`` is a string or an ``os.PathLike``. delta-rs's spellings work too (``engine/delta_rs.py``):
+    ``table_uri=``, ``DeltaTable(uri, version, storage_options)`` by position, ``dt.version()``,
+    ``dt.metadata()``, ``dt.protocol()``; ``without_files`` and ``log_buffer_size`` (how delta-rs
+    loads the log) change nothing here."""
+
+    @delta_rs_names(
+        table_uri="uri",
+        without_files=EXECUTION,
+        log_buffer_size=EXECUTION,
+        skip_stats=Refused(
+            "deltaplane always loads the files' statistics: they drive data skipping", only(False)
+        ),
+    )
     def __init__(
         self,
-        uri: str,
+        uri: str | os.PathLike[str],
         version: int | None = None,
         timestamp: str | int | float | dt.datetime | None = None,
         storage_options: Mapping[str, str] | None = None,
     ):
-        _check_uri(uri)
+        uri = table_location(uri)
+        if isinstance(timestamp, Mapping):  # delta-rs's third place: DeltaTable(uri, version, options)
+            if storage_options is not None:
+                raise InvalidArgumentError(f"storage_options given twice (by position and by name) for {uri}")
+            timestamp, storage_options = None, timestamp
         if version is not None and timestamp is not None:
             raise InvalidArgumentError(f"open {uri} at a version or at a timestamp, not both")
         _check_count(version, "version")
@@ -130,8 +164,14 @@ class DeltaTable:
         return self._snapshot
 
     @property
-    def version(self) -> int:
-        return self.snapshot.version
+    def version(self) -> DeltaRsVersion:
+        """The version this object reads: an ``int``; ``dt.version()`` (delta-rs's spelling) too."""
+        return DeltaRsVersion(self.snapshot.version)
+
+    @property
+    def table_uri(self) -> str:
+        """delta-rs's name for ``uri``: the location as given (a str; a ``PathLike`` made one)."""
+        return self.uri
 
     @property
     def schema(self) -> pa.Schema:
@@ -172,6 +212,32 @@ class DeltaTable:
         self._version_pinned = False
         return self
 
+    def update_incremental(self) -> DeltaTable:
+        """delta-rs's name for ``refresh()``."""
+        return self.refresh()
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The latest version an application recorded (``app_id``/``app_version`` of a write,
+        delta-rs's ``Transaction``) at this table version; ``None`` if it never did."""
+        return self.snapshot.app_transaction_version(app_id)
+
+    # delta-rs names deltaplane has no equivalent for under that name: reading one says what to use.
+    compact_logs = DeltaRsOnly(
+        "deltaplane writes no log compaction files; checkpoints keep the log short "
+        "(dt.checkpoint(), table property delta.checkpointInterval)"
+    )
+    create_write_transaction = DeltaRsOnly(
+        "deltaplane commits files written elsewhere as a staged write: deltaplane.engine.plan_write(), "
+        "write_files() and commit_write()"
+    )
+    deletion_vectors = DeltaRsOnly(
+        "get_add_actions() has each file's num_deleted_records; to_arrow() and to_batches() read "
+        "the rows with deletion vectors applied"
+    )
+    table_config = DeltaRsOnly(
+        "deltaplane has no loading options to report; dt.properties holds the table's properties"
+    )
+
     def load_version(self, version: int) -> DeltaTable:
         """Time travel this object to ``version`` (read-only until ``refresh()``)."""
         _check_count(version, "version")
@@ -182,6 +248,7 @@ class DeltaTable:
 
     # --- reading -------------------------------------------------------------------------------
 
+    @delta_rs_names(predicate="filter")
     def scan(
         self,
         columns: list[str] | None = None,
@@ -190,7 +257,8 @@ class DeltaTable:
         row_tracking: bool = False,
     ) -> Scan:
         """``row_tracking``: add each row's ``_metadata.row_id`` and ``_metadata.row_commit_version``
-        (tables with ``delta.enableRowTracking``)."""
+        (tables with ``delta.enableRowTracking``). ``predicate=`` is delta-rs's name for ``filter``;
+        the scan's ``read_all()`` gives the rows, as delta-rs's reader does."""
         builder = ScanBuilder(self.snapshot).select(columns).where(filter)
         return builder.with_row_tracking(row_tracking).build()
 
@@ -229,9 +297,7 @@ class DeltaTable:
         ``(column, op, value)`` tuples for AND, a list of such lists for OR); delta-rs's
         ``partition_filters=`` and ``file_pruning_predicate=`` are accepted too. As in delta-rs,
         a filter on data columns keeps every file whose statistics may match (a superset)."""
-        filter = _combined_filter(
-            (filter, False), (partition_filters, True), (file_pruning_predicate, False)
-        )
+        filter = _combined_filter((filter, False), (partition_filters, True), (file_pruning_predicate, False))
         if filter is not None:
             return self.scan(None, filter).file_uris()
         snapshot = self.snapshot
@@ -255,6 +321,23 @@ class DeltaTable:
         scan = self.scan(None, _combined_filter((partition_filters, True)))
         return scan.files.column("path").to_pylist()
 
+    def partitions(
+        self, partition_filters: list | None = None, *, file_pruning_predicate: str | list | None = None
+    ) -> list[dict[str, str | None]]:
+        """The distinct partition values of the live files (those ``file_uris`` keeps for the
+        filters), as delta-rs's ``partitions()``: a dict per partition, values as the log writes
+        them (``None`` for null)."""
+        filter = _combined_filter((partition_filters, True), (file_pruning_predicate, False))
+        snapshot = self.snapshot
+        files = snapshot.files if filter is None else self.scan(None, filter).files
+        fields = snapshot.partition_fields
+        if not fields:
+            return []
+        values = files.column("partition_values")
+        columns = [pc.struct_field(values, f.physical_name).to_pylist() for f in fields]
+        names = [f.name for f in fields]
+        return [dict(zip(names, row, strict=True)) for row in dict.fromkeys(zip(*columns, strict=True))]
+
     def to_pyarrow_table(
         self,
         partitions: list | None = None,
@@ -273,10 +356,7 @@ class DeltaTable:
         not a pyarrow dataset); ``filesystem`` is refused: the table's own storage (its
         ``storage_options``) reads the files."""
         if filesystem is not None:
-            raise UnsupportedOperationError(
-                "to_pyarrow_table(filesystem=...) is not supported: files are read through the "
-                "table's own storage; pass storage_options when opening the DeltaTable"
-            )
+            raise UnsupportedOperationError(f"to_pyarrow_table(filesystem=...): {_OWN_STORAGE}")
         _check_columns(columns)
         import pyarrow.compute as pc
 
@@ -309,6 +389,7 @@ class DeltaTable:
         the cutoff is taken at midnight UTC). Returns the metrics (delta-rs returns ``None``)."""
         return self.cleanup_log()
 
+    @delta_rs_names(filesystem=Refused(_OWN_STORAGE))
     def to_pandas(
         self,
         columns: list[str] | None = None,
@@ -359,11 +440,24 @@ class DeltaTable:
         ``max.<col>`` columns."""
         return add_actions_table(self.snapshot, flatten=flatten)
 
-    def to_pyarrow_dataset(self):
+    @delta_rs_names(
+        filesystem=Refused(_OWN_STORAGE),
+        parquet_read_options=Refused("deltaplane's dataset reads Parquet with pyarrow's defaults"),
+        schema=Refused("the dataset has the table's schema: cast its batches or tables"),
+        as_large_types=Refused("the dataset has the table's types: cast its batches or tables", only(False)),
+    )
+    def to_pyarrow_dataset(
+        self, partitions: list | None = None, *, file_pruning_predicate: str | list | None = None
+    ):
         """A ``pyarrow.dataset.Dataset`` of the live files (typed partition columns), for engines
-        that push filters into Parquet themselves. Refused (``UnsupportedOperationError``) when
-        files have deletion vectors or the table uses column mapping: use the Arrow stream."""
-        return pyarrow_dataset(self.snapshot)
+        that push filters into Parquet themselves; ``partitions`` (tuple filters on partition
+        columns) and ``file_pruning_predicate`` keep only the files that may match, as
+        delta-rs's. Refused (``UnsupportedOperationError``) when files have deletion vectors or
+        the table uses column mapping: use the Arrow stream."""
+        filter = _combined_filter((partitions, True), (file_pruning_predicate, False))
+        if filter is None:
+            return pyarrow_dataset(self.snapshot)
+        return pyarrow_dataset(self.snapshot, self.scan(None, filter).files)
 
     def __arrow_c_stream__(self, requested_schema=None):
         """The Arrow C stream of every row (deletion vectors applied): ``duckdb.sql("select *
@@ -371,7 +465,8 @@ class DeltaTable:
         return self.to_batches().__arrow_c_stream__(requested_schema)
 
     @staticmethod
-    def is_deltatable(uri: str, storage_options: Mapping[str, str] | None = None) -> bool:
+    @delta_rs_names(table_uri="uri")
+    def is_deltatable(uri: str | os.PathLike[str], storage_options: Mapping[str, str] | None = None) -> bool:
         """Whether ``uri`` holds a Delta table (a log with a commit); never raises for a missing
         or non-table location (storage that cannot be reached still raises)."""
         from deltaplane.engine.log.segment import list_log
@@ -384,10 +479,19 @@ class DeltaTable:
     # --- writing -------------------------------------------------------------------------------
 
     @classmethod
+    @delta_rs_names(
+        table_uri="uri",
+        configuration="properties",
+        **COMMIT_OPTIONS,
+        raise_if_key_not_exists=Refused(
+            "deltaplane always refuses unknown delta.* property names", only(True)
+        ),
+    )
     def create(
         cls,
-        uri: str,
+        uri: str | os.PathLike[str],
         schema: pa.Schema | StructType | None = None,
+        mode: str = "error",
         *,
         partition_by: list[str] | None = None,
         properties: Mapping[str, str] | None = None,
@@ -405,25 +509,41 @@ class DeltaTable:
 
         ``TableExistsError`` if a table is already there (checked, and enforced atomically by
         the put-if-absent of version 0). Unknown ``delta.*`` property names are refused.
+
+        ``mode`` is delta-rs's: ``"error"`` (the default, as above) or ``"ignore"`` (an existing
+        table is returned as it is); deltaplane's create never replaces or appends to a table.
         """
-        table, _ = cls.create_with_result(
-            uri,
-            schema,
-            partition_by=partition_by,
-            properties=properties,
-            name=name,
-            description=description,
-            storage_options=storage_options,
-            data=data,
-            commit_metadata=commit_metadata,
-            **({"cluster_by": cluster_by} if cluster_by else {}),
-        )
+        if mode == "ignore" and cls.is_deltatable(uri, storage_options):
+            return cls(uri, storage_options=storage_options)
+        if mode not in ("error", "ignore"):
+            raise UnsupportedOperationError(
+                f"DeltaTable.create(mode={mode!r}): deltaplane's create makes a new table only "
+                "(mode 'error' or 'ignore'); write_table(uri, data, mode='append') adds rows and "
+                "write_table(uri, data, mode='overwrite', schema_mode='overwrite') replaces rows and schema"
+            )
+        try:
+            table, _ = cls.create_with_result(
+                uri,
+                schema,
+                partition_by=partition_by,
+                properties=properties,
+                name=name,
+                description=description,
+                storage_options=storage_options,
+                data=data,
+                commit_metadata=commit_metadata,
+                **({"cluster_by": cluster_by} if cluster_by else {}),
+            )
+        except TableExistsError:
+            if mode == "ignore":  # created by someone else meanwhile
+                return cls(uri, storage_options=storage_options)
+            raise
         return table
 
     @classmethod
     def create_with_result(
         cls,
-        uri: str,
+        uri: str | os.PathLike[str],
         schema: pa.Schema | StructType | None = None,
         *,
         storage_options: Mapping[str, str] | None = None,
@@ -432,7 +552,7 @@ class DeltaTable:
     ) -> tuple[DeltaTable, CommitResult]:
         """``create``, also returning version 0's ``CommitResult`` (its metrics, for callers that
         report them: ``write_table``, operators)."""
-        _check_uri(uri)
+        uri = table_location(uri)
         if schema is None and options.get("data") is None:
             raise InvalidArgumentError(f"create({uri!r}) needs a schema or data")
         store = open_store(uri, storage_options)
@@ -528,6 +648,7 @@ class DeltaTable:
                 result.auto_compaction = compaction
                 self._after_commit(compaction.commit, read=before, data_write=False)
 
+    @delta_rs_names(writer_properties=WRITER_PROPERTIES, **COMMIT_OPTIONS)
     def delete(
         self,
         predicate: str | Expr | None = None,
@@ -550,6 +671,9 @@ class DeltaTable:
             self._after_commit(result, read=read)
         return result
 
+    @delta_rs_names(
+        writer_properties=WRITER_PROPERTIES, error_on_type_mismatch=TYPE_MISMATCH, **COMMIT_OPTIONS
+    )
     def update(
         self,
         updates: Mapping[str, str] | None = None,
@@ -591,25 +715,39 @@ class DeltaTable:
             self._after_commit(result, read=read)
         return result
 
+    @delta_rs_names(
+        merge_schema=Refused(
+            "deltaplane's MERGE keeps the target's schema: add the new columns first with "
+            "dt.alter.add_columns([...])",
+            only(False),
+        ),
+        error_on_type_mismatch=TYPE_MISMATCH,
+        writer_properties=WRITER_PROPERTIES,
+        streamed_exec=EXECUTION,
+        max_spill_size=EXECUTION,
+        max_temp_directory_size=EXECUTION,
+        **COMMIT_OPTIONS,
+    )
     def merge(
         self,
         source: Any,
         predicate: str,
+        source_alias: str | None = "source",
+        target_alias: str | None = "target",
         *,
-        source_alias: str = "source",
-        target_alias: str = "target",
         strategy: str | None = None,
         rewrite_threshold: float | None = None,
         commit_metadata: Mapping[str, Any] | None = None,
     ) -> MergeBuilder:
         """Start a MERGE of ``source`` (any data ``append`` takes) on ``predicate``; add
-        ``when_*`` clauses and call ``execute()``."""
+        ``when_*`` clauses and call ``execute()``. The aliases default to ``source`` and
+        ``target`` (also when ``None``, delta-rs's default, is given)."""
         return MergeBuilder(
             self,
             source,
             predicate,
-            source_alias=source_alias,
-            target_alias=target_alias,
+            source_alias="source" if source_alias is None else source_alias,
+            target_alias="target" if target_alias is None else target_alias,
             strategy=strategy,
             rewrite_threshold=rewrite_threshold,
             commit_metadata=commit_metadata,
@@ -664,6 +802,10 @@ class DeltaTable:
                 self._after_commit(metrics.commit, read=read, data_write=False)
         return metrics
 
+    def generate(self) -> ManifestMetrics:
+        """delta-rs's name for ``generate_manifest()``."""
+        return self.generate_manifest()
+
     def generate_manifest(self) -> ManifestMetrics:
         """Write ``_symlink_format_manifest/`` (one Hive-style manifest per partition listing the
         live Parquet files) for Presto/Trino/Athena; a full regeneration that also deletes stale
@@ -671,6 +813,18 @@ class DeltaTable:
         snapshot = self._latest_for_write()
         return execute_manifest(self._store, plan_manifest(self._store, snapshot))
 
+    @delta_rs_names(
+        target="version",
+        ignore_missing_files=Refused(
+            "deltaplane refuses a restore whose files are gone (FilesMissingError, nothing committed); "
+            "dt.repair() removes missing files from the current version",
+            only(False),
+        ),
+        protocol_downgrade_allowed=Refused(
+            "deltaplane's RESTORE never downgrades the protocol (as Delta Spark's)", only(False)
+        ),
+        **COMMIT_OPTIONS,
+    )
     def restore(
         self,
         version: int | None = None,
@@ -701,6 +855,13 @@ class DeltaTable:
             self._after_commit(result, read=current, data_write=False)
         return result
 
+    @delta_rs_names(
+        keep_versions=Refused(
+            "deltaplane's VACUUM keeps what every version inside the retention window needs: "
+            "set retention_hours= (or the table's delta.deletedFileRetentionDuration) to keep more"
+        ),
+        **COMMIT_OPTIONS,
+    )
     def vacuum(
         self,
         retention_hours: float | None = None,
@@ -844,6 +1005,7 @@ class DeltaTable:
             return reader
         return _filtered_changes(reader, predicate, columns)
 
+    @delta_rs_names(**COMMIT_OPTIONS)
     def repair(
         self,
         dry_run: bool = True,
@@ -915,6 +1077,19 @@ class TableAlterer:
     def __init__(self, table: DeltaTable):
         self._table = table
 
+    add_feature = DeltaRsOnly(
+        "dt.alter.set_table_properties({'delta.feature.<name>': 'supported'}) adds a table feature "
+        "(the protocol is upgraded in the same commit)"
+    )
+    drop_column_not_null = DeltaRsOnly(
+        "deltaplane's ALTER does not drop NOT NULL; a column's nullability is set when the table is "
+        "created (DeltaTable.create) or a column added (dt.alter.add_columns)"
+    )
+    set_column_metadata = DeltaRsOnly(
+        "deltaplane's ALTER does not change column metadata; give it in the schema's field metadata "
+        "to DeltaTable.create (defaults: dt.alter.set_column_default)"
+    )
+
     def _run(self, change, *args, commit_metadata: Mapping[str, Any] | None = None, **kwargs) -> CommitResult:
         table = self._table
         with commit_metadata_scope(commit_metadata):
@@ -924,6 +1099,7 @@ class TableAlterer:
                 table._after_commit(result, read=read, data_write=False)
         return result
 
+    @delta_rs_names(**COMMIT_OPTIONS)
     def add_constraint(
         self, constraints: Mapping[str, str], *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
@@ -931,6 +1107,7 @@ class TableAlterer:
         first (``ConstraintViolationError``, nothing committed, if one fails)."""
         return self._run(alter_commands.add_constraint, constraints, commit_metadata=commit_metadata)
 
+    @delta_rs_names(**COMMIT_OPTIONS)
     def drop_constraint(
         self, name: str, raise_if_not_exists: bool = True, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
@@ -941,10 +1118,15 @@ class TableAlterer:
             commit_metadata=commit_metadata,
         )
 
+    @delta_rs_names(**COMMIT_OPTIONS)
     def add_columns(self, fields, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
         """Add nullable columns (pyarrow fields or a schema) at the end of the schema."""
         return self._run(alter_commands.add_columns, fields, commit_metadata=commit_metadata)
 
+    @delta_rs_names(
+        raise_if_not_exists=Refused("deltaplane always refuses unknown delta.* property names", only(True)),
+        **COMMIT_OPTIONS,
+    )
     def set_table_properties(
         self, properties: Mapping[str, str], *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
@@ -953,6 +1135,7 @@ class TableAlterer:
         protocol in the same commit. Unknown ``delta.*`` names are refused."""
         return self._run(alter_commands.set_table_properties, properties, commit_metadata=commit_metadata)
 
+    @delta_rs_names(**COMMIT_OPTIONS)
     def unset_table_properties(
         self, keys, raise_if_not_exists: bool = True, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
@@ -963,6 +1146,7 @@ class TableAlterer:
             commit_metadata=commit_metadata,
         )
 
+    @delta_rs_names(**COMMIT_OPTIONS)
     def set_column_default(
         self, column: str, default: str, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
@@ -970,22 +1154,26 @@ class TableAlterer:
         needs ``delta.feature.allowColumnDefaults=supported``."""
         return self._run(alter_commands.set_column_default, column, default, commit_metadata=commit_metadata)
 
+    @delta_rs_names(**COMMIT_OPTIONS)
     def drop_column_default(
         self, column: str, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
         """``ALTER COLUMN column DROP DEFAULT``."""
         return self._run(alter_commands.set_column_default, column, None, commit_metadata=commit_metadata)
 
+    @delta_rs_names(**COMMIT_OPTIONS)
     def set_table_description(
         self, description: str | None, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
         return self._run(alter_commands.set_table_description, description, commit_metadata=commit_metadata)
 
+    @delta_rs_names(**COMMIT_OPTIONS)
     def set_table_name(
         self, name: str | None, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
         return self._run(alter_commands.set_table_name, name, commit_metadata=commit_metadata)
 
+    @delta_rs_names(**COMMIT_OPTIONS)
     def cluster_by(
         self, columns: list[str] | None, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
@@ -1008,6 +1196,13 @@ class TableOptimizer:
     def __call__(self, *args: Any, **kwargs: Any) -> OptimizeMetrics | OptimizePlan:
         return self._table._optimize(*args, **kwargs)
 
+    @delta_rs_names(
+        max_spill_size=EXECUTION,
+        max_temp_directory_size=EXECUTION,
+        min_commit_interval=Refused("deltaplane's OPTIMIZE is one commit, however long it runs"),
+        writer_properties=WRITER_PROPERTIES,
+        **COMMIT_OPTIONS,
+    )
     def compact(
         self,
         partition_filters: list | None = None,
@@ -1026,6 +1221,13 @@ class TableOptimizer:
         )
         return _deltalake_optimize_metrics(metrics, zorder=False)
 
+    @delta_rs_names(
+        max_spill_size=EXECUTION,
+        max_temp_directory_size=EXECUTION,
+        min_commit_interval=Refused("deltaplane's OPTIMIZE is one commit, however long it runs"),
+        writer_properties=WRITER_PROPERTIES,
+        **COMMIT_OPTIONS,
+    )
     def z_order(
         self,
         columns: list[str],
@@ -1166,13 +1368,6 @@ def _filtered_changes(reader: pa.RecordBatchReader, predicate: str | Expr, colum
             yield from rows.select(schema.names).to_batches()
 
     return pa.RecordBatchReader.from_batches(schema, batches())
-
-
-def _check_uri(uri: Any) -> None:
-    if not isinstance(uri, str) or not uri.strip():
-        raise InvalidArgumentError(
-            f"a table URI is a non-empty string (a path, file://, s3://...), got {uri!r}"
-        )
 
 
 def _check_count(value: Any, what: str) -> None:

@@ -70,7 +70,7 @@ from deltaplane.engine.log.segment import list_log
 from deltaplane.engine.schema import parse_schema, partition_physical_names
 from deltaplane.engine.snapshot import load_table_config, read_commit
 from deltaplane.engine.stats import parse_file_stats
-from deltaplane.engine.storage import open_store
+from deltaplane.engine.storage import open_store, table_location
 from deltaplane.engine.storage.base import ObjectStore
 
 # The live-file columns a reader of added files needs.
@@ -569,6 +569,7 @@ def find_new_commits(
     ``latest_version`` is the newest version examined (matching or not): the watermark a consumer
     moves to once it has handled ``commits``. Pure: it reads the log and changes nothing."""
     commit_filter = commit_filter or CommitFilter.of(filters, owner="find_new_commits")
+    table_uri = table_location(table_uri)
     scan = IncrementalScan.of(
         table_uri, int(after_version), storage_options=storage_options, max_versions=max_versions
     )

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 
 from deltaplane.engine.errors import CorruptLogError, InvalidArgumentError, ObjectNotFoundError
-from deltaplane.engine.storage import open_store
+from deltaplane.engine.storage import open_store, table_location
 from deltaplane.engine.storage.base import ObjectStore
 
 WATERMARK_DIR = "_deltaplane/watermarks"
@@ -30,7 +30,7 @@ def watermark_file(key: str) -> str:
 
 
 def watermark_store(table_uri: str, storage_options: Mapping[str, str] | None = None) -> ObjectStore:
-    return open_store(f"{table_uri.rstrip('/')}/{WATERMARK_DIR}", storage_options)
+    return open_store(f"{table_location(table_uri).rstrip('/')}/{WATERMARK_DIR}", storage_options)
 
 
 def read_watermark(table_uri: str, key: str, storage_options: Mapping[str, str] | None = None) -> int | None:

@@ -7,23 +7,36 @@ Modes: ``"error"`` (the default: ``TableExistsError`` if the table exists), ``"a
 (``CREATE TABLE AS SELECT``), whatever the mode. Creation-time settings (``partition_by``, ``cluster_by``,
 ``properties``, ``name``, ``description``) must agree with an existing table rather than being
 silently dropped: change those with ``DeltaTable.alter``.
+
+delta-rs's spellings work too (``engine/delta_rs.py``): ``table_or_uri=`` (a ``DeltaTable``
+as well as a URI), ``configuration=`` for ``properties``, ``commit_properties=CommitProperties(
+custom_metadata=...)`` for ``commit_metadata``; ``write_deltalake`` is this function.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from deltaplane.engine.commands.write import check_creation_settings
+from deltaplane.engine.delta_rs import COMMIT_OPTIONS, WRITER_PROPERTIES, delta_rs_names
 from deltaplane.engine.errors import InvalidArgumentError, TableExistsError
+from deltaplane.engine.storage import table_location
 from deltaplane.engine.table import DeltaTable
 from deltaplane.engine.transaction import CommitResult, commit_metadata_scope
 
 MODES = ("error", "append", "overwrite", "ignore")
 
 
+@delta_rs_names(
+    table_or_uri="uri",
+    configuration="properties",
+    writer_properties=WRITER_PROPERTIES,
+    **COMMIT_OPTIONS,
+)
 def write_table(
-    uri: str,
+    uri: str | os.PathLike[str] | DeltaTable,
     data: Any,
     *,
     mode: str = "error",
@@ -44,7 +57,12 @@ def write_table(
     """Write ``data`` (a pyarrow Table/RecordBatch/RecordBatchReader, a pandas DataFrame, or
     anything with ``__arrow_c_stream__``) to the table at ``uri``; returns the commit's result
     (``skipped`` for ``mode="ignore"`` on an existing table or an already applied
-    ``app_id``/``app_version``)."""
+    ``app_id``/``app_version``). ``uri`` may be a ``DeltaTable`` (its location and storage
+    options), as delta-rs's ``table_or_uri``."""
+    if isinstance(uri, DeltaTable):
+        storage_options = uri.storage_options if storage_options is None else storage_options
+        uri = uri.uri
+    uri = table_location(uri)
     if mode not in MODES:
         raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if predicate is not None and mode != "overwrite":

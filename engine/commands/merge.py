@@ -43,6 +43,7 @@ from deltaplane.engine.commands.dml import (
     rewrite_threshold,
 )
 from deltaplane.engine.commands.write import WriteContext
+from deltaplane.engine.delta_rs import Refused, delta_rs_names
 from deltaplane.engine.enforcement import conform_table
 from deltaplane.engine.errors import DeltaError, InvalidPredicateError, SchemaMismatchError
 from deltaplane.engine.expressions.arrow import evaluate
@@ -114,6 +115,11 @@ class MergeBuilder:
     def when_matched_update(self, updates: dict[str, str], predicate: str | None = None) -> MergeBuilder:
         return self._add("matched", "update", predicate, updates)
 
+    @delta_rs_names(
+        except_cols=Refused(
+            "name the columns to set instead: when_matched_update({'col': 'source.col', ...})"
+        )
+    )
     def when_matched_update_all(self, predicate: str | None = None) -> MergeBuilder:
         return self._add("matched", "update_all", predicate)
 
@@ -123,6 +129,11 @@ class MergeBuilder:
     def when_not_matched_insert(self, updates: dict[str, str], predicate: str | None = None) -> MergeBuilder:
         return self._add("not_matched", "insert", predicate, updates)
 
+    @delta_rs_names(
+        except_cols=Refused(
+            "name the columns to insert instead: when_not_matched_insert({'col': 'source.col', ...})"
+        )
+    )
     def when_not_matched_insert_all(self, predicate: str | None = None) -> MergeBuilder:
         return self._add("not_matched", "insert_all", predicate)
 

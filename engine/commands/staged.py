@@ -32,6 +32,7 @@ retention period. A spec whose ``(app_id, app_version)`` has already committed i
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -80,7 +81,7 @@ from deltaplane.engine.log.segment import list_log
 from deltaplane.engine.scan import Scan
 from deltaplane.engine.schema import StructType, parse_schema, partition_physical_names
 from deltaplane.engine.snapshot import files_snapshot, load_snapshot
-from deltaplane.engine.storage import missing_objects, open_store
+from deltaplane.engine.storage import missing_objects, open_store, table_location
 from deltaplane.engine.storage.base import ObjectStore
 from deltaplane.engine.table_features import writer_features
 from deltaplane.engine.transaction import CommitResult, Transaction, check_commit_metadata
@@ -228,6 +229,7 @@ def plan_write(
         raise InvalidArgumentError("schema_mode='overwrite' replaces the whole table: no replace_where")
     if app_id is not None or app_version is not None:
         _check_app(app_id, app_version)
+    uri = table_location(uri)
     if not isinstance(schema, pa.Schema):
         raise InvalidArgumentError(
             f"plan_write takes the incoming data's pyarrow.Schema, not {type(schema).__name__}"
@@ -762,7 +764,8 @@ def stage_write(
     return StagedWrite(spec, tuple(write_files(spec, reader, task=0)))
 
 
-def _split_location(uri: str) -> tuple[str, str]:
+def _split_location(uri: str | os.PathLike[str]) -> tuple[str, str]:
+    uri = table_location(uri)
     head, _, name = uri.rstrip("/").rpartition("/")
     if not name:
         raise InvalidArgumentError(f"a manifest location needs a file name: {uri!r}")

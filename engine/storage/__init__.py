@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from deltaplane.engine.errors import ObjectNotFoundError, UnsupportedStorageError
+from deltaplane.engine.errors import InvalidArgumentError, ObjectNotFoundError, UnsupportedStorageError
 from deltaplane.engine.storage.base import ObjectMeta, ObjectStore, PutMode
 from deltaplane.engine.storage.local import LocalStore
 from deltaplane.engine.storage.memory import MemoryStore, named_memory_store
@@ -20,11 +22,24 @@ __all__ = [
     "missing_objects",
     "open_store",
     "resolve_location",
+    "table_location",
 ]
 
 
-def open_store(uri: str, storage_options: Mapping[str, str] | None = None) -> ObjectStore:
+def table_location(uri: Any) -> str:
+    """A table (or object) location as every public call takes it: a string (a path, ``file:``,
+    ``s3://``, ``memory://``) or an ``os.PathLike`` (``pathlib.Path``), as a string."""
+    location = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
+    if not isinstance(location, str) or not location.strip():
+        raise InvalidArgumentError(
+            f"a table URI is a str or os.PathLike naming a path, file://, s3://... or memory://, got {uri!r}"
+        )
+    return location
+
+
+def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, str] | None = None) -> ObjectStore:
     """Pick a store by the URI's scheme: a plain path or ``file:`` is local, ``memory://``."""
+    uri = table_location(uri)
     scheme = urlsplit(uri).scheme.lower() if "://" in uri or uri.startswith("file:") else ""
     if scheme in ("", "file"):
         path = unquote(urlsplit(uri).path) if scheme == "file" else uri

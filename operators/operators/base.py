@@ -42,6 +42,7 @@ from typing import Any
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from deltaplane.operators.utils.arguments import LocationArguments, location
 from deltaplane.operators.utils.runs import asset_uri
 
 
@@ -81,7 +82,7 @@ def input_error(error: BaseException) -> bool:
     return isinstance(error, SparkJobError) and getattr(error, "returncode", None) == EXIT_INPUT
 
 
-class DeltaTableOperator(BaseOperator):
+class DeltaTableOperator(LocationArguments, BaseOperator):
     """Base of the operators that act on one Delta table."""
 
     template_fields: tuple[str, ...] = ("table_uri",)
@@ -100,6 +101,7 @@ class DeltaTableOperator(BaseOperator):
         emit_asset: bool = True,
         **kwargs: Any,
     ):
+        table_uri = location(table_uri)  # a pathlib.Path is its string from here on
         if self.writes and emit_asset and "outlets" not in kwargs and "{{" not in table_uri:
             kwargs["outlets"] = [commit_alias(table_uri)]
         super().__init__(**kwargs)

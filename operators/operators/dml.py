@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from deltaplane.operators.operators.base import DeltaTableOperator
-from deltaplane.operators.utils.arguments import Arguments, templated
+from deltaplane.operators.utils.arguments import Arguments, location, templated
 
 OPERATIONS = ("delete", "update", "merge")
 WHEN_MATCHED = ("update_all", "delete", None)
@@ -122,6 +122,7 @@ class DeltaDMLOperator(DeltaTableOperator):
 
     @staticmethod
     def _check_source(check: Arguments, source: Any) -> Any:
+        source = location(source)  # pathlib.Path(s) as strings
         if source is None:
             raise check.value_error("source", "is required for a MERGE: Parquet path(s)")
         if templated(source) or isinstance(source, str):

@@ -16,6 +16,7 @@ from airflow.sdk.bases.sensor import BaseSensorOperator, PokeReturnValue
 
 from deltaplane.engine.commit_filter import DEFAULT_START, LATEST, check_start
 from deltaplane.operators.operators.base import DeltaTableOperator
+from deltaplane.operators.utils.arguments import LocationArguments
 from deltaplane.operators.utils.conditions import CommitFilter, take_filter
 
 
@@ -48,7 +49,7 @@ def stop_on_sigterm(what: str) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-class DeltaLogTailSensor(BaseSensorOperator):
+class DeltaLogTailSensor(LocationArguments, BaseSensorOperator):
     """Wait for commits after the watermark that match the filter; return them.
 
     The watermark is ``after_version`` when given (templated), else the one kept beside the table

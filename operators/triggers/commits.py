@@ -40,6 +40,7 @@ from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
 from deltaplane.engine.commit_filter import DEFAULT_START, check_start
 from deltaplane.engine.errors import InvalidArgumentError
+from deltaplane.operators.utils.arguments import location
 from deltaplane.operators.utils.conditions import FILTER_ARGS, CommitFilter, take_filter
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class DeltaCommitTrigger(BaseTrigger):
         **filters: Any,
     ):
         super().__init__()
-        self.table_uri = table_uri
+        self.table_uri = location(table_uri)  # serialized as JSON: a pathlib.Path as its string
         self.after_version = int(after_version)
         self.deltaplane_conn_id = deltaplane_conn_id
         self.commit_filter = take_filter(type(self).__name__, filters, strict=True)
@@ -165,7 +166,7 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
             if start != DEFAULT_START:
                 raise InvalidArgumentError(f"{owner}: give start or start_after, not both")
             start = check_start(int(start_after) + 1, owner=owner)
-        self.table_uri = table_uri
+        self.table_uri = location(table_uri)  # serialized as JSON: a pathlib.Path as its string
         self.deltaplane_conn_id = deltaplane_conn_id
         self.watermark_key = watermark_key or "asset-watcher"
         self.start = check_start(start, owner=owner)

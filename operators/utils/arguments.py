@@ -8,6 +8,7 @@ are left for the operator to check after rendering.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 
@@ -18,6 +19,31 @@ def templated(value: Any) -> bool:
     from airflow.sdk import XComArg
 
     return isinstance(value, XComArg)
+
+
+def location(value: Any) -> Any:
+    """A location argument (a table URI, a folder, a manifest, source files) as Airflow renders
+    and serializes it: an ``os.PathLike`` (a ``pathlib.Path``) becomes its string, in a list too;
+    anything else (a string, a template, an ``XComArg``) is left as it is."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, list | tuple):
+        return [location(v) for v in value]
+    return value
+
+
+class LocationArguments:
+    """Operators whose location arguments may be given as ``pathlib.Path``: Airflow's
+    ``BaseOperator`` passes every attribute it sets through ``_convert_<name>``, so these are
+    strings from construction on (templated fields must be strings to render)."""
+
+    _convert_table_uri = staticmethod(location)
+    _convert_source_uri = staticmethod(location)
+    _convert_landing = staticmethod(location)
+    _convert_staging = staticmethod(location)
+    _convert_quarantine_uri = staticmethod(location)
+    _convert_staged_manifest = staticmethod(location)
+    _convert_source = staticmethod(location)
 
 
 class Arguments:
@@ -126,8 +152,9 @@ class Arguments:
         return names
 
     def table_uri(self, value: Any) -> str:
+        value = location(value)
         if not isinstance(value, str):
-            raise self.type_error("table_uri", "a string (a path or URI)", value)
+            raise self.type_error("table_uri", "a string or os.PathLike (a path or URI)", value)
         if not value.strip():
             raise self.value_error("table_uri", "must not be empty")
         return value

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -17,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deltaplane.devstack.stack import _free_port, airflow_up, down
+from deltaplane.devstack.stack import _free_port, airflow_environment, airflow_up, down, environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
 
@@ -135,6 +136,11 @@ def test_make_airflow_binds_loopback_answers_and_stops_by_pid(tmp_path):
         )
         with urllib.request.urlopen(request, timeout=10) as r:
             token = json.loads(r.read())["access_token"]
+        # the home page's "Plugin Import Error" banner reads this: nothing, and deltaplane loaded once
+        errors = json.loads(get(base + "/api/v2/plugins/importErrors", token)[1])
+        assert errors["total_entries"] == 0, errors
+        plugins = json.loads(get(base + "/api/v2/plugins?limit=100", token)[1])["plugins"]
+        assert [p["name"] for p in plugins].count("deltaplane") == 1, plugins
         # the repository's DAGs (config/tables.yaml), parsed by the dag-processor
         wait_for(
             "the repository's DAGs",
@@ -194,3 +200,53 @@ def test_a_recorded_airflow_is_not_started_twice(tmp_path):
     with pytest.raises(RuntimeError, match=r"already recorded.*stack down --root"):
         airflow_up(tmp_path, port="auto")
     assert (tmp_path / "pids.json").exists()  # the other launcher's record is left alone
+
+
+PLUGIN_REPORT = """
+import json
+from airflow import plugins_manager
+plugins_manager.ensure_plugins_loaded()
+names = [p.name for p in plugins_manager._get_plugins()[0]]
+print(json.dumps({"errors": plugins_manager.get_import_errors(), "names": names}))
+"""
+
+
+@pytest.mark.parametrize("launcher", ["airflow", "stack"])
+def test_airflow_components_load_the_plugin_once_from_a_source_checkout(tmp_path, launcher):
+    """`make airflow` and `make stack` start Airflow's components as ``python -m airflow`` from
+    the repository root, where every editable install leaves setuptools' ``deltaplane.egg-info``:
+    with the working directory on ``sys.path`` that is a second deltaplane distribution, Airflow
+    registers the plugin's entry point twice and the home page shows "1 Plugin Import Error"
+    ("Plugin 'deltaplane' already registered"). The components' environment keeps the working
+    directory off ``sys.path``."""
+    import importlib.metadata as md
+
+    checkout = tmp_path / "checkout"  # a source tree as an editable install leaves it
+    metadata = checkout / "deltaplane.egg-info"
+    metadata.mkdir(parents=True)
+    dist = md.distribution("deltaplane")
+    metadata.joinpath("PKG-INFO").write_text(dist.read_text("METADATA") or dist.read_text("PKG-INFO"))
+    metadata.joinpath("entry_points.txt").write_text(dist.read_text("entry_points.txt"))
+    home = tmp_path / "home"
+    if launcher == "airflow":
+        settings = airflow_environment(
+            home, 8080, PROJECT / "config" / "tables.yaml", PROJECT / "dags", jwt_secret="x"
+        )
+    else:
+        settings = environment(tmp_path, {"s3": 8333, "spark": 7077, "airflow": 8080}, PROJECT / "config")
+        settings["AIRFLOW_HOME"] = str(home)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | settings
+    env.pop("PYTHONPATH", None)
+    # ``-c`` puts the working directory on sys.path exactly as the launchers' ``-m airflow`` does
+    done = subprocess.run(
+        [sys.executable, "-c", PLUGIN_REPORT],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["errors"] == {}, report
+    assert report["names"].count("deltaplane") == 1, report

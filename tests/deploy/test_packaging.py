@@ -60,15 +60,24 @@ def test_every_third_party_import_is_declared():
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def build(tmp_path_factory) -> tuple[Path, str]:
+    """The wheel, and everything the build printed (``-v``: the build backend's own output, where
+    setuptools writes its warnings)."""
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(ROOT)],
-        check=True,
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
         timeout=600,
     )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (built,) = out.glob("deltaplane-*.whl")
-    return built
+    return built, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(build) -> Path:
+    return build[0]
 
 
 def test_the_wheel_holds_one_namespace_and_the_templates(wheel):
@@ -80,6 +89,25 @@ def test_the_wheel_holds_one_namespace_and_the_templates(wheel):
         assert f"deltaplane/{folder}/__init__.py" in names
     assert any(re.fullmatch(r"deltaplane/operators/plugins/templates/\w+\.html", n) for n in names)
     assert not any(n.startswith(("tests/", "deltaplane/tests/")) for n in names)
+
+
+def test_the_build_declares_what_it_ships_without_warnings(build):
+    """Every package and every file of the ops view's templates/static folders is in the wheel,
+    declared as such: setuptools prints no "Package would be ignored" warning (about 90 lines of
+    them on every `make run` install otherwise)."""
+    wheel, output = build
+    assert "would be ignored" not in output, output[output.find("would be ignored") - 2000 :][:4000]
+    assert "SetuptoolsDeprecationWarning" not in output
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*")):
+            relative = path.relative_to(ROOT)
+            if "__pycache__" in relative.parts or path.is_dir() or path.suffix == ".pyc":
+                continue
+            assert f"deltaplane/{relative.as_posix()}" in names, relative
+    plugins = "deltaplane/operators/plugins/"
+    for data in ("templates/base.html", "templates/table.html", "static/ops.js", "static/icon.svg"):
+        assert plugins + data in names
 
 
 def test_installed_beside_a_teams_own_operators_package(wheel, tmp_path):

@@ -394,6 +394,92 @@ def test_arguments_are_normalized():
     assert construct("DeltaDMLOperator", operation="delete", allow_full_table=True).predicate is None
 
 
+def test_path_like_locations_become_strings_when_the_operator_is_built(tmp_path):
+    """A ``pathlib.Path`` wherever an operator takes a location (table, source, landing,
+    staging, quarantine, manifest) is a ``str`` once the operator exists: templates render it and
+    the task serializes."""
+    import pendulum
+    from airflow.sdk import DAG
+
+    import deltaplane.operators as dpo
+
+    lake = tmp_path / "lake ü"
+    cases = [
+        ("DeltaCompactionOperator", {}),
+        ("DeltaCheckpointOperator", {}),
+        ("DeltaVacuumOperator", {"dry_run": True}),
+        ("DeltaManifestOperator", {}),
+        ("DeltaAutoOptimizeOperator", {}),
+        ("DeltaConsumeOperator", {"source_uri": lake / "source"}),
+        (
+            "DeltaStageOperator",
+            {"landing": lake / "landing", "staging": lake / "staging", "quarantine_uri": lake / "q"},
+        ),
+        ("DeltaCommitOperator", {"staged_manifest": lake / "staging" / "b.json"}),
+        ("DeltaCommitOperator", {"source": [lake / "in" / "a.parquet", str(lake / "in" / "b.parquet")]}),
+        (
+            "DeltaDMLOperator",
+            {"operation": "merge", "source": lake / "s.parquet", "merge_condition": "t.id = s.id"},
+        ),
+        ("DeltaDMLOperator", {"operation": "delete", "predicate": "id = 1"}),
+        (
+            "DeltaQualityGateOperator",
+            {
+                "staged_manifest": lake / "m.json",
+                "expectations": [
+                    {"expectation": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}
+                ],
+                "quarantine_uri": lake / "q",
+            },
+        ),
+        ("DeltaSparkJobOperator", {"job": "ingest", "quarantine_uri": lake / "q"}),
+        ("DeltaLogTailSensor", {}),
+        ("DeltaWatermarkOperator", {"sensor_task_id": "wait"}),
+    ]
+    for operator, kwargs in cases:
+        task = construct(operator, **{"table_uri": lake / "t", **kwargs})
+        for name in task.template_fields:
+            value = getattr(task, name)
+            values = value if isinstance(value, list) else [value]
+            assert not any(isinstance(v, Path) for v in values), (operator, name, value)
+        assert task.table_uri == str(lake / "t"), operator
+        for name, given in kwargs.items():
+            if isinstance(given, Path):
+                assert getattr(task, name) == str(given), (operator, name)
+    commit = construct("DeltaCommitOperator", source=[lake / "a.parquet", lake / "b.parquet"])
+    assert commit.source == [str(lake / "a.parquet"), str(lake / "b.parquet")]
+    for trigger in (
+        dpo.DeltaCommitTrigger(table_uri=lake / "t", after_version=0),
+        dpo.DeltaCommitEventTrigger(table_uri=lake / "t"),
+    ):
+        assert trigger.serialize()[1]["table_uri"] == str(lake / "t")
+    dag = DAG("paths", schedule=None, start_date=pendulum.datetime(2026, 1, 1))
+    with dag, pytest.raises(TypeError, match="table_uri must be a string"):
+        dpo.DeltaCompactionOperator(task_id="t", table_uri=b"/lake/t")
+
+
+def test_a_dag_written_with_paths_runs(airflow_db, tmp_path):
+    source, target = tmp_path / "src ü", tmp_path / "dst"
+    DeltaTable.create(str(source), SCHEMA).append(rows(range(10), "x"))
+    run = run_dag(
+        "path_args",
+        f"""
+        from pathlib import Path
+        import pendulum
+        from airflow.sdk import DAG
+        from deltaplane.operators import DeltaCheckpointOperator, DeltaConsumeOperator
+
+        with DAG("path_args", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+            DeltaConsumeOperator(
+                task_id="consume", table_uri=Path({str(target)!r}), source_uri=Path({str(source)!r})
+            ) >> DeltaCheckpointOperator(task_id="checkpoint", table_uri=Path({str(target)!r}))
+        """,
+    )
+    assert task_states(run) == {"consume": "success", "checkpoint": "success"}, task_states(run)
+    assert xcom(run, "consume")["rows"] == 10
+    assert DeltaTable(str(target)).count() == 10
+
+
 def test_a_dagbag_reports_a_wrong_argument_as_the_files_import_error(tmp_path):
     from airflow.dag_processing.dagbag import DagBag
 

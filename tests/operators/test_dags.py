@@ -4,6 +4,8 @@ time, the provider registration and `make run`'s main job."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -241,7 +243,77 @@ def test_make_run_main_job(tmp_path):
     assert DeltaTable(str(tmp_path / "lake" / "trips")).count() == 360
     assert DeltaTable(str(tmp_path / "lake" / "trips_by_zone")).count() == 360
     assert list((tmp_path / "lake" / "trips" / "_quarantine").iterdir())
-    print(json.dumps({"make_run_seconds": round(time.perf_counter() - start, 1)}))
+    seconds = round(time.perf_counter() - start, 1)
+    # The task logs, read as the Airflow UI reads them (the API's TaskLogReader, from the demo's home)
+    logs = demo_task_logs(tmp_path / "demo" / "airflow")
+    ran = {(t["dag_id"], t["task_id"]) for t in logs}
+    assert {("deltaplane_trips_ingest", "commit"), ("deltaplane_trips_consumer", "consume")} <= ran, ran
+    assert ("deltaplane_trips_maintenance", "checkpoint") in ran
+    for t in logs:
+        assert t["lines"], f"empty task log: {t}"
+        assert t["file"] and Path(t["file"]).is_file(), t  # under the home's logs folder
+        assert Path(t["file"]).is_relative_to(tmp_path / "demo" / "airflow" / "logs"), t
+    own = {  # a line each of these operators logs itself
+        ("deltaplane_trips_ingest", "commit"): r"committed \d+ staged files \(120 rows\) as version \d+",
+        ("deltaplane_trips_consumer", "consume"): r": 120 rows from \S+ versions \[\d+\] -> version \d+",
+        ("deltaplane_trips_maintenance", "checkpoint"): r": checkpoint at version \d+",
+    }
+    for t in logs:
+        key = (t["dag_id"], t["task_id"])
+        text = "\n".join(t["lines"])
+        for other, line in own.items():
+            if other == key and t["state"] == "success":
+                assert re.search(line, text), (key, t["run_id"], t["lines"][-30:])
+            elif other != key:
+                assert not re.search(line, text), (key, "holds the lines of", other)  # each its own
+    commits = [t for t in logs if t["task_id"] == "commit" and t["state"] == "success"]
+    assert len(commits) == 3, commits  # batch 3 never reached its commit
+    print(json.dumps({"make_run_seconds": seconds}))
+
+
+READ_TASK_LOGS = """
+import json
+from sqlalchemy import select
+from sqlalchemy.orm import joinedload
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.trigger import Trigger
+from airflow.utils.log.log_reader import TaskLogReader
+from airflow.utils.session import create_session
+
+out = []
+reader = TaskLogReader()
+with create_session() as session:
+    query = (  # as the API's log route loads a task instance
+        select(TaskInstance)
+        .join(TaskInstance.dag_run)
+        .options(joinedload(TaskInstance.trigger).joinedload(Trigger.triggerer_job))
+        .options(joinedload(TaskInstance.dag_model))
+        .options(joinedload(TaskInstance.dag_run))
+    )
+    for ti in session.scalars(query):
+        if ti.try_number == 0:
+            continue
+        messages, _ = reader.read_log_chunks(ti, ti.try_number, {"download_logs": True})
+        lines = [m.event for m in messages if not m.event.startswith("::")]
+        local = reader.log_handler.local_base + "/" + reader.log_handler._render_filename(ti, ti.try_number)
+        out.append(dict(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, state=str(ti.state),
+                        lines=[ln for ln in lines if "Could not read served logs" not in ln
+                               and "Found local files" not in ln and not ln.strip().startswith("* ")],
+                        file=local))
+print(json.dumps(out))
+"""
+
+
+def demo_task_logs(home: Path) -> list[dict]:
+    """Every task instance of the demo's runs with its log lines as Airflow's log reader serves
+    them to the UI (the local log file's messages, without the reader's own source notes)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env |= {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    done = subprocess.run(
+        [sys.executable, "-c", READ_TASK_LOGS], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_factory_spark_ingest_and_sensor_consumer_on_s3(airflow_db, tmp_path, s3_server, monkeypatch):
