@@ -61,7 +61,7 @@ from deltaplane.engine.schema import (
     to_arrow_type,
 )
 from deltaplane.engine.snapshot import Snapshot
-from deltaplane.engine.stats import FileStats, parse_file_stats, stats_supported
+from deltaplane.engine.stats import FileStats, parquet_leaf_index, parse_file_stats, stats_supported
 from deltaplane.engine.storage import resolve_location
 from deltaplane.engine.storage.local import LocalStore
 from deltaplane.engine.variant import is_shredded, unshred
@@ -996,7 +996,7 @@ def row_group_keep_mask(
     """Which row groups of one file may hold rows satisfying the bound ``predicate``: the file
     skipping evaluator run over the row groups' Parquet statistics instead of the log's."""
     count = metadata.num_row_groups
-    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    leaves = parquet_leaf_index(metadata)
 
     def partition_table(names: list[str]) -> pa.Table:
         if not names:
@@ -1014,7 +1014,7 @@ def row_group_keep_mask(
             if match is None:  # the file predates the column: every value is null
                 out.null_count[col.path] = pa.array(rows, pa.int64())
                 continue
-            index = leaves.get(match.name)
+            index = leaves.get((match.name,))
             if index is None:
                 continue
             bounds = _row_group_bounds(metadata, index, match.type, to_arrow_type(field.type))

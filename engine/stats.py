@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from deltaplane.engine.errors import SchemaError
 from deltaplane.engine.partitions import parse_utc_timestamps
 from deltaplane.engine.schema import DataType, DecimalType, PrimitiveType, to_arrow_type
 
@@ -311,6 +312,15 @@ class StatsLeaf:
     min_max: bool
 
 
+def _field_path(name: str) -> list[str]:
+    from deltaplane.engine.schema import split_field_path
+
+    try:
+        return split_field_path(name)
+    except SchemaError:
+        return [name]  # not a well-formed path: it names nothing, as a missing column
+
+
 def stats_leaves(
     data_fields: list, *, num_indexed: int = 32, stats_columns: list[str] | None = None
 ) -> list[StatsLeaf]:
@@ -340,7 +350,7 @@ def stats_leaves(
 
     walk(data_fields, (), ())
     if stats_columns is not None:
-        wanted = [tuple(c.split(".")) for c in stats_columns]
+        wanted = [tuple(_field_path(c)) for c in stats_columns]
         return [
             leaf
             for lp, leaf in leaves
@@ -406,14 +416,14 @@ class StatsCollector:
 
     def update_from_parquet(self, metadata) -> None:
         """Bounds and null counts of primitive columns from the file's row-group statistics."""
-        by_path = {}
-        schema = metadata.schema
-        for j in range(metadata.num_columns):
-            by_path[schema.column(j).path] = j
+        by_path = parquet_leaf_index(metadata)
         for i, leaf in enumerate(self.leaves):
             if not _parquet_leaf(leaf):
                 continue
-            j = by_path.get(".".join(leaf.path))
+            if not by_path and metadata.num_columns:
+                self._no_bounds[i], self._nulls[i] = True, None  # unknown: say nothing
+                continue
+            j = by_path.get(leaf.path)
             if j is None:
                 self._nulls[i] += metadata.num_rows
                 continue
@@ -422,9 +432,10 @@ class StatsCollector:
                 stats = chunk.statistics
                 rows = metadata.row_group(rg).num_rows
                 if stats is None or not stats.has_null_count:
-                    self._no_bounds[i] = True
+                    self._no_bounds[i], self._nulls[i] = True, None  # unknown: say nothing
                     continue
-                self._nulls[i] += stats.null_count
+                if self._nulls[i] is not None:
+                    self._nulls[i] += stats.null_count
                 if not leaf.min_max or self._no_bounds[i] or stats.null_count == rows:
                     continue
                 if not stats.has_min_max:
@@ -439,7 +450,8 @@ class StatsCollector:
     def to_dict(self) -> dict:
         out: dict = {"numRecords": self.num_records, "minValues": {}, "maxValues": {}, "nullCount": {}}
         for i, leaf in enumerate(self.leaves):
-            _put(out["nullCount"], leaf.path, self._nulls[i])
+            if self._nulls[i] is not None:
+                _put(out["nullCount"], leaf.path, self._nulls[i])
             if self._no_bounds[i] or self._min[i] is None:
                 continue
             lo = _stat_value(self._min[i], leaf.dtype, is_max=False, prefix=self.prefix_length)
@@ -454,6 +466,36 @@ class StatsCollector:
 
     def to_json(self) -> str:
         return stats_json(self.to_dict())
+
+
+def parquet_leaf_index(metadata) -> dict[tuple, int]:
+    """Each Parquet leaf column's field path (a tuple of names) -> its column index.
+
+    Parquet names a leaf by its names joined with dots, so a top-level column ``a.b`` and the
+    field ``b`` of a struct ``a`` share one dotted name; the index is taken from the file's
+    schema tree instead (leaves are numbered depth-first). Leaves inside lists and maps carry
+    a ``None`` part, so no struct path ever names them."""
+    paths: list[tuple] = []
+
+    def walk(typ: pa.DataType, prefix: tuple) -> None:
+        if isinstance(typ, pa.ExtensionType):
+            typ = typ.storage_type
+        if pa.types.is_struct(typ):
+            for k in range(typ.num_fields):
+                walk(typ.field(k).type, (*prefix, typ.field(k).name))
+        elif pa.types.is_map(typ):
+            walk(typ.key_type, (*prefix, None, "key"))
+            walk(typ.item_type, (*prefix, None, "value"))
+        elif pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+            walk(typ.value_type, (*prefix, None))
+        else:
+            paths.append(prefix)
+
+    for f in metadata.schema.to_arrow_schema():
+        walk(f.type, (f.name,))
+    if len(paths) != metadata.num_columns:  # a layout this walk does not know: no statistics
+        return {}
+    return {path: j for j, path in enumerate(paths)}
 
 
 def _parquet_leaf(leaf: StatsLeaf) -> bool:

@@ -229,9 +229,7 @@ class DeltaTable:
         ``(column, op, value)`` tuples for AND, a list of such lists for OR); delta-rs's
         ``partition_filters=`` and ``file_pruning_predicate=`` are accepted too. As in delta-rs,
         a filter on data columns keeps every file whose statistics may match (a superset)."""
-        filter = _combined_filter(
-            (filter, False), (partition_filters, True), (file_pruning_predicate, False)
-        )
+        filter = _combined_filter((filter, False), (partition_filters, True), (file_pruning_predicate, False))
         if filter is not None:
             return self.scan(None, filter).file_uris()
         snapshot = self.snapshot

@@ -38,7 +38,7 @@ class Column(Expr):
         return ".".join(self.path)
 
     def __str__(self) -> str:
-        return ".".join(f"`{p}`" if not p.isidentifier() else p for p in self.path)
+        return ".".join(p if p.isidentifier() else "`" + p.replace("`", "``") + "`" for p in self.path)
 
 
 @dataclass(frozen=True)
