@@ -13,6 +13,7 @@ truncate them to milliseconds.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -196,6 +197,9 @@ def _column_from_objs(values: list, typ: pa.DataType) -> pa.Array:
                 )
             )
         return pa.StructArray.from_arrays(children, fields=list(typ))
+    if pa.types.is_floating(typ):
+        # Delta Spark writes NaN and infinities as the strings "NaN", "Infinity", "-Infinity".
+        values = [_FROM_TEXT.get(v, v) if isinstance(v, str) else v for v in values]
     try:
         return pa.array(values, typ)  # all convertible: what the loop below gives, at once
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
@@ -381,14 +385,20 @@ class StatsCollector:
         self._nulls = [0] * len(leaves)
         self._min: list = [None] * len(leaves)
         self._max: list = [None] * len(leaves)
-        self._no_bounds = [False] * len(leaves)  # NaN seen: bounds would be wrong
+        self._no_bounds = [False] * len(leaves)  # bounds unknown
+        self._nan = [False] * len(leaves)  # a NaN was written: the maximum is NaN
 
     def update(self, table: pa.Table | pa.RecordBatch, *, parquet_bounds: bool = False) -> None:
         """Account for rows written to the file.
 
         With ``parquet_bounds`` the primitive columns' bounds and null counts are left to
         :meth:`update_from_parquet` (the Parquet writer computes them anyway); only what
-        Parquet statistics cannot say is computed here: NaN presence and nested-type nulls.
+        Parquet statistics cannot say is computed here: floats (Parquet leaves NaN out of its
+        bounds) and nested-type nulls.
+
+        Bounds follow Spark's order, as Delta Spark writes them: NaN is above every other value,
+        so a file holding a NaN has NaN as its maximum (and as its minimum when it holds
+        nothing else). A bound that hid NaN would make readers skip the file for ``x > 0``.
         """
         self.num_records += table.num_rows
         for i, leaf in enumerate(self.leaves):
@@ -402,11 +412,15 @@ class StatsCollector:
                 self._nulls[i] += column.null_count
             if not leaf.min_max or self._no_bounds[i] or column.null_count == len(column):
                 continue
-            if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
-                self._no_bounds[i] = True
-                continue
             if from_parquet:
                 continue
+            if pa.types.is_floating(column.type):
+                nan = pc.is_nan(column)
+                if pc.any(nan).as_py():
+                    self._nan[i] = True
+                    column = column.filter(pc.invert(nan))
+                    if len(column) == column.null_count:
+                        continue
             bounds = pc.min_max(column).as_py()
             lo, hi = bounds["min"], bounds["max"]
             if lo is not None and (self._min[i] is None or lo < self._min[i]):
@@ -452,10 +466,13 @@ class StatsCollector:
         for i, leaf in enumerate(self.leaves):
             if self._nulls[i] is not None:
                 _put(out["nullCount"], leaf.path, self._nulls[i])
-            if self._no_bounds[i] or self._min[i] is None:
+            if self._no_bounds[i] or (self._min[i] is None and not self._nan[i]):
                 continue
-            lo = _stat_value(self._min[i], leaf.dtype, is_max=False, prefix=self.prefix_length)
-            hi = _stat_value(self._max[i], leaf.dtype, is_max=True, prefix=self.prefix_length)
+            low, high = self._min[i], self._max[i]
+            if self._nan[i]:
+                low, high = (low if low is not None else math.nan), math.nan
+            lo = _stat_value(low, leaf.dtype, is_max=False, prefix=self.prefix_length)
+            hi = _stat_value(high, leaf.dtype, is_max=True, prefix=self.prefix_length)
             if lo is not None:
                 _put(out["minValues"], leaf.path, lo)
             if hi is not None:
@@ -499,8 +516,13 @@ def parquet_leaf_index(metadata) -> dict[tuple, int]:
 
 
 def _parquet_leaf(leaf: StatsLeaf) -> bool:
-    """Leaves whose Parquet column-chunk statistics mean what Delta's statistics mean."""
-    return isinstance(leaf.dtype, PrimitiveType | DecimalType) and leaf.dtype != PrimitiveType("variant")
+    """Leaves whose Parquet column-chunk statistics mean what Delta's statistics mean (not
+    floats: Parquet's bounds leave NaN out, Delta's put it on top)."""
+    return (
+        isinstance(leaf.dtype, PrimitiveType | DecimalType)
+        and leaf.dtype != PrimitiveType("variant")
+        and leaf.dtype not in (PrimitiveType("float"), PrimitiveType("double"))
+    )
 
 
 def _leaf_column(table, path: Path):
@@ -550,6 +572,14 @@ def _stat_value(value, dtype: DataType, *, is_max: bool, prefix: int):
     return value
 
 
+_NON_FINITE = {"NaN": '"NaN"', "Infinity": '"Infinity"', "-Infinity": '"-Infinity"'}
+_FROM_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _non_finite_name(value: float) -> str:
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+
+
 def stats_json(stats: dict) -> str:
     """Compact JSON with decimals written as exact numbers (``json`` cannot emit them)."""
     from decimal import Decimal
@@ -559,6 +589,8 @@ def stats_json(stats: dict) -> str:
             return "{" + ",".join(f"{json.dumps(k)}:{encode(v)}" for k, v in value.items()) + "}"
         if isinstance(value, Decimal):
             return format(value, "f")
+        if isinstance(value, float) and not math.isfinite(value):
+            return _NON_FINITE[_non_finite_name(value)]  # a JSON string, as Delta Spark writes
         return json.dumps(value, ensure_ascii=False)
 
     return encode(stats)

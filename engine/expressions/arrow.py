@@ -7,6 +7,8 @@ null, which is SQL's WHERE. The two places where Arrow differs from SQL are hand
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,14 +37,39 @@ from deltaplane.engine.schema import (
     to_arrow_type,
 )
 
-_OPS = {
-    "=": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
+
+def compare(op: str, left, right, left_nan: bool = False, right_nan: bool = False):
+    """``left op right`` in Spark SQL's order, on Arrow arrays, scalars or expressions alike.
+
+    Spark orders doubles totally: NaN equals NaN and is larger than every other value, +inf
+    included (Arrow, like IEEE 754, makes every comparison with NaN false except ``!=``).
+    ``left_nan``/``right_nan`` say whether a side can hold NaN (is a float or double); nulls
+    stay null (Kleene logic). One rule for row filters and for skipping on min/max bounds.
+    """
+    if op == ">":
+        return compare("<", right, left, right_nan, left_nan)
+    if op == ">=":
+        return compare("<=", right, left, right_nan, left_nan)
+    if op == "!=":
+        return pc.invert(compare("=", left, right, left_nan, right_nan))
+    if op == "=":
+        equal = pc.equal(left, right)
+        if left_nan and right_nan:
+            equal = pc.or_kleene(equal, pc.and_kleene(pc.is_nan(left), pc.is_nan(right)))
+        return equal
+    if op not in ("<", "<="):
+        raise InvalidPredicateError(f"unknown comparison {op!r}")
+    base = pc.less(left, right) if op == "<" else pc.less_equal(left, right)
+    if not right_nan:
+        return base  # NaN on the left is never below a number: IEEE says false already
+    # ``x < NaN`` for every number x, ``NaN <= NaN``; a null left side stays null.
+    below_nan = pc.invert(pc.is_nan(left)) if op == "<" and left_nan else pc.is_valid(left)
+    return pc.or_kleene(base, pc.and_kleene(pc.is_nan(right), below_nan))
+
+
+def may_be_nan(expr: Expr) -> bool:
+    """Whether values of ``expr`` can be NaN (its type is float or double)."""
+    return _kind(expr) in ("float", "double")
 
 
 def literal_scalar(lit: Literal) -> pa.Scalar:
@@ -58,10 +85,11 @@ def to_arrow_expression(expr: Expr) -> pc.Expression:
         return pc.scalar(literal_scalar(expr))
     if isinstance(expr, Comparison):
         left, right = to_arrow_expression(expr.left), to_arrow_expression(expr.right)
+        nans = may_be_nan(expr.left), may_be_nan(expr.right)
         if expr.op == "<=>":
             both_null = left.is_null() & right.is_null()
-            return both_null | pc.coalesce(left == right, pc.scalar(False))
-        return _OPS[expr.op](left, right)
+            return both_null | pc.coalesce(compare("=", left, right, *nans), pc.scalar(False))
+        return compare(expr.op, left, right, *nans)
     if isinstance(expr, And):
         out = to_arrow_expression(expr.items[0])
         for item in expr.items[1:]:
@@ -195,14 +223,23 @@ def _function(expr: Func) -> pc.Expression:
     if name == "coalesce":
         return pc.coalesce(*a)
     if name == "greatest":
-        return pc.max_element_wise(*a)
+        largest = pc.max_element_wise(*a)
+        nan_args = [(x, arg) for x, arg in zip(a, args, strict=True) if may_be_nan(arg)]
+        if not nan_args:
+            return largest
+        # Arrow's maximum skips NaN; in Spark NaN is the largest value.
+        flags = [pc.coalesce(pc.is_nan(x), pc.scalar(False)) for x, _ in nan_args]
+        any_nan = functools.reduce(pc.or_kleene, flags)
+        double = any(_kind(arg) == "double" for _, arg in nan_args)
+        nan = pa.scalar(float("nan"), pa.float64() if double else pa.float32())
+        return pc.if_else(any_nan, pc.scalar(nan), largest)
     if name == "least":
         return pc.min_element_wise(*a)
     if name == "concat":
         return pc.binary_join_element_wise(*a, "")
     if name == "nullif" and len(a) == 2:
         return pc.if_else(
-            pc.coalesce(pc.equal(a[0], a[1]), pc.scalar(False)),
+            pc.coalesce(compare("=", a[0], a[1], may_be_nan(args[0]), may_be_nan(args[1])), pc.scalar(False)),
             pc.scalar(None).cast(_arrow_of(args[0])),
             a[0],
         )

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltaplane.engine.expressions.arrow import evaluate, literal_scalar
+from deltaplane.engine.expressions.arrow import compare, evaluate, literal_scalar, may_be_nan
 from deltaplane.engine.expressions.tree import (
     FLIPPED,
     And,
@@ -142,18 +142,16 @@ def _from_bounds(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boole
             return _all(ctx, True)
         low, high = bounds
         value = literal_scalar(right)
+        # Bounds are ordered as Spark orders values (NaN above +inf): compare in that order.
+        nan = may_be_nan(left), may_be_nan(right)
         if op in ("=", "<=>"):
-            return pc.and_kleene(pc.less_equal(low, value), pc.greater_equal(high, value))
+            return pc.and_kleene(compare("<=", low, value, *nan), compare(">=", high, value, *nan))
         if op == "!=":
-            return pc.or_kleene(pc.not_equal(low, value), pc.not_equal(high, value))
-        if op == "<":
-            return pc.less(low, value)
-        if op == "<=":
-            return pc.less_equal(low, value)
-        if op == ">":
-            return pc.greater(high, value)
-        if op == ">=":
-            return pc.greater_equal(high, value)
+            return pc.or_kleene(compare("!=", low, value, *nan), compare("!=", high, value, *nan))
+        if op in ("<", "<="):
+            return compare(op, low, value, *nan)
+        if op in (">", ">="):
+            return compare(op, high, value, *nan)
         return _all(ctx, True)
     if isinstance(expr, IsNull) and isinstance(expr.child, Column):
         path = ctx.physical_path(expr.child.path)
@@ -169,12 +167,13 @@ def _from_bounds(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boole
         if bounds is None:
             return _all(ctx, True)
         low, high = bounds
+        nan = may_be_nan(expr.child), may_be_nan(expr.child)
         if expr.negated:
             if len(values) != len(expr.values):
                 return _all(ctx, False)  # NOT IN (..., NULL) is never true
             if not values:
                 return _all(ctx, True)
-            single = pc.equal(low, high)
+            single = compare("=", low, high, *nan)
             listed = pc.is_in(low, value_set=pa.array([literal_scalar(v).as_py() for v in values], low.type))
             return pc.invert(pc.and_kleene(single, listed))
         if not values:
@@ -183,12 +182,12 @@ def _from_bounds(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boole
         if len(scalars) <= 64:
             out = None
             for s in scalars:
-                hit = pc.and_kleene(pc.less_equal(low, s), pc.greater_equal(high, s))
+                hit = pc.and_kleene(compare("<=", low, s, *nan), compare(">=", high, s, *nan))
                 out = hit if out is None else pc.or_kleene(out, hit)
             return out
-        py = sorted(s.as_py() for s in scalars)
+        py = sorted((s.as_py() for s in scalars), key=_spark_order)
         smallest, largest = pa.scalar(py[0], scalars[0].type), pa.scalar(py[-1], scalars[0].type)
-        return pc.and_kleene(pc.less_equal(low, largest), pc.greater_equal(high, smallest))
+        return pc.and_kleene(compare("<=", low, largest, *nan), compare(">=", high, smallest, *nan))
     if isinstance(expr, Like) and isinstance(expr.child, Column) and not expr.negated:
         prefix = _like_prefix(expr.pattern)
         bounds = _bounds(expr.child, ctx, stats)
@@ -198,6 +197,11 @@ def _from_bounds(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boole
         head = pc.utf8_slice_codeunits(low, 0, len(prefix))
         return pc.and_kleene(pc.greater_equal(high, prefix), pc.less_equal(head, prefix))
     return _all(ctx, True)
+
+
+def _spark_order(value):
+    """Sort key putting NaN above every other value, as Spark orders doubles."""
+    return (isinstance(value, float) and value != value, 0.0 if value != value else value)
 
 
 def _bounds(col: Column, ctx: SkippingContext, stats: FileStats):
