@@ -82,10 +82,14 @@ def resolve_column(schema: StructType, path: tuple[str, ...]) -> Column:
 class _Binder:
     def __init__(self, schema: StructType):
         self.schema = schema
+        self._columns: dict[tuple[str, ...], Column] = {}  # a long OR names one column 20,000 times
 
     def bind(self, expr: Expr) -> Expr:
         if isinstance(expr, Column):
-            return resolve_column(self.schema, expr.path)
+            bound = self._columns.get(expr.path)
+            if bound is None:
+                bound = self._columns[expr.path] = resolve_column(self.schema, expr.path)
+            return bound
         if isinstance(expr, Literal):
             if expr.dtype is None and isinstance(expr.value, bool):
                 return Literal(expr.value, PrimitiveType("boolean"))
@@ -93,7 +97,7 @@ class _Binder:
         if isinstance(expr, And):
             return And(tuple(self.bind(i) for i in expr.items))
         if isinstance(expr, Or):
-            return Or(tuple(self.bind(i) for i in expr.items))
+            return equalities_as_in(Or(tuple(self.bind(i) for i in expr.items)))
         if isinstance(expr, Not):
             return Not(self.bind(expr.child))
         if isinstance(expr, IsNull):
@@ -168,6 +172,45 @@ class _Binder:
         from deltaplane.engine.expressions.arrow import result_type
 
         return replace(expr, dtype=result_type(expr, self.schema))
+
+
+def equalities_as_in(expr: Or) -> Expr:
+    """``c = 1 OR c = 2 OR ...`` (bound) as ``c IN (1, 2, ...)``: the same value for every row
+    under SQL's three-valued logic (and NaN equal to NaN, as IN compares), but one membership
+    test instead of one comparison per term, for row filters and for skipping alike (a
+    20,000-term OR of ids). Equalities of one column with literals of one type are merged where
+    the first of them stood; everything else keeps its place."""
+    equalities = [_equality(item) for item in expr.items]
+    groups: dict[tuple, list[Literal]] = {}
+    for found in equalities:
+        if found is not None:
+            groups.setdefault(found[0], []).append(found[2])
+    if all(len(values) < 2 for values in groups.values()):
+        return expr
+    out: list[Expr] = []
+    placed: set[tuple] = set()
+    for item, found in zip(expr.items, equalities, strict=True):
+        if found is None or len(groups[found[0]]) < 2:
+            out.append(item)
+        elif found[0] not in placed:
+            placed.add(found[0])
+            out.append(In(found[1], tuple(groups[found[0]])))
+    return out[0] if len(out) == 1 else Or(tuple(out))
+
+
+def _equality(item: Expr) -> tuple[tuple, Column, Literal] | None:
+    """For ``column = literal`` with a typed non-null literal: ((column path, literal type),
+    the column, the literal); None for anything else."""
+    if not isinstance(item, Comparison) or item.op != "=":
+        return None
+    column, literal = item.left, item.right
+    if isinstance(column, Literal):
+        column, literal = literal, column
+    if not (isinstance(column, Column) and isinstance(literal, Literal)):
+        return None
+    if literal.value is None or literal.dtype is None:
+        return None
+    return (column.path, literal.dtype), column, literal
 
 
 def _type_of(expr: Expr) -> DataType | None:
