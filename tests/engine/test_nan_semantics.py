@@ -139,3 +139,17 @@ def test_checkpoint_stats_parsed_keep_nan(tmp_path):
     assert len(table.file_uris(filter="x < 3")) == 2
     for predicate, ids in SPARK_ROWS.items():
         assert sorted(table.to_arrow(filter=predicate).column("id").to_pylist()) == ids, predicate
+
+
+def test_data_files_carry_no_parquet_bounds_that_hide_nan(nan_table):
+    """Parquet's float bounds leave NaN out; Delta Spark's Parquet reader prunes row groups on
+    them and lost the NaN row of the first file for ``x = NaN``. Float columns get none; the
+    others keep theirs."""
+    import pyarrow.parquet as pq
+
+    for uri in DeltaTable(nan_table).file_uris():
+        metadata = pq.read_metadata(uri)
+        for i in range(metadata.num_columns):
+            column = metadata.row_group(0).column(i)
+            has_bounds = column.statistics is not None and column.statistics.has_min_max
+            assert has_bounds == (column.path_in_schema == "id"), column.path_in_schema
