@@ -186,3 +186,25 @@ def test_stats_columns_property_takes_back_quoted_paths(tmp_path):
     stats = next(json.loads(json.loads(line)["add"]["stats"]) for line in commit if '"add"' in line)
     k_top, k_nested = LEAVES.index(("a.b",)), LEAVES.index(("a", "in.ner", "ü v"))
     assert stats["minValues"] == {"a.b": base(k_top) + 1, "a": {"in.ner": {"ü v": base(k_nested) + 1}}}
+
+
+def test_add_actions_keep_every_leaf(three_files):
+    """``get_add_actions(flatten=True)`` names columns as delta-rs does (names joined with dots),
+    so ``a.b`` and struct ``a``'s ``b`` both become ``min.a.b``: both columns are there, in
+    schema order, as in delta-rs's table; the nested form keeps them apart."""
+    import deltalake
+
+    ours = DeltaTable(three_files).get_add_actions(flatten=True).sort_by("path")
+    theirs = pa.table(deltalake.DeltaTable(three_files).get_add_actions(flatten=True)).sort_by("path")
+    stats = [n for n in theirs.column_names if n.startswith(("min.", "max.", "null_count."))]
+    assert [n for n in ours.column_names if n.startswith(("min.", "max.", "null_count."))] == stats
+    for i, name in enumerate(ours.column_names):
+        if name.startswith(("min.", "max.", "null_count.")):
+            occurrence = ours.column_names[:i].count(name)
+            j = [k for k, other in enumerate(theirs.column_names) if other == name][occurrence]
+            assert ours.column(i).to_pylist() == theirs.column(j).to_pylist(), name
+    nested = DeltaTable(three_files).get_add_actions().sort_by("path").column("min").to_pylist()
+    assert sorted(row["id"] for row in nested) == [1, 2, 3]
+    for stats_row in nested:
+        for k, path in enumerate(LEAVES):
+            assert _dig(stats_row, path) == base(k) + stats_row["id"], path
