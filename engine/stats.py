@@ -377,8 +377,15 @@ class StatsCollector:
         *,
         tight_bounds: bool | None = None,
         prefix_length: int = STRING_PREFIX_LENGTH,
+        footer_columns: list[str] | bool = True,
     ):
+        """``footer_columns``: the Parquet columns (dotted paths) the writer gives footer
+        statistics, or True for all; the other leaves' statistics are computed from the rows."""
         self.leaves = leaves
+        self._from_footer = [
+            _parquet_leaf(leaf) and (footer_columns is True or ".".join(leaf.path) in footer_columns)
+            for leaf in leaves
+        ]
         self.tight_bounds = tight_bounds
         self.prefix_length = prefix_length
         self.num_records = 0
@@ -403,7 +410,7 @@ class StatsCollector:
         self.num_records += table.num_rows
         for i, leaf in enumerate(self.leaves):
             column = _leaf_column(table, leaf.path)
-            from_parquet = parquet_bounds and _parquet_leaf(leaf)
+            from_parquet = parquet_bounds and self._from_footer[i]
             if column is None:
                 if not from_parquet:
                     self._nulls[i] += table.num_rows
@@ -432,7 +439,7 @@ class StatsCollector:
         """Bounds and null counts of primitive columns from the file's row-group statistics."""
         by_path = parquet_leaf_index(metadata)
         for i, leaf in enumerate(self.leaves):
-            if not _parquet_leaf(leaf):
+            if not self._from_footer[i]:
                 continue
             if not by_path and metadata.num_columns:
                 self._no_bounds[i], self._nulls[i] = True, None  # unknown: say nothing

@@ -499,7 +499,11 @@ class DataFileWriter:
             key=key,
             pending=pending,
             writer=writer,
-            stats=StatsCollector(config.stats_leaves, tight_bounds=config.tight_bounds),
+            stats=StatsCollector(
+                config.stats_leaves,
+                tight_bounds=config.tight_bounds,
+                footer_columns=self._statistics_columns(),
+            ),
             partition_values=dict(zip(physical_names, serialized, strict=True)),
         )
 

@@ -208,3 +208,23 @@ def test_add_actions_keep_every_leaf(three_files):
     for stats_row in nested:
         for k, path in enumerate(LEAVES):
             assert _dig(stats_row, path) == base(k) + stats_row["id"], path
+
+
+def test_a_leaf_sharing_its_dotted_name_with_a_float_keeps_its_statistics(tmp_path):
+    """Float columns get no Parquet footer bounds (they leave NaN out), and the writer can only
+    name footer columns by dotted path, so the integer ``a.b`` beside the float field ``b`` of
+    struct ``a`` has none either: its statistics come from the rows instead."""
+    uri = str(tmp_path / "t")
+    data = pa.table(
+        {
+            "a.b": pa.array([100, 300], pa.int64()),
+            "a": pa.array([{"b": 1.5}, {"b": float("nan")}], pa.struct([("b", pa.float64())])),
+        }
+    )
+    write_table(uri, data)
+    commit = Path(uri, "_delta_log", "00000000000000000000.json").read_text().splitlines()
+    stats = next(json.loads(json.loads(line)["add"]["stats"]) for line in commit if '"add"' in line)
+    assert stats["minValues"] == {"a.b": 100, "a": {"b": 1.5}}
+    assert stats["maxValues"] == {"a.b": 300, "a": {"b": "NaN"}}
+    assert stats["nullCount"] == {"a.b": 0, "a": {"b": 0}}
+    assert DeltaTable(uri).file_uris(filter="`a.b` >= 200") != []
