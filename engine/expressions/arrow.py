@@ -265,6 +265,7 @@ def result_type(expr: Expr, schema):
     import pyarrow.dataset as ds
 
     empty = to_arrow_schema(schema).empty_table()
+    _checked_size(expr)
     try:
         out = (
             ds.dataset(empty)
@@ -316,7 +317,8 @@ def _evaluate(table: pa.Table, expr: Expr) -> pa.ChunkedArray:
             return functools.reduce(combine, (_evaluate(table, part) for part in _groups(expr)))
         if isinstance(expr, Not):
             return pc.invert(_evaluate(table, expr.child))
-    return ds.dataset(table).to_table(columns={"value": to_arrow_expression(expr)}).column("value")
+    expression = to_arrow_expression(_checked_size(expr))
+    return ds.dataset(table).to_table(columns={"value": expression}).column("value")
 
 
 def _groups(expr: And | Or) -> list[Expr]:
@@ -337,14 +339,31 @@ def _groups(expr: And | Or) -> list[Expr]:
     return out
 
 
+# The largest expression handed to Arrow in one piece (nodes): a huge OR inside a function call
+# (``coalesce(a OR b OR ..., false)``) cannot be split into groups, and from about 20,000 nodes
+# Arrow's recursion overflows the C stack. Refused before that, naming the limit.
+MAX_EXPRESSION_NODES = 4096
+
+
 def _size(expr: Expr) -> int:
-    """Nodes in ``expr`` (counted without recursion)."""
+    """Nodes of ``expr`` as Arrow sees them (an IN list is one membership test, whatever its
+    length), counted without recursion."""
     count, stack = 0, [expr]
     while stack:
         node = stack.pop()
         count += 1
-        stack.extend(node.children())
+        stack.extend((node.child,) if isinstance(node, In) else node.children())
     return count
+
+
+def _checked_size(expr: Expr) -> Expr:
+    if _size(expr) > MAX_EXPRESSION_NODES:
+        raise InvalidPredicateError(
+            f"expression too large to evaluate: {str(expr)[:120]}... has more than "
+            f"{MAX_EXPRESSION_NODES} nodes inside one function, comparison or CASE (at most "
+            f"{MAX_EXPRESSION_NODES}); a long AND/OR chain at the top of a predicate has no limit"
+        )
+    return expr
 
 
 def evaluation_error(expr: Expr, error: Exception, where: str | None) -> InvalidPredicateError:

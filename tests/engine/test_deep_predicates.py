@@ -111,3 +111,18 @@ def test_deep_nesting_refused_on_a_deep_call_stack(table):
 
     result = nested(600)  # a RecursionError would propagate and fail the test
     assert isinstance(result, InvalidPredicateError | pa.lib.ArrowException) or result is not None
+
+
+def test_a_huge_or_inside_a_function_is_refused_not_a_crash(table):
+    """An OR inside a call cannot be evaluated in groups: past the limit it is an error (before,
+    Arrow's recursion overflowed the C stack and the process died). IN lists of any length are
+    one membership test."""
+    from deltaplane.engine.expressions.arrow import MAX_EXPRESSION_NODES
+
+    inside = "coalesce(" + " OR ".join(f"id > {i}" for i in range(20_000)) + ", false)"
+    with pytest.raises(InvalidPredicateError, match=f"at most {MAX_EXPRESSION_NODES}"):
+        DeltaTable(table).to_arrow(filter=inside)
+    small = "coalesce(" + " OR ".join(f"id = {i}" for i in range(100)) + ", false)"
+    assert _ids(table, small) == list(range(100))
+    in_list = "id IN (" + ", ".join(str(i) for i in range(0, 60_000, 2)) + ")"
+    assert _ids(table, in_list) == list(range(0, ROWS, 2))
