@@ -41,8 +41,17 @@ DOUBLE = PrimitiveType("double")
 
 
 def bind(expr: Expr, schema: StructType) -> Expr:
-    """A copy of ``expr`` with resolved, typed columns and typed literals."""
-    return _Binder(schema).bind(expr)
+    """A copy of ``expr`` with resolved, typed columns and typed literals.
+
+    Parsed predicates nest at most ``parser.MAX_NESTING`` levels; a tree built in Python can be
+    deeper, and one too deep to walk is an input error, never a ``RecursionError``."""
+    try:
+        return _Binder(schema).bind(expr)
+    except RecursionError:
+        raise InvalidPredicateError(
+            f"the {type(expr).__name__} expression nests too deeply to bind (at most "
+            "parser.MAX_NESTING levels of NOT, CASE, calls or parentheses are parsed)"
+        ) from None
 
 
 def bind_predicate(expr: Expr, schema: StructType) -> Expr:
@@ -94,10 +103,18 @@ class _Binder:
             if expr.dtype is None and isinstance(expr.value, bool):
                 return Literal(expr.value, PrimitiveType("boolean"))
             return expr
-        if isinstance(expr, And):
-            return And(tuple(self.bind(i) for i in expr.items))
-        if isinstance(expr, Or):
-            return equalities_as_in(Or(tuple(self.bind(i) for i in expr.items)))
+        if isinstance(expr, And | Or):
+            # Nested ANDs in an AND (a tree built in Python as pairs) become one n-ary node,
+            # walked with an explicit stack: any length binds.
+            kind, items, stack = type(expr), [], [expr]
+            while stack:
+                node = stack.pop()
+                if type(node) is kind:
+                    stack.extend(reversed(node.items))
+                else:
+                    items.append(self.bind(node))
+            bound = kind(tuple(items))
+            return equalities_as_in(bound) if kind is Or else bound
         if isinstance(expr, Not):
             return Not(self.bind(expr.child))
         if isinstance(expr, IsNull):

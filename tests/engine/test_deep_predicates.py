@@ -126,3 +126,25 @@ def test_a_huge_or_inside_a_function_is_refused_not_a_crash(table):
     assert _ids(table, small) == list(range(100))
     in_list = "id IN (" + ", ".join(str(i) for i in range(0, 60_000, 2)) + ")"
     assert _ids(table, in_list) == list(range(0, ROWS, 2))
+
+
+def test_an_expression_tree_built_as_nested_pairs_binds_and_filters(table):
+    """A tree built in Python one AND (or OR) at a time, 5,000 levels deep, is one chain."""
+    from deltaplane.engine.expressions.tree import And, Column, Comparison, Literal, Not, Or
+
+    conjunction = Comparison(">=", Column(("id",)), Literal(0))
+    disjunction = Comparison("=", Column(("id",)), Literal(0))
+    for i in range(1, 5_000):
+        conjunction = And((conjunction, Comparison(">=", Column(("id",)), Literal(i))))
+        disjunction = Or((disjunction, Comparison("=", Column(("id",)), Literal(i * 7))))
+    assert _ids_expr(table, conjunction) == list(range(4_999, ROWS))
+    assert _ids_expr(table, disjunction) == [i * 7 for i in range(5_000) if i * 7 < ROWS]
+    deep_not = Comparison("=", Column(("id",)), Literal(3))
+    for _ in range(5_000):
+        deep_not = Not(deep_not)
+    with pytest.raises(InvalidPredicateError, match="nests too deeply"):
+        DeltaTable(table).to_arrow(filter=deep_not)
+
+
+def _ids_expr(uri: str, expr) -> list[int]:
+    return sorted(DeltaTable(uri).to_arrow(filter=expr).column("id").to_pylist())
