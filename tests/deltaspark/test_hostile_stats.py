@@ -14,6 +14,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import deltalake
+
 from deltaplane.engine import DeltaTable, write_table
 from tests.deltaspark.test_cross_read import dp_rows, spark_rows
 from tests.engine.test_nan_semantics import FILES, SPARK_ROWS, _file
@@ -97,13 +99,23 @@ def test_nan_filters_skipping_and_deletes_agree_with_delta_spark(delta_spark, tm
         write_table(ours_path, _file(rows), mode="append")
     theirs_path = str(tmp_path / "theirs")
     _nan_table_by_spark(delta_spark, theirs_path)
+    # delta-rs leaves NaN out of its Parquet footers' bounds (and +inf out of its log's), and
+    # Delta Spark's Parquet reader prunes row groups on those footers: it can miss a NaN row
+    # (row 2 for x = NaN). deltaplane gives Spark SQL's rows there, a superset of Delta Spark's.
+    rs_path = str(tmp_path / "delta_rs")
+    for rows in FILES:
+        deltalake.write_deltalake(rs_path, _file(rows), mode="append")
 
-    for uri in (ours_path, theirs_path):
+    for uri in (ours_path, theirs_path, rs_path):
         assert dp_rows(uri) == spark_rows(delta_spark, uri)
         for predicate, expected in SPARK_ROWS.items():
             ours, our_files = _dp_ids(uri, predicate)
             theirs, their_files = _spark_ids(delta_spark, uri, predicate)
-            assert ours == theirs == expected, (uri, predicate)
+            assert ours == expected, (uri, predicate)
+            if uri == rs_path:
+                assert set(theirs) <= set(ours), (uri, predicate)
+            else:
+                assert theirs == ours, (uri, predicate)
             if uri == ours_path and predicate not in ("x = x", "x != x"):
                 # Delta Spark skips on the statistics deltaplane wrote, as deltaplane does (its
                 # optimizer rewrites a column compared with itself, reading no file for x != x).
