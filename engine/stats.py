@@ -124,6 +124,7 @@ def parse_file_stats(
 
 
 _JSON_BLOCK = 1 << 24
+_NON_FINITE_TEXT = r':\s*"(NaN|Infinity|-Infinity)"'
 # Up to this many files, stats JSON is parsed by json.loads (decimals excepted: json.loads
 # reads them as floats, pyarrow.json exactly from the text).
 _PYTHON_JSON_FILES = 64
@@ -147,14 +148,20 @@ def _parse_json_column(stats: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> 
     text = pc.if_else(pc.equal(text, ""), "{}", text)
     if pc.any(pc.match_substring(text, "\n")).as_py():
         text = pc.replace_substring(text, "\n", " ")  # JSON whitespace; keeps one file per line
-    lines = pc.binary_join_element_wise(text, "", "\n").cast(pa.large_string())
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + n + 1]
-    data = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
     if n <= _PYTHON_JSON_FILES and not _has_decimal(schema):
         # A few files: json.loads on this thread. pyarrow.json hands its input to a thread
         # even when told not to use threads, and on a busy machine that wait (~1-2 ms) is
         # most of a filtered plan. Same values: where pyarrow.json fails it comes here too.
         return _parse_json_slowly(text.to_pylist(), schema)
+    fast = text
+    if pc.any(pc.match_substring_regex(fast, _NON_FINITE_TEXT)).as_py():
+        # Delta Spark writes a float's NaN and infinities as JSON strings, which pyarrow.json
+        # refuses for a number column; it reads them bare. (A string column whose bound is
+        # "NaN" then fails here and takes the slow path, which keeps it a string.)
+        fast = pc.replace_substring_regex(fast, _NON_FINITE_TEXT, r":\1")
+    lines = pc.binary_join_element_wise(fast, "", "\n").cast(pa.large_string())
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + n + 1]
+    data = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     try:
         table = pj.read_json(

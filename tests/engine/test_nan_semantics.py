@@ -153,3 +153,31 @@ def test_data_files_carry_no_parquet_bounds_that_hide_nan(nan_table):
             column = metadata.row_group(0).column(i)
             has_bounds = column.statistics is not None and column.statistics.has_min_max
             assert has_bounds == (column.path_in_schema == "id"), column.path_in_schema
+
+
+@pytest.mark.parametrize("files", [10, 100])  # json.loads below 64 files, pyarrow.json above
+def test_statistics_with_non_finite_strings_parse_the_same_for_few_and_many_files(files):
+    from deltaplane.engine.schema import PrimitiveType
+    from deltaplane.engine.stats import parse_file_stats
+
+    texts = [
+        json.dumps(
+            {
+                "numRecords": 1,
+                "minValues": {"x": ["NaN", "-Infinity", 1.5][i % 3], "s": ["NaN", 'a:"NaN"', "b"][i % 3]},
+                "maxValues": {"x": ["NaN", "Infinity", 2.5][i % 3], "s": "z"},
+            }
+        )
+        for i in range(files)
+    ]
+    stats = parse_file_stats(
+        pa.table({"stats": texts}), {("x",): PrimitiveType("double"), ("s",): PrimitiveType("string")}
+    )
+    lows = stats.min_values[("x",)].to_pylist()
+    highs = stats.max_values[("x",)].to_pylist()
+    for i in range(files):
+        expected_low = [NAN, -INF, 1.5][i % 3]
+        expected_high = [NAN, INF, 2.5][i % 3]
+        assert (math.isnan(lows[i]) and math.isnan(expected_low)) or lows[i] == expected_low
+        assert (math.isnan(highs[i]) and math.isnan(expected_high)) or highs[i] == expected_high
+    assert stats.min_values[("s",)].to_pylist() == [["NaN", 'a:"NaN"', "b"][i % 3] for i in range(files)]
