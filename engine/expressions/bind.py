@@ -123,15 +123,15 @@ class _Binder:
             left, right = self.bind(expr.left), self.bind(expr.right)
             left_type, right_type = _type_of(left), _type_of(right)
             if isinstance(right, Literal) and right.dtype is None and left_type is not None:
-                right = coerce_literal(right.value, left_type, str(left))
+                right = coerce_literal(right.value, left_type, left)
             elif isinstance(left, Literal) and left.dtype is None and right_type is not None:
-                left = coerce_literal(left.value, right_type, str(right))
+                left = coerce_literal(left.value, right_type, right)
             return Comparison(expr.op, left, right)
         if isinstance(expr, In):
             child = self.bind(expr.child)
             target = _type_of(child)
             values = tuple(
-                coerce_literal(v.value, target, str(child)) if target is not None and v.dtype is None else v
+                coerce_literal(v.value, target, child) if target is not None and v.dtype is None else v
                 for v in expr.values
             )
             return In(child, values, expr.negated)
@@ -284,8 +284,9 @@ def _as_string(expr: Expr) -> Expr:
     return expr
 
 
-def coerce_literal(value, dtype: DataType, target: str) -> Literal:
-    """A literal of ``dtype`` (or of a wider numeric type when the value does not fit exactly)."""
+def coerce_literal(value, dtype: DataType, target: object) -> Literal:
+    """A literal of ``dtype`` (or of a wider numeric type when the value does not fit exactly);
+    ``target`` (what it is compared with) is only formatted into an error message."""
     if value is None:
         return Literal(None, dtype)
 

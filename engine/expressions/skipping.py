@@ -32,6 +32,7 @@ from deltaplane.engine.expressions.tree import (
     Or,
     columns,
     negation_normal_form,
+    walk,
 )
 from deltaplane.engine.stats import FileStats
 
@@ -55,9 +56,20 @@ class SkippingContext:
         self.stats_for = stats
         self.physical_path = physical_path
         self._stats: FileStats | None = None
+        self._some_values: dict[Path, pa.BooleanArray | None] = {}
 
     def is_partition(self, col: Column) -> bool:
         return len(col.path) == 1 and col.path[0] in self.partition_names
+
+    def some_values(self, path: Path, stats: FileStats) -> pa.BooleanArray | None:
+        """Per file: whether the column holds a non-null value (None: unknown). Computed once
+        per column, however many terms of a long predicate ask."""
+        if path not in self._some_values:
+            counts = stats.null_count.get(self.physical_path(path))
+            self._some_values[path] = (
+                None if counts is None else pc.invert(pc.equal(counts, stats.num_records))
+            )
+        return self._some_values[path]
 
 
 def files_to_keep(predicate: Expr, ctx: SkippingContext) -> pa.BooleanArray:
@@ -74,10 +86,15 @@ def _all(ctx: SkippingContext, value: bool) -> pa.BooleanArray:
     return pa.repeat(pa.scalar(value), ctx.num_files)
 
 
+def _partition_only(expr: Expr, ctx: SkippingContext) -> bool:
+    """Whether every column ``expr`` names is a partition column (stops at the first that is
+    not: an OR of 20,000 data-column terms is not walked once per level)."""
+    return not any(isinstance(node, Column) and not ctx.is_partition(node) for node in walk(expr))
+
+
 def _evaluate(expr: Expr, ctx: SkippingContext) -> pa.BooleanArray:
-    referenced = columns(expr)
-    if all(ctx.is_partition(c) for c in referenced):
-        return _exact(expr, ctx, referenced)
+    if _partition_only(expr, ctx):
+        return _exact(expr, ctx, columns(expr))
     if isinstance(expr, And):
         out = _evaluate(expr.items[0], ctx)
         for item in expr.items[1:]:
@@ -117,9 +134,9 @@ def _from_stats(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boolea
         if expr.op != "<=>" and len(operands) == 1:
             child = operands[0]
     if isinstance(child, Column) and not ctx.is_partition(child):
-        counts = stats.null_count.get(ctx.physical_path(child.path))
-        if counts is not None:
-            result = pc.and_kleene(result, pc.invert(pc.equal(counts, stats.num_records)))
+        some_values = ctx.some_values(child.path, stats)
+        if some_values is not None:
+            result = pc.and_kleene(result, some_values)
     return result
 
 

@@ -198,9 +198,12 @@ class Case(Expr):
 
 
 def walk(expr: Expr) -> Iterator[Expr]:
-    yield expr
-    for child in expr.children():
-        yield from walk(child)
+    """Every node, parents before children, left to right (an explicit stack: no recursion)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(node.children()))
 
 
 def columns(expr: Expr) -> list[Column]:
