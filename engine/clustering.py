@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Add, DomainMetadata, Protocol
 from deltaplane.engine.errors import InvalidArgumentError, SchemaError
-from deltaplane.engine.schema import DecimalType, PrimitiveType, StructType, iter_types
+from deltaplane.engine.schema import DecimalType, PrimitiveType, StructType, iter_types, split_field_path
 from deltaplane.engine.stats import stats_leaves
 from deltaplane.engine.table_features import writer_features
 from deltaplane.engine.table_properties import TableProperties
@@ -68,30 +68,10 @@ def is_clustered(protocol: Protocol) -> bool:
 
 def split_name(name: str) -> list[str]:
     """``a.b`` -> ``["a", "b"]``; back-quoted parts keep their dots (```a.b`.c``)."""
-    parts: list[str] = []
-    current: list[str] = []
-    quoted = False
-    i = 0
-    while i < len(name):
-        ch = name[i]
-        if ch == "`":
-            if quoted and i + 1 < len(name) and name[i + 1] == "`":
-                current.append("`")
-                i += 2
-                continue
-            quoted = not quoted
-        elif ch == "." and not quoted:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-        i += 1
-    if quoted:
-        raise ClusteringError(f"unbalanced back-quote in clustering column {name!r}")
-    parts.append("".join(current))
-    if any(not p for p in parts):
-        raise ClusteringError(f"empty name part in clustering column {name!r}")
-    return parts
+    try:
+        return split_field_path(name)
+    except SchemaError as e:
+        raise ClusteringError(f"{e} in clustering column {name!r}") from None
 
 
 def resolve_columns(

@@ -73,15 +73,20 @@ def add_actions_table(snapshot: Snapshot, *, flatten: bool = False) -> pa.Table:
         "min": {lp: stats.min_values[pp] for lp, pp, _ in leaves},
         "max": {lp: stats.max_values[pp] for lp, pp, _ in leaves},
     }
+    names, arrays = list(columns), list(columns.values())
     for group, values in groups.items():
         if not values:
             continue
         if flatten:
+            # delta-rs's names: a top-level `a.b` and struct a's field b are both "min.a.b";
+            # both columns are kept (in schema order), as in delta-rs's table.
             for path, array in values.items():
-                columns[".".join((group, *path))] = array
+                names.append(".".join((group, *path)))
+                arrays.append(array)
         else:
-            columns["partition_values" if group == "partition" else group] = _nested_struct(values, n)
-    return pa.table(columns)
+            names.append("partition_values" if group == "partition" else group)
+            arrays.append(_nested_struct(values, n))
+    return pa.Table.from_arrays([_array(a) for a in arrays], names=names)
 
 
 def _nested_struct(values: dict[Path, pa.Array], n: int) -> pa.StructArray:

@@ -41,7 +41,7 @@ from deltaplane.engine.errors import (
     SchemaError,
     StorageError,
 )
-from deltaplane.engine.expressions.arrow import evaluation_error, to_arrow_expression
+from deltaplane.engine.expressions.arrow import filter_rows
 from deltaplane.engine.expressions.bind import bind_predicate
 from deltaplane.engine.expressions.parser import parse_predicate
 from deltaplane.engine.expressions.skipping import SkippingContext, files_to_keep
@@ -61,7 +61,7 @@ from deltaplane.engine.schema import (
     to_arrow_type,
 )
 from deltaplane.engine.snapshot import Snapshot
-from deltaplane.engine.stats import FileStats, parse_file_stats, stats_supported
+from deltaplane.engine.stats import FileStats, parquet_leaf_index, parse_file_stats, stats_supported
 from deltaplane.engine.storage import resolve_location
 from deltaplane.engine.storage.local import LocalStore
 from deltaplane.engine.variant import is_shredded, unshred
@@ -203,7 +203,6 @@ class Scan:
         filtered = {c.path[0] for c in columns(self.predicate)} if self.predicate is not None else set()
         self._predicate_fields = [f for f in self._read_fields if f.name in filtered]
         self._other_fields = [f for f in self._read_fields if f.name not in filtered]
-        self._filter_expr = to_arrow_expression(self.predicate) if self.predicate is not None else None
         self._materialized: tuple[str, str] | None = None
         self._lineage_names: tuple[str, str] | None = None
         self.arrow_schema = pa.schema([to_arrow_field(f) for f in self.output_fields])
@@ -360,14 +359,14 @@ class Scan:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
             return None  # the engine's path names the file and the cause
         redo = self._files_to_conform(fragments, expected)
-        if redo and self._filter_expr is not None:
+        if redo and self.predicate is not None:
             return None  # filtered rows no longer line up with files: the engine's path reads all
         self._count(files=len(fragments), rows=raw.num_rows)
         counts = None
         if redo or self._partitions_needed:  # the footers are cached by the scan
             counts = np.fromiter((f.metadata.num_rows for f in fragments), np.int64, len(fragments))
         full = self._dataset_columns(raw, counts)
-        if self._filter_expr is not None:  # a filter on partition columns only
+        if self.predicate is not None:  # a filter on partition columns only
             full = self._apply_filter(full)
         out = self._output(full)
         return self._splice(out, counts, redo) if redo else out
@@ -836,7 +835,7 @@ class Scan:
         if lineage is not None:
             columns_out.update(zip(lineage.column_names, lineage.columns, strict=True))
         full = pa.table(columns_out) if columns_out else pa.table({"__rows": pa.nulls(n)})
-        if self._filter_expr is not None:
+        if self.predicate is not None:
             full = self._apply_filter(full, plan)
         return self._output(full)
 
@@ -852,12 +851,9 @@ class Scan:
 
     def _apply_filter(self, table: pa.Table, plan: _FilePlan | None = None) -> pa.Table:
         """The residual filter over ``table``: one file's rows, or (``plan`` None) many files'."""
-        try:
-            return table.filter(self._filter_expr)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-            root = self.snapshot.store.root
-            where = f"data file {plan.location} of {root}" if plan is not None else f"the files of {root}"
-            raise evaluation_error(self.predicate, e, where) from None
+        root = self.snapshot.store.root
+        where = f"data file {plan.location} of {root}" if plan is not None else f"the files of {root}"
+        return filter_rows(table, self.predicate, where)
 
     def _conformed(self, table: pa.Table, plan: _FilePlan, fields: list[StructField]) -> dict:
         """``fields`` read from ``table`` (a file's columns) as the table's types, by logical name;
@@ -1000,7 +996,7 @@ def row_group_keep_mask(
     """Which row groups of one file may hold rows satisfying the bound ``predicate``: the file
     skipping evaluator run over the row groups' Parquet statistics instead of the log's."""
     count = metadata.num_row_groups
-    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    leaves = parquet_leaf_index(metadata)
 
     def partition_table(names: list[str]) -> pa.Table:
         if not names:
@@ -1018,7 +1014,7 @@ def row_group_keep_mask(
             if match is None:  # the file predates the column: every value is null
                 out.null_count[col.path] = pa.array(rows, pa.int64())
                 continue
-            index = leaves.get(match.name)
+            index = leaves.get((match.name,))
             if index is None:
                 continue
             bounds = _row_group_bounds(metadata, index, match.type, to_arrow_type(field.type))

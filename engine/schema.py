@@ -514,3 +514,50 @@ def _merge_types(old: DataType, new: DataType, allow_widening: bool, where: str)
     raise SchemaMismatchError(
         f"column {where!r}: table type {old.to_json()} cannot take {new.to_json()}{hint}"
     )
+
+
+def split_field_path(name: str) -> list[str]:
+    """A column name as Spark SQL spells it, split into its field path: ``a.b`` -> ``["a", "b"]``;
+    back-quoted parts keep their dots and spaces (```a.b`.c`` -> ``["a.b", "c"]``), a doubled
+    back-quote inside one is a back-quote. ``SchemaError`` for an unbalanced back-quote or an
+    empty part."""
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False
+    i = 0
+    while i < len(name):
+        ch = name[i]
+        if ch == "`":
+            if quoted and i + 1 < len(name) and name[i + 1] == "`":
+                current.append("`")
+                i += 2
+                continue
+            quoted = not quoted
+        elif ch == "." and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    if quoted:
+        raise SchemaError("unbalanced back-quote")
+    parts.append("".join(current))
+    if any(not p for p in parts):
+        raise SchemaError("empty name part")
+    return parts
+
+
+def split_name_list(text: str) -> list[str]:
+    """A comma-separated list of column names (``delta.dataSkippingStatsColumns``); commas
+    inside back-quotes belong to the name."""
+    names, current, quoted = [], [], False
+    for ch in text:
+        if ch == "`":
+            quoted = not quoted  # a doubled back-quote toggles twice: still inside
+        if ch == "," and not quoted:
+            names.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    names.append("".join(current).strip())
+    return [n for n in names if n]

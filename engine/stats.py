@@ -13,6 +13,7 @@ truncate them to milliseconds.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from deltaplane.engine.errors import SchemaError
 from deltaplane.engine.partitions import parse_utc_timestamps
 from deltaplane.engine.schema import DataType, DecimalType, PrimitiveType, to_arrow_type
 
@@ -122,6 +124,7 @@ def parse_file_stats(
 
 
 _JSON_BLOCK = 1 << 24
+_NON_FINITE_TEXT = r':\s*"(NaN|Infinity|-Infinity)"'
 # Up to this many files, stats JSON is parsed by json.loads (decimals excepted: json.loads
 # reads them as floats, pyarrow.json exactly from the text).
 _PYTHON_JSON_FILES = 64
@@ -145,14 +148,20 @@ def _parse_json_column(stats: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> 
     text = pc.if_else(pc.equal(text, ""), "{}", text)
     if pc.any(pc.match_substring(text, "\n")).as_py():
         text = pc.replace_substring(text, "\n", " ")  # JSON whitespace; keeps one file per line
-    lines = pc.binary_join_element_wise(text, "", "\n").cast(pa.large_string())
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + n + 1]
-    data = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
     if n <= _PYTHON_JSON_FILES and not _has_decimal(schema):
         # A few files: json.loads on this thread. pyarrow.json hands its input to a thread
         # even when told not to use threads, and on a busy machine that wait (~1-2 ms) is
         # most of a filtered plan. Same values: where pyarrow.json fails it comes here too.
         return _parse_json_slowly(text.to_pylist(), schema)
+    fast = text
+    if pc.any(pc.match_substring_regex(fast, _NON_FINITE_TEXT)).as_py():
+        # Delta Spark writes a float's NaN and infinities as JSON strings, which pyarrow.json
+        # refuses for a number column; it reads them bare. (A string column whose bound is
+        # "NaN" then fails here and takes the slow path, which keeps it a string.)
+        fast = pc.replace_substring_regex(fast, _NON_FINITE_TEXT, r":\1")
+    lines = pc.binary_join_element_wise(fast, "", "\n").cast(pa.large_string())
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + n + 1]
+    data = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     try:
         table = pj.read_json(
@@ -195,6 +204,9 @@ def _column_from_objs(values: list, typ: pa.DataType) -> pa.Array:
                 )
             )
         return pa.StructArray.from_arrays(children, fields=list(typ))
+    if pa.types.is_floating(typ):
+        # Delta Spark writes NaN and infinities as the strings "NaN", "Infinity", "-Infinity".
+        values = [_FROM_TEXT.get(v, v) if isinstance(v, str) else v for v in values]
     try:
         return pa.array(values, typ)  # all convertible: what the loop below gives, at once
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
@@ -311,6 +323,15 @@ class StatsLeaf:
     min_max: bool
 
 
+def _field_path(name: str) -> list[str]:
+    from deltaplane.engine.schema import split_field_path
+
+    try:
+        return split_field_path(name)
+    except SchemaError:
+        return [name]  # not a well-formed path: it names nothing, as a missing column
+
+
 def stats_leaves(
     data_fields: list, *, num_indexed: int = 32, stats_columns: list[str] | None = None
 ) -> list[StatsLeaf]:
@@ -340,7 +361,7 @@ def stats_leaves(
 
     walk(data_fields, (), ())
     if stats_columns is not None:
-        wanted = [tuple(c.split(".")) for c in stats_columns]
+        wanted = [tuple(_field_path(c)) for c in stats_columns]
         return [
             leaf
             for lp, leaf in leaves
@@ -363,27 +384,40 @@ class StatsCollector:
         *,
         tight_bounds: bool | None = None,
         prefix_length: int = STRING_PREFIX_LENGTH,
+        footer_columns: list[str] | bool = True,
     ):
+        """``footer_columns``: the Parquet columns (dotted paths) the writer gives footer
+        statistics, or True for all; the other leaves' statistics are computed from the rows."""
         self.leaves = leaves
+        self._from_footer = [
+            _parquet_leaf(leaf) and (footer_columns is True or ".".join(leaf.path) in footer_columns)
+            for leaf in leaves
+        ]
         self.tight_bounds = tight_bounds
         self.prefix_length = prefix_length
         self.num_records = 0
         self._nulls = [0] * len(leaves)
         self._min: list = [None] * len(leaves)
         self._max: list = [None] * len(leaves)
-        self._no_bounds = [False] * len(leaves)  # NaN seen: bounds would be wrong
+        self._no_bounds = [False] * len(leaves)  # bounds unknown
+        self._nan = [False] * len(leaves)  # a NaN was written: the maximum is NaN
 
     def update(self, table: pa.Table | pa.RecordBatch, *, parquet_bounds: bool = False) -> None:
         """Account for rows written to the file.
 
         With ``parquet_bounds`` the primitive columns' bounds and null counts are left to
         :meth:`update_from_parquet` (the Parquet writer computes them anyway); only what
-        Parquet statistics cannot say is computed here: NaN presence and nested-type nulls.
+        Parquet statistics cannot say is computed here: floats (Parquet leaves NaN out of its
+        bounds) and nested-type nulls.
+
+        Bounds follow Spark's order, as Delta Spark writes them: NaN is above every other value,
+        so a file holding a NaN has NaN as its maximum (and as its minimum when it holds
+        nothing else). A bound that hid NaN would make readers skip the file for ``x > 0``.
         """
         self.num_records += table.num_rows
         for i, leaf in enumerate(self.leaves):
             column = _leaf_column(table, leaf.path)
-            from_parquet = parquet_bounds and _parquet_leaf(leaf)
+            from_parquet = parquet_bounds and self._from_footer[i]
             if column is None:
                 if not from_parquet:
                     self._nulls[i] += table.num_rows
@@ -392,11 +426,15 @@ class StatsCollector:
                 self._nulls[i] += column.null_count
             if not leaf.min_max or self._no_bounds[i] or column.null_count == len(column):
                 continue
-            if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
-                self._no_bounds[i] = True
-                continue
             if from_parquet:
                 continue
+            if pa.types.is_floating(column.type):
+                nan = pc.is_nan(column)
+                if pc.any(nan).as_py():
+                    self._nan[i] = True
+                    column = column.filter(pc.invert(nan))
+                    if len(column) == column.null_count:
+                        continue
             bounds = pc.min_max(column).as_py()
             lo, hi = bounds["min"], bounds["max"]
             if lo is not None and (self._min[i] is None or lo < self._min[i]):
@@ -406,14 +444,14 @@ class StatsCollector:
 
     def update_from_parquet(self, metadata) -> None:
         """Bounds and null counts of primitive columns from the file's row-group statistics."""
-        by_path = {}
-        schema = metadata.schema
-        for j in range(metadata.num_columns):
-            by_path[schema.column(j).path] = j
+        by_path = parquet_leaf_index(metadata)
         for i, leaf in enumerate(self.leaves):
-            if not _parquet_leaf(leaf):
+            if not self._from_footer[i]:
                 continue
-            j = by_path.get(".".join(leaf.path))
+            if not by_path and metadata.num_columns:
+                self._no_bounds[i], self._nulls[i] = True, None  # unknown: say nothing
+                continue
+            j = by_path.get(leaf.path)
             if j is None:
                 self._nulls[i] += metadata.num_rows
                 continue
@@ -422,9 +460,10 @@ class StatsCollector:
                 stats = chunk.statistics
                 rows = metadata.row_group(rg).num_rows
                 if stats is None or not stats.has_null_count:
-                    self._no_bounds[i] = True
+                    self._no_bounds[i], self._nulls[i] = True, None  # unknown: say nothing
                     continue
-                self._nulls[i] += stats.null_count
+                if self._nulls[i] is not None:
+                    self._nulls[i] += stats.null_count
                 if not leaf.min_max or self._no_bounds[i] or stats.null_count == rows:
                     continue
                 if not stats.has_min_max:
@@ -439,11 +478,15 @@ class StatsCollector:
     def to_dict(self) -> dict:
         out: dict = {"numRecords": self.num_records, "minValues": {}, "maxValues": {}, "nullCount": {}}
         for i, leaf in enumerate(self.leaves):
-            _put(out["nullCount"], leaf.path, self._nulls[i])
-            if self._no_bounds[i] or self._min[i] is None:
+            if self._nulls[i] is not None:
+                _put(out["nullCount"], leaf.path, self._nulls[i])
+            if self._no_bounds[i] or (self._min[i] is None and not self._nan[i]):
                 continue
-            lo = _stat_value(self._min[i], leaf.dtype, is_max=False, prefix=self.prefix_length)
-            hi = _stat_value(self._max[i], leaf.dtype, is_max=True, prefix=self.prefix_length)
+            low, high = self._min[i], self._max[i]
+            if self._nan[i]:
+                low, high = (low if low is not None else math.nan), math.nan
+            lo = _stat_value(low, leaf.dtype, is_max=False, prefix=self.prefix_length)
+            hi = _stat_value(high, leaf.dtype, is_max=True, prefix=self.prefix_length)
             if lo is not None:
                 _put(out["minValues"], leaf.path, lo)
             if hi is not None:
@@ -456,9 +499,44 @@ class StatsCollector:
         return stats_json(self.to_dict())
 
 
+def parquet_leaf_index(metadata) -> dict[tuple, int]:
+    """Each Parquet leaf column's field path (a tuple of names) -> its column index.
+
+    Parquet names a leaf by its names joined with dots, so a top-level column ``a.b`` and the
+    field ``b`` of a struct ``a`` share one dotted name; the index is taken from the file's
+    schema tree instead (leaves are numbered depth-first). Leaves inside lists and maps carry
+    a ``None`` part, so no struct path ever names them."""
+    paths: list[tuple] = []
+
+    def walk(typ: pa.DataType, prefix: tuple) -> None:
+        if isinstance(typ, pa.ExtensionType):
+            typ = typ.storage_type
+        if pa.types.is_struct(typ):
+            for k in range(typ.num_fields):
+                walk(typ.field(k).type, (*prefix, typ.field(k).name))
+        elif pa.types.is_map(typ):
+            walk(typ.key_type, (*prefix, None, "key"))
+            walk(typ.item_type, (*prefix, None, "value"))
+        elif pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+            walk(typ.value_type, (*prefix, None))
+        else:
+            paths.append(prefix)
+
+    for f in metadata.schema.to_arrow_schema():
+        walk(f.type, (f.name,))
+    if len(paths) != metadata.num_columns:  # a layout this walk does not know: no statistics
+        return {}
+    return {path: j for j, path in enumerate(paths)}
+
+
 def _parquet_leaf(leaf: StatsLeaf) -> bool:
-    """Leaves whose Parquet column-chunk statistics mean what Delta's statistics mean."""
-    return isinstance(leaf.dtype, PrimitiveType | DecimalType) and leaf.dtype != PrimitiveType("variant")
+    """Leaves whose Parquet column-chunk statistics mean what Delta's statistics mean (not
+    floats: Parquet's bounds leave NaN out, Delta's put it on top)."""
+    return (
+        isinstance(leaf.dtype, PrimitiveType | DecimalType)
+        and leaf.dtype != PrimitiveType("variant")
+        and leaf.dtype not in (PrimitiveType("float"), PrimitiveType("double"))
+    )
 
 
 def _leaf_column(table, path: Path):
@@ -508,6 +586,14 @@ def _stat_value(value, dtype: DataType, *, is_max: bool, prefix: int):
     return value
 
 
+_NON_FINITE = {"NaN": '"NaN"', "Infinity": '"Infinity"', "-Infinity": '"-Infinity"'}
+_FROM_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _non_finite_name(value: float) -> str:
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+
+
 def stats_json(stats: dict) -> str:
     """Compact JSON with decimals written as exact numbers (``json`` cannot emit them)."""
     from decimal import Decimal
@@ -517,6 +603,8 @@ def stats_json(stats: dict) -> str:
             return "{" + ",".join(f"{json.dumps(k)}:{encode(v)}" for k, v in value.items()) + "}"
         if isinstance(value, Decimal):
             return format(value, "f")
+        if isinstance(value, float) and not math.isfinite(value):
+            return _NON_FINITE[_non_finite_name(value)]  # a JSON string, as Delta Spark writes
         return json.dumps(value, ensure_ascii=False)
 
     return encode(stats)

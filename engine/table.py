@@ -1346,14 +1346,13 @@ def _empty_changes(table: DeltaTable, columns: list[str] | None) -> pa.RecordBat
 def _filtered_changes(reader: pa.RecordBatchReader, predicate: str | Expr, columns: list[str] | None):
     """The change rows matching ``predicate`` (bound to the change feed's own schema), then
     projected to ``columns`` and the change columns."""
-    from deltaplane.engine.expressions.arrow import to_arrow_expression
+    from deltaplane.engine.expressions.arrow import filter_rows
     from deltaplane.engine.expressions.bind import bind_predicate
     from deltaplane.engine.expressions.parser import parse_predicate
     from deltaplane.engine.schema import from_arrow_schema
 
     expr = parse_predicate(predicate) if isinstance(predicate, str) else predicate
     bound = bind_predicate(expr, from_arrow_schema(reader.schema))
-    arrow_filter = to_arrow_expression(bound)
     schema = reader.schema
     if columns is not None:
         change = ["_change_type", "_commit_version", "_commit_timestamp"]
@@ -1364,7 +1363,7 @@ def _filtered_changes(reader: pa.RecordBatchReader, predicate: str | Expr, colum
 
     def batches():
         for batch in reader:
-            rows = pa.Table.from_batches([batch]).filter(arrow_filter)
+            rows = filter_rows(pa.Table.from_batches([batch]), bound, "the change feed")
             yield from rows.select(schema.names).to_batches()
 
     return pa.RecordBatchReader.from_batches(schema, batches())

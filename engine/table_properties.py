@@ -250,7 +250,9 @@ class TableProperties:
         value = self._get("delta.dataSkippingStatsColumns")
         if value is None:
             return None
-        return [c.strip() for c in value.split(",") if c.strip()]
+        from deltaplane.engine.schema import split_name_list
+
+        return split_name_list(value)
 
     @property
     def checkpoint_policy(self) -> str:

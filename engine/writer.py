@@ -198,6 +198,30 @@ def dictionary_columns(sample: pa.Table) -> list[str] | bool:
     return chosen
 
 
+def statistics_columns(schema: pa.Schema) -> list[str] | bool:
+    """The Parquet columns whose footer statistics are written: all but floats.
+
+    Parquet writers leave NaN out of a float column's min/max, and readers that prune row groups
+    on them (Delta Spark's Parquet reader) then drop NaN rows that ``x = NaN`` or ``x > 1e308``
+    select in Spark's order, where NaN is the largest value. The log's statistics carry NaN as
+    Delta Spark writes it, and deltaplane's own row-group pruning never used float bounds. The
+    column names are Parquet's dotted paths (what the writer takes), read from an empty file of
+    the same schema; a dotted path shared with a float column (a top-level ``a.b`` beside the
+    field ``b`` of a struct ``a``) gets no statistics either."""
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    columns = pq.read_metadata(sink.getvalue()).schema
+    leaves = [columns.column(i) for i in range(len(columns))]
+    floats = {
+        c.path for c in leaves if c.physical_type in ("FLOAT", "DOUBLE") or "Float16" in str(c.logical_type)
+    }
+    if not floats:
+        return True
+    return [c.path for c in leaves if c.path not in floats]
+
+
 @dataclass
 class _OpenFile:
     values: tuple
@@ -253,6 +277,7 @@ class DataFileWriter:
         self._counter = 0
         self._write_id = uuid.uuid4()
         self._dictionary: list[str] | bool | None = None  # chosen from the first rows written
+        self._statistics: list[str] | bool | None = None  # statistics_columns of the file schema
         self.rows_written = 0
         self.bytes_written = 0
         self.files_reopened = 0  # files started for a partition whose earlier file was closed early
@@ -377,6 +402,11 @@ class DataFileWriter:
         elif b.nbytes >= min(self.config.row_group_bytes, self.config.target_file_size):
             self._flush(values)
 
+    def _statistics_columns(self) -> list[str] | bool:
+        if self._statistics is None:
+            self._statistics = statistics_columns(self._file_schema)
+        return self._statistics
+
     def _physical_table(self, part: pa.Table) -> pa.Table:
         arrays = []
         for f in self._data_fields:
@@ -456,7 +486,7 @@ class DataFileWriter:
                 pending.sink,
                 self._file_schema,
                 compression=config.compression,
-                write_statistics=True,
+                write_statistics=self._statistics_columns(),
                 use_dictionary=True if self._dictionary is None else self._dictionary,
                 # A CRC per page: bit rot in a data file becomes an error on read, not wrong rows.
                 write_page_checksum=True,
@@ -471,7 +501,11 @@ class DataFileWriter:
             key=key,
             pending=pending,
             writer=writer,
-            stats=StatsCollector(config.stats_leaves, tight_bounds=config.tight_bounds),
+            stats=StatsCollector(
+                config.stats_leaves,
+                tight_bounds=config.tight_bounds,
+                footer_columns=self._statistics_columns(),
+            ),
             partition_values=dict(zip(physical_names, serialized, strict=True)),
         )
 

@@ -7,6 +7,8 @@ null, which is SQL's WHERE. The two places where Arrow differs from SQL are hand
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,14 +37,50 @@ from deltaplane.engine.schema import (
     to_arrow_type,
 )
 
-_OPS = {
-    "=": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
+
+def compare(op: str, left, right, left_nan: bool = False, right_nan: bool = False):
+    """``left op right`` in Spark SQL's order, on Arrow arrays, scalars or expressions alike.
+
+    Spark orders doubles totally: NaN equals NaN and is larger than every other value, +inf
+    included (Arrow, like IEEE 754, makes every comparison with NaN false except ``!=``).
+    ``left_nan``/``right_nan`` say whether a side can hold NaN (is a float or double); nulls
+    stay null (Kleene logic). One rule for row filters and for skipping on min/max bounds.
+    """
+    if op == ">":
+        return compare("<", right, left, right_nan, left_nan)
+    if op == ">=":
+        return compare("<=", right, left, right_nan, left_nan)
+    if op == "!=":
+        return pc.invert(compare("=", left, right, left_nan, right_nan))
+    if op == "=":
+        equal = pc.equal(left, right)
+        if left_nan and right_nan:
+            equal = pc.or_kleene(equal, pc.and_kleene(pc.is_nan(left), pc.is_nan(right)))
+        return equal
+    if op not in ("<", "<="):
+        raise InvalidPredicateError(f"unknown comparison {op!r}")
+    base = pc.less(left, right) if op == "<" else pc.less_equal(left, right)
+    if not right_nan:
+        return base  # NaN on the left is never below a number: IEEE says false already
+    # ``x < NaN`` for every number x, ``NaN <= NaN``; a null left side stays null.
+    below_nan = pc.invert(pc.is_nan(left)) if op == "<" and left_nan else pc.is_valid(left)
+    return pc.or_kleene(base, pc.and_kleene(pc.is_nan(right), below_nan))
+
+
+def balanced(combine, items: list):
+    """``items`` joined by the binary ``combine`` as a balanced tree: a 20,000-term OR becomes an
+    Arrow expression 15 levels deep, not 20,000 (Arrow binds and runs expressions recursively)."""
+    while len(items) > 1:
+        paired = [combine(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]
+        if len(items) % 2:
+            paired.append(items[-1])
+        items = paired
+    return items[0]
+
+
+def may_be_nan(expr: Expr) -> bool:
+    """Whether values of ``expr`` can be NaN (its type is float or double)."""
+    return _kind(expr) in ("float", "double")
 
 
 def literal_scalar(lit: Literal) -> pa.Scalar:
@@ -58,20 +96,15 @@ def to_arrow_expression(expr: Expr) -> pc.Expression:
         return pc.scalar(literal_scalar(expr))
     if isinstance(expr, Comparison):
         left, right = to_arrow_expression(expr.left), to_arrow_expression(expr.right)
+        nans = may_be_nan(expr.left), may_be_nan(expr.right)
         if expr.op == "<=>":
             both_null = left.is_null() & right.is_null()
-            return both_null | pc.coalesce(left == right, pc.scalar(False))
-        return _OPS[expr.op](left, right)
+            return both_null | pc.coalesce(compare("=", left, right, *nans), pc.scalar(False))
+        return compare(expr.op, left, right, *nans)
     if isinstance(expr, And):
-        out = to_arrow_expression(expr.items[0])
-        for item in expr.items[1:]:
-            out = out & to_arrow_expression(item)
-        return out
+        return balanced(pc.and_kleene, [to_arrow_expression(i) for i in expr.items])
     if isinstance(expr, Or):
-        out = to_arrow_expression(expr.items[0])
-        for item in expr.items[1:]:
-            out = out | to_arrow_expression(item)
-        return out
+        return balanced(pc.or_kleene, [to_arrow_expression(i) for i in expr.items])
     if isinstance(expr, Not):
         return ~to_arrow_expression(expr.child)
     if isinstance(expr, IsNull):
@@ -195,14 +228,23 @@ def _function(expr: Func) -> pc.Expression:
     if name == "coalesce":
         return pc.coalesce(*a)
     if name == "greatest":
-        return pc.max_element_wise(*a)
+        largest = pc.max_element_wise(*a)
+        nan_args = [(x, arg) for x, arg in zip(a, args, strict=True) if may_be_nan(arg)]
+        if not nan_args:
+            return largest
+        # Arrow's maximum skips NaN; in Spark NaN is the largest value.
+        flags = [pc.coalesce(pc.is_nan(x), pc.scalar(False)) for x, _ in nan_args]
+        any_nan = functools.reduce(pc.or_kleene, flags)
+        double = any(_kind(arg) == "double" for _, arg in nan_args)
+        nan = pa.scalar(float("nan"), pa.float64() if double else pa.float32())
+        return pc.if_else(any_nan, pc.scalar(nan), largest)
     if name == "least":
         return pc.min_element_wise(*a)
     if name == "concat":
         return pc.binary_join_element_wise(*a, "")
     if name == "nullif" and len(a) == 2:
         return pc.if_else(
-            pc.coalesce(pc.equal(a[0], a[1]), pc.scalar(False)),
+            pc.coalesce(compare("=", a[0], a[1], may_be_nan(args[0]), may_be_nan(args[1])), pc.scalar(False)),
             pc.scalar(None).cast(_arrow_of(args[0])),
             a[0],
         )
@@ -223,6 +265,7 @@ def result_type(expr: Expr, schema):
     import pyarrow.dataset as ds
 
     empty = to_arrow_schema(schema).empty_table()
+    _checked_size(expr)
     try:
         out = (
             ds.dataset(empty)
@@ -235,18 +278,92 @@ def result_type(expr: Expr, schema):
     return from_arrow_type(out)
 
 
+# Arrow folds a chain of one associative function (and_kleene, or_kleene) into one level per
+# term when it binds an expression, recursing once per level: a 20,000-term OR handed to Arrow
+# as one expression overflows the C stack (the process dies). An AND/OR of more than this many
+# nodes is evaluated in groups of at most this many, the groups' results combined array by
+# array (256 nodes per Arrow expression measured fastest on 3,000- and 20,000-term chains).
+_GROUP = 256
+
+
 def evaluate(table: pa.Table, expr: Expr, where: str | None = None) -> pa.ChunkedArray:
     """The expression's value for every row of ``table``.
 
     Arrow's errors on the data (overflow, division by zero, a string that does not cast) become
     ``InvalidPredicateError`` naming the expression and ``where`` the rows came from (a file).
     """
-    import pyarrow.dataset as ds
-
     try:
-        return ds.dataset(table).to_table(columns={"value": to_arrow_expression(expr)}).column("value")
+        return _evaluate(table, expr)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
         raise evaluation_error(expr, e, where) from None
+
+
+def filter_rows(table: pa.Table, expr: Expr, where: str | None = None) -> pa.Table:
+    """The rows of ``table`` where the bound predicate ``expr`` is true (null drops the row)."""
+    try:
+        if _size(expr) <= _GROUP:
+            return table.filter(to_arrow_expression(expr))
+        return table.filter(_evaluate(table, expr))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise evaluation_error(expr, e, where) from None
+
+
+def _evaluate(table: pa.Table, expr: Expr) -> pa.ChunkedArray:
+    import pyarrow.dataset as ds
+
+    if _size(expr) > _GROUP:
+        if isinstance(expr, And | Or):
+            combine = pc.and_kleene if isinstance(expr, And) else pc.or_kleene
+            return functools.reduce(combine, (_evaluate(table, part) for part in _groups(expr)))
+        if isinstance(expr, Not):
+            return pc.invert(_evaluate(table, expr.child))
+    expression = to_arrow_expression(_checked_size(expr))
+    return ds.dataset(table).to_table(columns={"value": expression}).column("value")
+
+
+def _groups(expr: And | Or) -> list[Expr]:
+    """A large AND/OR as consecutive groups of its items of at most ``_GROUP`` nodes each (an
+    item larger than that alone, to be split in turn)."""
+    kind = type(expr)
+    out: list[Expr] = []
+    chunk: list[Expr] = []
+    budget = 0
+    for item in expr.items:
+        size = _size(item)
+        if chunk and budget + size > _GROUP - 1:  # the AND/OR node itself is one more
+            out.append(kind(tuple(chunk)) if len(chunk) > 1 else chunk[0])
+            chunk, budget = [], 0
+        chunk.append(item)
+        budget += size
+    out.append(kind(tuple(chunk)) if len(chunk) > 1 else chunk[0])
+    return out
+
+
+# The largest expression handed to Arrow in one piece (nodes): a huge OR inside a function call
+# (``coalesce(a OR b OR ..., false)``) cannot be split into groups, and from about 20,000 nodes
+# Arrow's recursion overflows the C stack. Refused before that, naming the limit.
+MAX_EXPRESSION_NODES = 4096
+
+
+def _size(expr: Expr) -> int:
+    """Nodes of ``expr`` as Arrow sees them (an IN list is one membership test, whatever its
+    length), counted without recursion."""
+    count, stack = 0, [expr]
+    while stack:
+        node = stack.pop()
+        count += 1
+        stack.extend((node.child,) if isinstance(node, In) else node.children())
+    return count
+
+
+def _checked_size(expr: Expr) -> Expr:
+    if _size(expr) > MAX_EXPRESSION_NODES:
+        raise InvalidPredicateError(
+            f"expression too large to evaluate: {str(expr)[:120]}... has more than "
+            f"{MAX_EXPRESSION_NODES} nodes inside one function, comparison or CASE (at most "
+            f"{MAX_EXPRESSION_NODES}); a long AND/OR chain at the top of a predicate has no limit"
+        )
+    return expr
 
 
 def evaluation_error(expr: Expr, error: Exception, where: str | None) -> InvalidPredicateError:

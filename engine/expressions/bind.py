@@ -41,8 +41,17 @@ DOUBLE = PrimitiveType("double")
 
 
 def bind(expr: Expr, schema: StructType) -> Expr:
-    """A copy of ``expr`` with resolved, typed columns and typed literals."""
-    return _Binder(schema).bind(expr)
+    """A copy of ``expr`` with resolved, typed columns and typed literals.
+
+    Parsed predicates nest at most ``parser.MAX_NESTING`` levels; a tree built in Python can be
+    deeper, and one too deep to walk is an input error, never a ``RecursionError``."""
+    try:
+        return _Binder(schema).bind(expr)
+    except RecursionError:
+        raise InvalidPredicateError(
+            f"the {type(expr).__name__} expression nests too deeply to bind (at most "
+            "parser.MAX_NESTING levels of NOT, CASE, calls or parentheses are parsed)"
+        ) from None
 
 
 def bind_predicate(expr: Expr, schema: StructType) -> Expr:
@@ -82,18 +91,30 @@ def resolve_column(schema: StructType, path: tuple[str, ...]) -> Column:
 class _Binder:
     def __init__(self, schema: StructType):
         self.schema = schema
+        self._columns: dict[tuple[str, ...], Column] = {}  # a long OR names one column 20,000 times
 
     def bind(self, expr: Expr) -> Expr:
         if isinstance(expr, Column):
-            return resolve_column(self.schema, expr.path)
+            bound = self._columns.get(expr.path)
+            if bound is None:
+                bound = self._columns[expr.path] = resolve_column(self.schema, expr.path)
+            return bound
         if isinstance(expr, Literal):
             if expr.dtype is None and isinstance(expr.value, bool):
                 return Literal(expr.value, PrimitiveType("boolean"))
             return expr
-        if isinstance(expr, And):
-            return And(tuple(self.bind(i) for i in expr.items))
-        if isinstance(expr, Or):
-            return Or(tuple(self.bind(i) for i in expr.items))
+        if isinstance(expr, And | Or):
+            # Nested ANDs in an AND (a tree built in Python as pairs) become one n-ary node,
+            # walked with an explicit stack: any length binds.
+            kind, items, stack = type(expr), [], [expr]
+            while stack:
+                node = stack.pop()
+                if type(node) is kind:
+                    stack.extend(reversed(node.items))
+                else:
+                    items.append(self.bind(node))
+            bound = kind(tuple(items))
+            return equalities_as_in(bound) if kind is Or else bound
         if isinstance(expr, Not):
             return Not(self.bind(expr.child))
         if isinstance(expr, IsNull):
@@ -102,15 +123,15 @@ class _Binder:
             left, right = self.bind(expr.left), self.bind(expr.right)
             left_type, right_type = _type_of(left), _type_of(right)
             if isinstance(right, Literal) and right.dtype is None and left_type is not None:
-                right = coerce_literal(right.value, left_type, str(left))
+                right = coerce_literal(right.value, left_type, left)
             elif isinstance(left, Literal) and left.dtype is None and right_type is not None:
-                left = coerce_literal(left.value, right_type, str(right))
+                left = coerce_literal(left.value, right_type, right)
             return Comparison(expr.op, left, right)
         if isinstance(expr, In):
             child = self.bind(expr.child)
             target = _type_of(child)
             values = tuple(
-                coerce_literal(v.value, target, str(child)) if target is not None and v.dtype is None else v
+                coerce_literal(v.value, target, child) if target is not None and v.dtype is None else v
                 for v in expr.values
             )
             return In(child, values, expr.negated)
@@ -170,6 +191,45 @@ class _Binder:
         return replace(expr, dtype=result_type(expr, self.schema))
 
 
+def equalities_as_in(expr: Or) -> Expr:
+    """``c = 1 OR c = 2 OR ...`` (bound) as ``c IN (1, 2, ...)``: the same value for every row
+    under SQL's three-valued logic (and NaN equal to NaN, as IN compares), but one membership
+    test instead of one comparison per term, for row filters and for skipping alike (a
+    20,000-term OR of ids). Equalities of one column with literals of one type are merged where
+    the first of them stood; everything else keeps its place."""
+    equalities = [_equality(item) for item in expr.items]
+    groups: dict[tuple, list[Literal]] = {}
+    for found in equalities:
+        if found is not None:
+            groups.setdefault(found[0], []).append(found[2])
+    if all(len(values) < 2 for values in groups.values()):
+        return expr
+    out: list[Expr] = []
+    placed: set[tuple] = set()
+    for item, found in zip(expr.items, equalities, strict=True):
+        if found is None or len(groups[found[0]]) < 2:
+            out.append(item)
+        elif found[0] not in placed:
+            placed.add(found[0])
+            out.append(In(found[1], tuple(groups[found[0]])))
+    return out[0] if len(out) == 1 else Or(tuple(out))
+
+
+def _equality(item: Expr) -> tuple[tuple, Column, Literal] | None:
+    """For ``column = literal`` with a typed non-null literal: ((column path, literal type),
+    the column, the literal); None for anything else."""
+    if not isinstance(item, Comparison) or item.op != "=":
+        return None
+    column, literal = item.left, item.right
+    if isinstance(column, Literal):
+        column, literal = literal, column
+    if not (isinstance(column, Column) and isinstance(literal, Literal)):
+        return None
+    if literal.value is None or literal.dtype is None:
+        return None
+    return (column.path, literal.dtype), column, literal
+
+
 def _type_of(expr: Expr) -> DataType | None:
     if isinstance(expr, Column | Cast | Literal | BinaryOp | Func | Case):
         return expr.dtype
@@ -224,8 +284,9 @@ def _as_string(expr: Expr) -> Expr:
     return expr
 
 
-def coerce_literal(value, dtype: DataType, target: str) -> Literal:
-    """A literal of ``dtype`` (or of a wider numeric type when the value does not fit exactly)."""
+def coerce_literal(value, dtype: DataType, target: object) -> Literal:
+    """A literal of ``dtype`` (or of a wider numeric type when the value does not fit exactly);
+    ``target`` (what it is compared with) is only formatted into an error message."""
     if value is None:
         return Literal(None, dtype)
 

@@ -9,7 +9,9 @@ is refused with ``InvalidPredicateError`` that quotes the input, rather than gue
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import re
 from decimal import Decimal
 
@@ -105,16 +107,18 @@ def _parse_message(error: ParseError | TokenError) -> str:
     return " ".join(text.split())
 
 
+# How deeply a predicate may nest: parentheses, CASE, and runs of NOT / unary minus. sqlglot's
+# parser recurses about 20 Python frames per level, so this keeps a parse within Python's
+# default recursion limit with room for the caller's stack. Long flat chains (``a OR b OR ...``)
+# are not nesting: any length parses, and every visitor handles AND/OR as n-ary nodes.
+MAX_NESTING = 32
+
+
 def parse_expression(text: str) -> Expr:
     """Parse a SQL scalar expression (an UPDATE ``SET`` value, for example)."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidPredicateError(f"an expression must be a non-empty string, got {text!r}")
-    try:
-        _refuse_empty_in_lists(text, "expression")
-        tree = sqlglot.parse_one(text, read="spark")
-    except (ParseError, TokenError) as e:
-        raise InvalidPredicateError(f"cannot parse expression {text!r}: {_parse_message(e)}") from None
-    return _Converter(text).value(tree)
+    return _parse(text, "expression", lambda converter, tree: converter.value(tree))
 
 
 def parse_predicate(text: str) -> Expr:
@@ -131,22 +135,96 @@ def parse_predicate(text: str) -> Expr:
 
 @functools.lru_cache(maxsize=256)
 def _parse_predicate(text: str) -> Expr:
+    return _parse(text, "predicate", lambda converter, tree: converter.convert(tree))
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """The cyclic garbage collector off while a parse allocates its many short-lived objects:
+    on a 20,000-term OR its repeated passes over every live object took more than half the time.
+    Restored to the state it had (a caller that disabled it keeps it disabled)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
-        _refuse_empty_in_lists(text, "predicate")
-        tree = sqlglot.parse_one(text, read="spark")
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _parse(text: str, what: str, convert) -> Expr:
+    """Tokenize once, check the tokens, parse them with sqlglot and convert the tree."""
+    with _collector_paused():
+        return _parse_tokens(text, what, convert)
+
+
+def _parse_tokens(text: str, what: str, convert) -> Expr:
+    dialect = sqlglot.Dialect.get_or_raise("spark")
+    try:
+        tokens = dialect.tokenize(text)
+        _refuse_empty_in_lists(tokens, text, what)
+        _refuse_deep_nesting(tokens, text, what)
+        statements = dialect.parser().parse(tokens, text)
+        if not statements or statements[0] is None:
+            raise ParseError("no expression was parsed")
+        # Several statements (``x; DROP TABLE t``) are a Block, which no converter accepts.
+        tree = exp.Block(expressions=statements) if len(statements) > 1 else statements[0]
+        return convert(_Converter(text), tree)
     except (ParseError, TokenError) as e:
-        raise InvalidPredicateError(f"cannot parse predicate {text!r}: {_parse_message(e)}") from None
-    return _Converter(text).convert(tree)
+        raise InvalidPredicateError(f"cannot parse {what} {_shown(text)}: {_parse_message(e)}") from None
+    except RecursionError:
+        # Within the nesting limit but on a caller's stack too deep to parse it: still an input
+        # error, never a retryable RecursionError.
+        raise InvalidPredicateError(_too_deep(text, what, None)) from None
 
 
-def _refuse_empty_in_lists(text: str, what: str) -> None:
+def _shown(text: str) -> str:
+    """The input for a message: whole when short, its start and length when long."""
+    return repr(text) if len(text) <= 200 else f"{text[:120]!r}... ({len(text):,} characters)"
+
+
+def _too_deep(text: str, what: str, at: int | None) -> str:
+    where = f" (level {MAX_NESTING + 1} at character {at + 1})" if at is not None else ""
+    return (
+        f"{what} {_shown(text)} nests too deeply{where}: at most {MAX_NESTING} levels of "
+        "parentheses, CASE, NOT or unary minus; long AND/OR chains need no parentheses"
+    )
+
+
+_PREFIX = ("NOT", "DASH", "PLUS", "TILDE")
+
+
+def _refuse_deep_nesting(tokens, text: str, what: str) -> None:
+    """``InvalidPredicateError`` when parentheses, CASE ... END and runs of prefix operators
+    (``NOT NOT x``, ``- - 1``) nest more than ``MAX_NESTING`` levels: found on the tokens, in
+    one pass, before any recursive parsing starts."""
+    from sqlglot.tokens import TokenType
+
+    opening = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.CASE}
+    closing = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.END}
+    prefix = {getattr(TokenType, name) for name in _PREFIX if hasattr(TokenType, name)}
+    depth = run = 0
+    for token in tokens:
+        kind = token.token_type
+        if kind in prefix:
+            run += 1
+        else:
+            run = 0
+            if kind in opening:
+                depth += 1
+            elif kind in closing:
+                depth -= 1
+        if depth + run > MAX_NESTING:
+            raise InvalidPredicateError(_too_deep(text, what, token.start))
+
+
+def _refuse_empty_in_lists(tokens, text: str, what: str) -> None:
     """``x IN ()`` matches no row and ``x NOT IN ()`` every row: almost always a templated list
     that rendered empty (``id IN ({{ ids | join(',') }})``), where a DELETE would commit nothing
     or delete the whole table. Refused, naming where the list is (1-based character of ``IN``).
     Scanned on tokens, so ``'IN ()'`` inside a string literal is just text."""
     from sqlglot.tokens import TokenType
 
-    tokens = sqlglot.Dialect.get_or_raise("spark").tokenize(text)
     for first, second, third in zip(tokens, tokens[1:], tokens[2:], strict=False):
         if (first.token_type, second.token_type, third.token_type) == (
             TokenType.IN,
@@ -154,7 +232,7 @@ def _refuse_empty_in_lists(text: str, what: str) -> None:
             TokenType.R_PAREN,
         ):
             raise InvalidPredicateError(
-                f"in {what} {text!r}: empty IN list at character {first.start + 1} "
+                f"in {what} {_shown(text)}: empty IN list at character {first.start + 1} "
                 f"({text[first.start : third.end + 1]!r}): IN () matches no row and NOT IN () every "
                 "row; list at least one value (did a templated list render empty?)"
             )
@@ -165,7 +243,9 @@ class _Converter:
         self.text = text
 
     def fail(self, node: exp.Expression, why: str = "is not supported") -> InvalidPredicateError:
-        return InvalidPredicateError(f"in predicate {self.text!r}: {node.sql(dialect='spark')!r} {why}")
+        return InvalidPredicateError(
+            f"in predicate {_shown(self.text)}: {_shown(node.sql(dialect='spark'))} {why}"
+        )
 
     def convert(self, node: exp.Expression) -> Expr:
         if isinstance(node, exp.Paren):
@@ -212,10 +292,23 @@ class _Converter:
         raise self.fail(node)
 
     def _flatten(self, kind: type, node: exp.Expression) -> tuple[Expr, ...]:
-        """``a AND (b AND c)`` as one n-ary node: simpler trees for every visitor."""
+        """``a AND (b AND c)`` as one n-ary node: simpler trees for every visitor.
+
+        sqlglot nests a chain one level per term (``a OR b OR c`` is ``Or(Or(a, b), c)``), so
+        the chain is walked with an explicit stack, left to right: a 20,000-term OR is a loop,
+        not 20,000 nested calls."""
+        connector = exp.And if kind is And else exp.Or
         items: list[Expr] = []
-        for side in (node.this, node.expression):
-            converted = self.convert(side)
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            while isinstance(current, exp.Paren):
+                current = current.this
+            if isinstance(current, connector):
+                stack.append(current.expression)
+                stack.append(current.this)
+                continue
+            converted = self.convert(current)
             items.extend(converted.items if isinstance(converted, kind) else (converted,))
         return tuple(items)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltaplane.engine.expressions.arrow import evaluate, literal_scalar
+from deltaplane.engine.expressions.arrow import compare, evaluate, literal_scalar, may_be_nan
 from deltaplane.engine.expressions.tree import (
     FLIPPED,
     And,
@@ -32,6 +32,7 @@ from deltaplane.engine.expressions.tree import (
     Or,
     columns,
     negation_normal_form,
+    walk,
 )
 from deltaplane.engine.stats import FileStats
 
@@ -55,9 +56,20 @@ class SkippingContext:
         self.stats_for = stats
         self.physical_path = physical_path
         self._stats: FileStats | None = None
+        self._some_values: dict[Path, pa.BooleanArray | None] = {}
 
     def is_partition(self, col: Column) -> bool:
         return len(col.path) == 1 and col.path[0] in self.partition_names
+
+    def some_values(self, path: Path, stats: FileStats) -> pa.BooleanArray | None:
+        """Per file: whether the column holds a non-null value (None: unknown). Computed once
+        per column, however many terms of a long predicate ask."""
+        if path not in self._some_values:
+            counts = stats.null_count.get(self.physical_path(path))
+            self._some_values[path] = (
+                None if counts is None else pc.invert(pc.equal(counts, stats.num_records))
+            )
+        return self._some_values[path]
 
 
 def files_to_keep(predicate: Expr, ctx: SkippingContext) -> pa.BooleanArray:
@@ -74,10 +86,15 @@ def _all(ctx: SkippingContext, value: bool) -> pa.BooleanArray:
     return pa.repeat(pa.scalar(value), ctx.num_files)
 
 
+def _partition_only(expr: Expr, ctx: SkippingContext) -> bool:
+    """Whether every column ``expr`` names is a partition column (stops at the first that is
+    not: an OR of 20,000 data-column terms is not walked once per level)."""
+    return not any(isinstance(node, Column) and not ctx.is_partition(node) for node in walk(expr))
+
+
 def _evaluate(expr: Expr, ctx: SkippingContext) -> pa.BooleanArray:
-    referenced = columns(expr)
-    if all(ctx.is_partition(c) for c in referenced):
-        return _exact(expr, ctx, referenced)
+    if _partition_only(expr, ctx):
+        return _exact(expr, ctx, columns(expr))
     if isinstance(expr, And):
         out = _evaluate(expr.items[0], ctx)
         for item in expr.items[1:]:
@@ -117,9 +134,9 @@ def _from_stats(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boolea
         if expr.op != "<=>" and len(operands) == 1:
             child = operands[0]
     if isinstance(child, Column) and not ctx.is_partition(child):
-        counts = stats.null_count.get(ctx.physical_path(child.path))
-        if counts is not None:
-            result = pc.and_kleene(result, pc.invert(pc.equal(counts, stats.num_records)))
+        some_values = ctx.some_values(child.path, stats)
+        if some_values is not None:
+            result = pc.and_kleene(result, some_values)
     return result
 
 
@@ -142,18 +159,16 @@ def _from_bounds(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boole
             return _all(ctx, True)
         low, high = bounds
         value = literal_scalar(right)
+        # Bounds are ordered as Spark orders values (NaN above +inf): compare in that order.
+        nan = may_be_nan(left), may_be_nan(right)
         if op in ("=", "<=>"):
-            return pc.and_kleene(pc.less_equal(low, value), pc.greater_equal(high, value))
+            return pc.and_kleene(compare("<=", low, value, *nan), compare(">=", high, value, *nan))
         if op == "!=":
-            return pc.or_kleene(pc.not_equal(low, value), pc.not_equal(high, value))
-        if op == "<":
-            return pc.less(low, value)
-        if op == "<=":
-            return pc.less_equal(low, value)
-        if op == ">":
-            return pc.greater(high, value)
-        if op == ">=":
-            return pc.greater_equal(high, value)
+            return pc.or_kleene(compare("!=", low, value, *nan), compare("!=", high, value, *nan))
+        if op in ("<", "<="):
+            return compare(op, low, value, *nan)
+        if op in (">", ">="):
+            return compare(op, high, value, *nan)
         return _all(ctx, True)
     if isinstance(expr, IsNull) and isinstance(expr.child, Column):
         path = ctx.physical_path(expr.child.path)
@@ -169,12 +184,13 @@ def _from_bounds(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boole
         if bounds is None:
             return _all(ctx, True)
         low, high = bounds
+        nan = may_be_nan(expr.child), may_be_nan(expr.child)
         if expr.negated:
             if len(values) != len(expr.values):
                 return _all(ctx, False)  # NOT IN (..., NULL) is never true
             if not values:
                 return _all(ctx, True)
-            single = pc.equal(low, high)
+            single = compare("=", low, high, *nan)
             listed = pc.is_in(low, value_set=pa.array([literal_scalar(v).as_py() for v in values], low.type))
             return pc.invert(pc.and_kleene(single, listed))
         if not values:
@@ -183,12 +199,12 @@ def _from_bounds(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boole
         if len(scalars) <= 64:
             out = None
             for s in scalars:
-                hit = pc.and_kleene(pc.less_equal(low, s), pc.greater_equal(high, s))
+                hit = pc.and_kleene(compare("<=", low, s, *nan), compare(">=", high, s, *nan))
                 out = hit if out is None else pc.or_kleene(out, hit)
             return out
-        py = sorted(s.as_py() for s in scalars)
+        py = sorted((s.as_py() for s in scalars), key=_spark_order)
         smallest, largest = pa.scalar(py[0], scalars[0].type), pa.scalar(py[-1], scalars[0].type)
-        return pc.and_kleene(pc.less_equal(low, largest), pc.greater_equal(high, smallest))
+        return pc.and_kleene(compare("<=", low, largest, *nan), compare(">=", high, smallest, *nan))
     if isinstance(expr, Like) and isinstance(expr.child, Column) and not expr.negated:
         prefix = _like_prefix(expr.pattern)
         bounds = _bounds(expr.child, ctx, stats)
@@ -198,6 +214,11 @@ def _from_bounds(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boole
         head = pc.utf8_slice_codeunits(low, 0, len(prefix))
         return pc.and_kleene(pc.greater_equal(high, prefix), pc.less_equal(head, prefix))
     return _all(ctx, True)
+
+
+def _spark_order(value):
+    """Sort key putting NaN above every other value, as Spark orders doubles."""
+    return (isinstance(value, float) and value != value, 0.0 if value != value else value)
 
 
 def _bounds(col: Column, ctx: SkippingContext, stats: FileStats):

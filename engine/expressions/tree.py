@@ -38,7 +38,7 @@ class Column(Expr):
         return ".".join(self.path)
 
     def __str__(self) -> str:
-        return ".".join(f"`{p}`" if not p.isidentifier() else p for p in self.path)
+        return ".".join(p if p.isidentifier() else "`" + p.replace("`", "``") + "`" for p in self.path)
 
 
 @dataclass(frozen=True)
@@ -198,9 +198,12 @@ class Case(Expr):
 
 
 def walk(expr: Expr) -> Iterator[Expr]:
-    yield expr
-    for child in expr.children():
-        yield from walk(child)
+    """Every node, parents before children, left to right (an explicit stack: no recursion)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(node.children()))
 
 
 def columns(expr: Expr) -> list[Column]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from deltaplane.operators.operators.base import DeltaTableOperator
@@ -13,9 +12,29 @@ WHEN_MATCHED = ("update_all", "delete", None)
 WHEN_NOT_MATCHED = ("insert_all", None)
 STRATEGIES = ("deletion_vectors", "copy_on_write", None)
 
-# Predicates that obviously match every row, refused without allow_full_table=True when the DAG
-# is parsed; after rendering, any predicate that names no column is (it matches all rows or none).
-_ALWAYS_TRUE = re.compile(r"^[\s(]*(true|1\s*==?\s*1)[\s)]*$", re.IGNORECASE)
+
+def whole_table(predicate: str | None) -> str | None:
+    """Why ``predicate`` changes every row (a reason for the message), or None when it depends on
+    the rows: missing or blank, true for every row once the engine folds its constants
+    (``1=1 OR id = 5``, ``NOT false``; ``id = id`` is not: it is null where ``id`` is), or
+    naming no column at all (it matches every row or none). A predicate that does not parse is
+    None here: running it fails with the parser's error."""
+    if predicate is None or not predicate.strip():
+        return "is missing"
+    from deltaplane.engine.errors import InvalidPredicateError
+    from deltaplane.engine.expressions.fold import constant_truth
+    from deltaplane.engine.expressions.parser import parse_predicate
+    from deltaplane.engine.expressions.tree import columns
+
+    try:
+        tree = parse_predicate(predicate)
+    except InvalidPredicateError:
+        return None
+    if constant_truth(tree) is True:
+        return "is true for every row"
+    if not columns(tree):
+        return "names no column, so it matches every row or none"
+    return None
 
 
 class DeltaDMLOperator(DeltaTableOperator):
@@ -25,7 +44,8 @@ class DeltaDMLOperator(DeltaTableOperator):
       ``predicate``. Both run in-process, or as ``deltaplane.spark_jobs.dml`` when the files the predicate
       can touch exceed ``spark_threshold_bytes``.
     * A DELETE or UPDATE of every row needs ``allow_full_table=True``: without it, a missing,
-      empty or always-true predicate (``"true"``, ``"1 = 1"``, one naming no column) is refused,
+      empty or always-true predicate (true once the engine folds its constants: ``"true"``,
+      ``"1=1 OR id = 5"``, ``"NOT false"``; or naming no column) is refused,
       when the DAG is parsed and again after templates are rendered (a templated predicate that
       rendered empty fails the task, without retries, and commits nothing).
     * ``operation="merge"``: ``source`` (Parquet path(s) read with pyarrow), ``merge_condition``
@@ -66,15 +86,13 @@ class DeltaDMLOperator(DeltaTableOperator):
         check.boolean("allow_full_table", allow_full_table)
         if predicate is not None and not isinstance(predicate, str) and not templated(predicate):
             raise check.type_error("predicate", "a SQL string or None", predicate)
-        whole_table = not templated(predicate) and (
-            predicate is None or not predicate.strip() or _ALWAYS_TRUE.match(predicate) is not None
-        )
-        if operation in ("delete", "update") and not allow_full_table and whole_table:
+        why = None if templated(predicate) else whole_table(predicate)
+        if operation in ("delete", "update") and not allow_full_table and why is not None:
             raise check.value_error(
                 "allow_full_table",
                 f"must be True for a{'n' if operation == 'update' else ''} {operation.upper()} "
-                f"without a predicate (predicate={predicate!r} matches every row); give a "
-                "predicate, or allow_full_table=True to mean the whole table",
+                f"of every row (predicate={predicate!r} {why}); give a predicate that selects "
+                "rows, or allow_full_table=True to mean the whole table",
             )
         if operation == "update":
             updates = self._check_updates(check, updates)
@@ -141,7 +159,6 @@ class DeltaDMLOperator(DeltaTableOperator):
         Raises ``InvalidArgumentError`` (an input error: the task fails without retries)."""
         from deltaplane.engine.errors import InvalidArgumentError
         from deltaplane.engine.expressions.parser import parse_predicate
-        from deltaplane.engine.expressions.tree import columns
 
         where = f"{type(self).__name__}(task_id={self.task_id!r})"
         if self.predicate is not None and not isinstance(self.predicate, str):
@@ -164,11 +181,12 @@ class DeltaDMLOperator(DeltaTableOperator):
                 f"{where}: the predicate rendered to {self.predicate!r}: a {statement} without a "
                 "predicate changes every row; nothing was changed (allow_full_table=True means it)"
             )
-        if not columns(parse_predicate(self.predicate)):
+        parse_predicate(self.predicate)  # an unparseable predicate fails here, with its reason
+        why = whole_table(self.predicate)
+        if why is not None:
             raise InvalidArgumentError(
-                f"{where}: the predicate {self.predicate!r} names no column, so it matches every row "
-                f"or none; nothing was changed (a {statement} of the whole table needs "
-                "allow_full_table=True)"
+                f"{where}: the predicate {self.predicate!r} {why}; nothing was changed (a "
+                f"{statement} of the whole table needs allow_full_table=True)"
             )
 
     def work_key(self, context, hook, table):
