@@ -77,3 +77,17 @@ def test_the_listener_of_a_started_process_is_always_found(source):
         assert misses == [], f"missed the listener in {len(misses)} of 200 looks"
     finally:
         _stop(process)
+
+
+def test_ports_for_servers_are_never_ones_outgoing_connections_take():
+    """A server a test starts gets a port below the kernel's ephemeral range: between the pick
+    and the server's bind, no outgoing connection of any process can be given it (a port from
+    binding port 0 is one of those). SeaweedFS's gRPC twin (+10000) is free and below it too,
+    and the ports of one start are distinct."""
+    from deltaplane.devstack.ports import SEAWEEDFS_GRPC_OFFSET, ephemeral_range, free_ports
+
+    low, _ = ephemeral_range()
+    for _ in range(20):
+        ports = free_ports(("master", "volume", "filer", "s3", "admin"), offsets=(0, SEAWEEDFS_GRPC_OFFSET))
+        every = [p + offset for p in ports.values() for offset in (0, SEAWEEDFS_GRPC_OFFSET)]
+        assert len(set(every)) == len(every) and all(p < low for p in every), ports
