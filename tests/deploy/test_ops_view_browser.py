@@ -419,6 +419,9 @@ def test_an_ops_person_finds_the_table_from_the_nav_a_dag_and_an_asset_event(air
     assert "trips.consumer" in seen["list_text"]  # the table the consumer writes
     assert readme_table in seen["list_text"]  # the README DAGs' table, from their tasks
     for width, layout in seen["layout"].items():
+        lines = max(n for _, n in layout["names"])
+        print(f"list at {width} px: page {layout['page']}, frame (left, right, content, width)")
+        print(f"  {layout['frame']}, gate column {layout['gate']}, a name on at most {lines} lines")
         page_width, window = layout["page"]
         _, right, frame_content, frame_width = layout["frame"]
         assert page_width <= window and right <= window, (width, layout)  # no horizontal scrolling
