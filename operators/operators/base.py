@@ -110,6 +110,12 @@ class DeltaTableOperator(LocationArguments, BaseOperator):
         self.idempotent = idempotent
         self.emit_asset = emit_asset
 
+    @classmethod
+    def get_serialized_fields(cls):
+        """Airflow's stored DAG keeps the connection too: the ops view opens the table the way
+        the task does (``deltaplane.operators.plugins.catalog``)."""
+        return super().get_serialized_fields() | {"deltaplane_conn_id"}
+
     # --- the shared flow ----------------------------------------------------------------------
 
     def execute(self, context) -> dict[str, Any]:

@@ -3,19 +3,21 @@
 A FastAPI app the plugin mounts under ``/deltaplane``, shown by Airflow 3's external views: a
 top-level nav entry ("Delta tables", ``/plugin/deltaplane``) and a "Delta table" tab on every
 DAG (``/deltaplane/dags/{dag_id}`` sends the table's DAGs to the table's page). An Asset event's
-``extra["ops_view"]`` links the commit's table (``/deltaplane/table?uri=...``).
+``extra["payload"]["ops_view"]`` links the commit's table (``/deltaplane/table?uri=...``).
 
-Per table (the configured tables and the tables their consumers write): health now (rows,
-files, bytes, small files, rows hidden by deletion vectors, checkpoint lag, last OPTIMIZE and
-VACUUM with their times), the commit timeline (time, operation, parameters, the DAG run that made
+Per table (every table ``catalog`` finds: the tables file's and their consumers' targets, and
+every table the deltaplane tasks of Airflow's DAGs or the commits' Asset events name): health
+now (rows, files, bytes, small files, rows hidden by deletion vectors, checkpoint lag, last
+OPTIMIZE and VACUUM with their times), the commit timeline (time, operation, parameters, the DAG run that made
 it), titled charts with axes and units (file sizes on a log scale), schema, properties and
 protocol, and the quality-gate history: every result of the gate's XComs and every rejected
 batch found in the table's ``_quarantine/<batch>/rejection.json`` with its time, reason and path.
 
-JSON: ``GET /deltaplane/api/tables`` and ``GET /deltaplane/api/tables/{name}``. Pages:
-``/deltaplane/`` and ``/deltaplane/tables/{name}``, server-rendered (Jinja2, autoescaped for
-every template, SVG included; data in links URL-quoted) with charts drawn as SVG: no request
-leaves the Airflow server. Every route requires an authenticated Airflow user (a bearer token or
+JSON: ``GET /deltaplane/api/tables``, ``GET /deltaplane/api/tables/{name}`` (a configured table)
+and ``GET /deltaplane/api/table?uri=...`` (any). Pages: ``/deltaplane/``,
+``/deltaplane/tables/{name}`` and ``/deltaplane/table?uri=...``, server-rendered (Jinja2,
+autoescaped for every template, SVG included; data in links URL-quoted) with charts drawn as SVG:
+no request leaves the Airflow server. Every route requires an authenticated Airflow user (a bearer token or
 the UI's session cookie): Airflow does not protect plugin routes by itself.
 
 The pages run inside Airflow's iframe, whose sandbox has no ``allow-top-navigation``: links to
@@ -34,7 +36,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,8 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from deltaplane.operators.plugins import catalog
+from deltaplane.operators.plugins.catalog import Entry, GateTask
 from deltaplane.operators.plugins.charts import Bar, bar_chart, log_size_buckets, size_label
 
 RECENT_COMMITS = 50
@@ -67,8 +70,6 @@ COLORS = {
 }
 EXTRA_COLORS = ("#16a085", "#a0522d", "#2c3e50", "#ff6f61", "#6b8e23", "#4b0082", "#b8860b", "#708090")
 OTHER_COLOR = "#bdbdbd"  # once EXTRA_COLORS are used up, and for commits without an operation
-CONSUMER_SUFFIX = ".consumer"  # a consumer target's page name: "<source>.consumer" (no config name has a dot)
-GATE_TASKS = ("quality_gate", "stage")  # the ingest tasks whose XComs report rejected batches
 GATE_HISTORY = 200  # XComs read per table
 
 
@@ -89,47 +90,8 @@ def _auth():
     return [Depends(requires_authenticated())]
 
 
-@dataclass(frozen=True)
-class Entry:
-    """A table the view shows: a configured table, or the table a configured consumer writes
-    (``consumer_of``: the source table's name; its settings are the defaults)."""
-
-    name: str
-    config: Any  # TableConfig
-    dags: tuple[str, ...]
-    consumer_of: str | None = None
-
-
-def _entries() -> tuple[dict[str, Entry], dict[str, list[str]]]:
-    """Every table to show, and the invalid tables' errors: one bad table is a row with its
-    error, never a page that fails for every table."""
-    from deltaplane.operators.factory.config import TableConfig, read_config
-
-    report = read_config()
-    entries: dict[str, Entry] = {}
-    for name, config in report.config.tables.items():
-        kinds = ["maintenance"] + ["ingest"] * bool(config.ingest) + ["consumer"] * bool(config.consumer)
-        entries[name] = Entry(name, config, tuple(f"deltaplane_{name}_{kind}" for kind in kinds))
-    for name, config in report.config.tables.items():
-        if config.consumer is not None:
-            target = TableConfig(uri=config.consumer.target, conn_id=config.conn_id)
-            entries[name + CONSUMER_SUFFIX] = Entry(
-                name + CONSUMER_SUFFIX, target, (f"deltaplane_{name}_consumer",), consumer_of=name
-            )
-    return entries, report.errors
-
-
 def _invalid(name: str, lines: list[str]) -> dict[str, Any]:
     return {"name": name, "uri": "", "error": "invalid configuration: " + "; ".join(lines)}
-
-
-def _entry(name: str) -> tuple[Entry | None, dict | None]:
-    entries, errors = _entries()
-    if name in errors:
-        return None, _invalid(name, errors[name])
-    if name not in entries:
-        raise HTTPException(404, f"no table {name!r} in the configuration (tables: {', '.join(entries)})")
-    return entries[name], None
 
 
 def _open(config):
@@ -314,32 +276,35 @@ def _ms(when: Any) -> int | None:
     return None
 
 
-def _gate_xcoms(dag_id: str) -> list[dict]:
-    """Every quality-gate result and stage rejection in the ingest DAG's XComs, newest first
+def _gate_xcoms(tasks: tuple[GateTask, ...]) -> list[dict]:
+    """Every quality-gate result and stage rejection in the XComs of ``tasks``, newest first
     (empty without a metadata DB: the view still renders)."""
+    if not tasks:
+        return []
+    stages = {(t.dag_id, t.task_id) for t in tasks if t.stage}
     try:
         from airflow.models.xcom import XComModel
         from airflow.utils.session import create_session
+        from sqlalchemy import and_, or_
 
         with create_session() as session:
             rows = (
                 session.query(XComModel)
                 .filter(
-                    XComModel.dag_id == dag_id,
-                    XComModel.task_id.in_(GATE_TASKS),
+                    or_(*(and_(XComModel.dag_id == t.dag_id, XComModel.task_id == t.task_id) for t in tasks)),
                     XComModel.key == "return_value",
                 )
                 .order_by(XComModel.timestamp.desc())
                 .limit(GATE_HISTORY)
                 .all()
             )
-            found = [(r.run_id, r.task_id, r.timestamp, r.value) for r in rows]
+            found = [(r.dag_id, r.run_id, r.task_id, r.timestamp, r.value) for r in rows]
     except Exception:
         return []
     out = []
-    for run_id, task_id, when, value in found:
+    for dag_id, run_id, task_id, when, value in found:
         result = gate_result(dag_id, run_id, value, task_id=task_id, time=_ms(when))
-        if result is None or (task_id != "quality_gate" and result["success"] is not False):
+        if result is None or ((dag_id, task_id) in stages and result["success"] is not False):
             continue  # a stage's XCom is a gate result only when it rejected the batch
         out.append(result)
     return out
@@ -377,9 +342,10 @@ def gate_history(entry: Entry, options) -> dict[str, Any]:
     """The gate's results (XComs) and every rejected batch (XComs and the quarantine, one row
     per batch), newest first; ``status`` is the newest result's, so a rejection newer than the
     last pass shows as ``rejected``."""
-    dag_id = f"deltaplane_{entry.name}_ingest"
-    # The ingest DAG's XComs even when the configuration no longer has an ingest: history stays.
-    results = _gate_xcoms(dag_id) if entry.consumer_of is None else []
+    # The gate and stage tasks of the table (a configured table's ingest DAG, even when the
+    # configuration no longer has an ingest: history stays; every DAG's that names the table).
+    results = _gate_xcoms(entry.gate_tasks)
+    dag_id = entry.gate_tasks[0].dag_id if entry.gate_tasks else None
     quarantined = _quarantined(entry.config.uri, options)
     errors = [q["error"] for q in quarantined if "error" in q]
     by_batch = {r["batch"]: r for r in results if r["success"] is False and r["batch"] is not None}
@@ -394,7 +360,7 @@ def gate_history(entry: Entry, options) -> dict[str, Any]:
             known["quarantine_found"] = True
             continue
         row = {
-            "dag_id": dag_id if entry.consumer_of is None else None,
+            "dag_id": dag_id,
             "run_id": None,
             "success": False,
             "rows": None,
@@ -424,14 +390,21 @@ def gate_history(entry: Entry, options) -> dict[str, Any]:
 # --- the JSON ----------------------------------------------------------------------------------
 
 
-def _error_row(entry: Entry, error: Exception) -> dict[str, Any]:
+def _identity(entry: Entry) -> dict[str, Any]:
+    """Which table a row is: its name, where the view found it, its page and its DAGs."""
     return {
         "name": entry.name,
+        "label": entry.label,
         "uri": entry.config.uri,
-        "dags": list(entry.dags),
+        "configured": entry.configured,
+        "link": entry.link,
         "consumer_of": entry.consumer_of,
-        "error": _text(f"{type(error).__name__}: {error}"),
+        "dags": list(entry.dags),
     }
+
+
+def _error_row(entry: Entry, error: Exception) -> dict[str, Any]:
+    return {**_identity(entry), "error": _text(f"{type(error).__name__}: {error}")}
 
 
 def table_summary(entry: Entry) -> dict[str, Any]:
@@ -458,9 +431,7 @@ def _summary(entry: Entry, table, health) -> dict[str, Any]:
     gate = gate_history(entry, table.storage_options)
     history = gate["history"]
     return {
-        "name": entry.name,
-        "uri": config.uri,
-        "consumer_of": entry.consumer_of,
+        **_identity(entry),
         "version": health.version,
         "timestamp": health.timestamp,
         "files": health.num_files,
@@ -479,11 +450,10 @@ def _summary(entry: Entry, table, health) -> dict[str, Any]:
             "action": kind if decision.compact else "skip",
             "reasons": list(decision.reasons)
             or [f"no partition has {policy.min_num_small_files}+ small files or too many deleted rows"],
-            "scheduled": entry.consumer_of is None,  # a consumer's target has no maintenance DAG
+            "scheduled": entry.maintained,  # a DAG runs auto-optimize or compaction on the table
         },
         "quality_gate": history[0] if history else None,  # the newest result
         "gate": {k: v for k, v in gate.items() if k not in ("history", "rejections")},
-        "dags": list(entry.dags),
     }
 
 
@@ -603,6 +573,7 @@ def _templates() -> Environment:
         count=lambda n: "?" if n is None else f"{n:,}",
         pct=lambda ratio: "?" if ratio is None else f"{ratio:.1%}",
         when=_when,
+        short_when=lambda ms: _when(ms)[:16],  # to the minute ("?" stays); a title holds the rest
         urlpart=lambda value: quote(str(value), safe=""),  # one path segment; HTML-escaped after
         shown=_shown,
     )
@@ -619,8 +590,10 @@ def _render(template: str, root: str = "/deltaplane", **context: Any) -> HTMLRes
     return HTMLResponse(TEMPLATES.get_template(template).render(root=root, airflow=airflow, **context))
 
 
-def list_page(rows: list[dict], root: str = "/deltaplane") -> HTMLResponse:
-    return _render("tables.html", root, rows=rows)
+def list_page(
+    rows: list[dict], root: str = "/deltaplane", *, heading: str = "Delta tables", notices: list[str] = ()
+) -> HTMLResponse:
+    return _render("tables.html", root, rows=rows, heading=heading, notices=list(notices))
 
 
 def _commit_charts(commits: list[dict], colors: dict[str, str]) -> list[dict]:
@@ -702,55 +675,76 @@ def _root(request: Request) -> str:
     return request.scope.get("root_path", "").rstrip("/") or "/deltaplane"
 
 
-def find_by_uri(uri: str) -> str | None:
-    """The page name of the table at ``uri`` (configured or a consumer's target), if any."""
-    from deltaplane.operators.utils.runs import asset_uri
-
-    wanted = asset_uri(uri)
-    entries, _ = _entries()
-    return next((name for name, e in entries.items() if asset_uri(e.config.uri) == wanted), None)
+def _rows(entries) -> list[dict[str, Any]]:
+    return [table_summary(entry) for entry in entries]
 
 
 def create_app(*, authenticated: bool = True) -> FastAPI:
     """The app; ``authenticated=False`` only for unit tests that run it outside Airflow."""
     app = FastAPI(title="deltaplane ops view", dependencies=_auth() if authenticated else [])
 
+    def listing() -> tuple[list[dict[str, Any]], list[str]]:
+        found = catalog.load()
+        rows = _rows(found.entries.values()) + [_invalid(name, lines) for name, lines in found.errors.items()]
+        return rows, found.notices
+
+    def named(name: str) -> dict[str, Any]:
+        found = catalog.load()
+        if name in found.errors:
+            return _invalid(name, found.errors[name])
+        entry = found.configured(name)
+        if entry is None:
+            known = ", ".join(n for n, e in found.entries.items() if e.configured)
+            raise HTTPException(404, f"no table {name!r} in the configuration (tables: {known})")
+        return table_detail(entry)
+
+    def at(uri: str) -> Entry:
+        entry = catalog.load().by_uri(uri)
+        if entry is None:
+            raise HTTPException(404, "no table at that URI in the configuration, DAGs or Asset events")
+        return entry
+
     @app.get("/api/tables")
     def api_tables() -> list[dict[str, Any]]:
-        entries, errors = _entries()
-        rows = [table_summary(entry) for entry in entries.values()]
-        return rows + [_invalid(name, lines) for name, lines in errors.items()]
+        return listing()[0]
 
     @app.get("/api/tables/{name}")
     def api_table(name: str) -> dict[str, Any]:
-        entry, invalid = _entry(name)
-        return invalid if invalid is not None else table_detail(entry)
+        return named(name)
+
+    @app.get("/api/table")
+    def api_table_at(uri: str) -> dict[str, Any]:
+        return table_detail(at(uri))
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request) -> HTMLResponse:
-        return list_page(api_tables(), _root(request))
+        rows, notices = listing()
+        return list_page(rows, _root(request), notices=notices)
 
     @app.get("/tables/{name}", response_class=HTMLResponse)
     def table_page(name: str, request: Request) -> HTMLResponse:
-        return detail_page(api_table(name), _root(request))
+        return detail_page(named(name), _root(request))
 
     @app.get("/dags/{dag_id}", response_class=HTMLResponse)
     def dag_page(dag_id: str, request: Request) -> Response:
-        """The "Delta table" tab of a DAG: the page of the table the DAG maintains, ingests
-        into or consumes (a consumer DAG: the table it writes links its source)."""
-        entries, _ = _entries()
-        found = next((e for e in entries.values() if dag_id in e.dags and e.consumer_of is None), None)
-        if found is None:
-            return _render("no_table.html", _root(request), dag_id=dag_id, names=sorted(entries))
-        return RedirectResponse(f"{_root(request)}/tables/{quote(found.name, safe='')}", status_code=303)
+        """The "Delta table" tab of a DAG: the page of the table a factory DAG is built for, or
+        of the one table the DAG's tasks name; the list of them when they name several."""
+        found = catalog.load()
+        tables = found.for_dag(dag_id)
+        if len(tables) == 1:
+            return RedirectResponse(_root(request) + tables[0].link, status_code=303)
+        if tables:
+            return list_page(_rows(tables), _root(request), heading=f"Delta tables of DAG {dag_id}")
+        return _render("no_table.html", _root(request), dag_id=dag_id, entries=list(found.entries.values()))
 
     @app.get("/table", response_class=HTMLResponse)
     def by_uri(uri: str, request: Request) -> Response:
-        """The link in an Asset event's extra: the page of the table at ``uri``."""
-        name = find_by_uri(uri)
-        if name is None:
-            raise HTTPException(404, "no configured table (or consumer target) at that URI")
-        return RedirectResponse(f"{_root(request)}/tables/{quote(name, safe='')}", status_code=303)
+        """The link in an Asset event's extra: the page of the table at ``uri`` (a configured
+        table's named page; a table only Airflow knows of has this page)."""
+        entry = at(uri)
+        if entry.configured:
+            return RedirectResponse(_root(request) + entry.link, status_code=303)
+        return detail_page(table_detail(entry), _root(request))
 
     @app.get("/static/{name}")
     def static(name: str) -> Response:

@@ -92,6 +92,11 @@ class DeltaLogTailSensor(LocationArguments, BaseSensorOperator):
     ui_color = "#d4edda"
     operation_name = "LOG TAIL"  # the XCom's operation (a sensor commits nothing)
 
+    @classmethod
+    def get_serialized_fields(cls):
+        """The connection is kept in Airflow's stored DAG, as the operators' is."""
+        return super().get_serialized_fields() | {"deltaplane_conn_id"}
+
     def __init__(
         self,
         *,

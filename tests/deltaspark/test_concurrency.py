@@ -83,14 +83,18 @@ def test_delta_spark_appends_while_deltaplane_maintains(delta_spark, tmp_path):
     spark_errors: list[str] = []
     failures: list[BaseException] = []
 
+    slowest = [0.0]  # seconds of the slowest INSERT so far: how long a file of one stays in flight
+
     def spark_loop() -> None:
         batch = 0
         try:
             while not stop.is_set() and batch < 60:
                 ids = [1000 + batch * BATCH + k for k in range(BATCH)]
                 values = ", ".join(f"({i}, 'spark')" for i in ids)
+                started = time.monotonic()
                 try:
                     delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {values}")
+                    slowest[0] = max(slowest[0], time.monotonic() - started)
                 except DeltaSparkError as error:  # not committed: the same ids again
                     spark_errors.append(error.error_class)
                     if len(spark_errors) > 10:
@@ -123,11 +127,16 @@ def test_delta_spark_appends_while_deltaplane_maintains(delta_spark, tmp_path):
         wait_for(2)
         DeltaTable(path).checkpoint()
         wait_for(3)
-        # VACUUM with a 6-second retention once the files that OPTIMIZE removed are older than
-        # that; Delta Spark's files in flight are younger, so they are kept.
-        time.sleep(max(0.0, optimized_at + 6.5 - time.monotonic()))
+        # VACUUM with a short retention once the files that OPTIMIZE removed are older than it;
+        # Delta Spark's files in flight are younger, so they are kept. The retention is 6 s or 4
+        # times the slowest INSERT so far, whichever is longer: on a loaded machine an INSERT
+        # may hold its file uncommitted longer than a fixed few seconds.
+        window = max(6.0, 4 * slowest[0])
+        time.sleep(max(0.0, optimized_at + window + 0.5 - time.monotonic()))
         vacuumed = _retry(
-            lambda: DeltaTable(path).vacuum(retention_hours=6 / 3600, enforce_retention=False, dry_run=False),
+            lambda: DeltaTable(path).vacuum(
+                retention_hours=window / 3600, enforce_retention=False, dry_run=False
+            ),
             conflicts,
         )
         assert vacuumed, "VACUUM deleted nothing"

@@ -32,8 +32,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from deltaplane.devstack.ports import free_port
 from deltaplane.engine import DeltaTable, write_table
-from tests.deploy.test_triggerer_crash import _env, _free_port, _kill, _start, start_airflow
+from tests.deploy.test_triggerer_crash import _env, _kill, _start, start_airflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
 
@@ -170,7 +171,7 @@ def test_one_consumer_run_per_data_commit_with_watcher_outlets_or_both(tmp_path)
     _land(lake, "b1", [10, 11])
     _land(lake, "b2", [20, 21])
     (dags / "assets.py").write_text(textwrap.dedent(DAGS.format(lake=str(lake))))
-    port = _free_port()
+    port = free_port()
     env = _env(home, dags, port)
     db = home / "airflow.db"
     processes = start_airflow(env, logs, port)
@@ -294,7 +295,7 @@ def test_a_restore_through_the_real_watcher_is_not_copied_twice(tmp_path):
     uri, target = str(lake / "r"), str(lake / "copy")
     write_table(uri, pa.table({"id": pa.array(range(10), pa.int64())}))  # v0
     (dags / "restore.py").write_text(textwrap.dedent(RESTORE_DAG.format(uri=uri, target=target)))
-    port = _free_port()
+    port = free_port()
     env = _env(home, dags, port)
     db = home / "airflow.db"
     processes = start_airflow(env, logs, port)

@@ -25,8 +25,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from deltaplane.devstack.ports import free_port
 from deltaplane.engine import write_table
-from tests.deploy.test_triggerer_crash import _env, _free_port, _kill, _start, start_airflow
+from tests.deploy.test_triggerer_crash import _env, _kill, _start, start_airflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
 
@@ -82,7 +83,7 @@ def test_deferred_sensors_time_out_fail_on_a_vanished_table_and_the_triggerer_st
             """
         )
     )
-    port = _free_port()
+    port = free_port()
     env = {**_env(home, dags, port), "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True"}
     db = home / "airflow.db"
     processes = start_airflow(env, logs, port)

@@ -18,7 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deltaplane.devstack.stack import _free_port, airflow_environment, airflow_up, down, environment
+from deltaplane.devstack.ports import free_port
+from deltaplane.devstack.stack import airflow_environment, airflow_up, down, environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
 
@@ -109,7 +110,7 @@ def stop_everything(make: subprocess.Popen, root: Path) -> None:
 
 def test_make_airflow_binds_loopback_answers_and_stops_by_pid(tmp_path):
     root = tmp_path / "airflow"
-    port = _free_port({8793, 8794})
+    port = free_port({8793, 8794})
     log = tmp_path / "make-airflow.log"
     make = start_make(root, port, log)
     try:

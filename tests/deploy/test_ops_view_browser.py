@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -24,15 +23,23 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
+from deltaplane.devstack.ports import free_port
 from tests.browser import browser, chromium  # noqa: F401 (fixtures)
+from tests.readme import python_blocks
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEN = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+
+# Tables with the long names real lakes have, each with a batch a stage rejected.
+REGIONS = ("emea", "apac", "americas", "global", "eu_west", "us_east", "latam")
+LONG_NAMES = [f"customer_orders_enriched_{k}_snapshot_{r}" for k in ("daily", "hourly") for r in REGIONS]
+WIDTHS = ((1400, 900), (1280, 800))  # laptop windows the list must fit
 
 CONFIG = """
     tables:
@@ -50,17 +57,35 @@ CONFIG = """
     """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _land(landing: Path, start: int, *, bad: bool = False) -> None:
     landing.mkdir(parents=True, exist_ok=True)
     for part in range(2):
         rows = [f"{'' if bad and i == 1 else start + part * 10 + i},2026-11-0{1 + i % 2}" for i in range(10)]
         (landing / f"b{start}-{part}.csv").write_text("id,day\n" + "\n".join(rows) + "\n")
+
+
+def _long_table(path: Path) -> None:
+    """A table of a few commits and a batch a stage refused (its record in the quarantine)."""
+    import pyarrow as pa
+
+    from deltaplane.engine import write_table
+    from deltaplane.engine.quarantine import move_to_quarantine, quarantine_location
+
+    for day in range(3):
+        write_table(str(path), pa.table({"id": [day], "day": [f"2026-11-0{day + 1}"]}), mode="append")
+    batch = f"landing-2026-11-20T11-00-00-{path.name}-part-0001.csv"
+    move_to_quarantine(
+        quarantine_location(str(path), batch),
+        None,
+        {"batch": batch, "task": "stage", "message": f"batch {batch} rejected: column 'id' is not a long",
+         "rejected_at": 1795690000000},
+    )  # fmt: skip
+
+
+def _land_readme(lake: Path, name: str, rows: list[tuple[int, float]]) -> None:
+    folder = lake / "landing" / "trips"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.csv").write_text("trip_id,fare\n" + "".join(f"{i},{fare}\n" for i, fare in rows))
 
 
 def _airflow(env: dict, *args: str, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -89,8 +114,12 @@ def airflow(tmp_path_factory):
     home, dags = work / "home", work / "dags"
     dags.mkdir()
     config = work / "tables.yaml"
-    config.write_text(textwrap.dedent(CONFIG))
+    config.write_text(textwrap.dedent(CONFIG) + "".join(f"  {n}:\n    uri: lake/{n}\n" for n in LONG_NAMES))
+    for name in LONG_NAMES:
+        _long_table(work / "lake" / name)
     (dags / "deltaplane_tables.py").write_text((ROOT / "dags" / "deltaplane_tables.py").read_text())
+    for block in python_blocks(dag_files=True, spark=False):  # the README's DAG files, as a user copies them
+        (dags / block.source.splitlines()[0].removeprefix("# dags/")).write_text(block.source)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
         "AIRFLOW_HOME": str(home),
@@ -99,6 +128,7 @@ def airflow(tmp_path_factory):
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "DELTAPLANE_CONFIG": str(config),
+        "LAKE": str(work / "readme-lake"),  # the README DAGs' lake
     }
     _airflow(env, "db", "migrate")
     _airflow(env, "dags", "reserialize")
@@ -110,7 +140,13 @@ def airflow(tmp_path_factory):
     assert any((work / "lake" / "trips" / "_quarantine").iterdir())
     _airflow(env, "dags", "test", "deltaplane_trips_consumer", "2026-11-20T12:30:00+00:00")
     _airflow(env, "dags", "test", "deltaplane_trips_maintenance", "2026-11-20T13:00:00+00:00")
-    port = _port()
+    readme_lake = work / "readme-lake"
+    _land_readme(readme_lake, "good", [(1, 5.0), (2, 6.5)])
+    _airflow(env, "dags", "test", "trips_ingest", "2026-11-20T14:00:00+00:00")
+    _land_readme(readme_lake, "bad", [(3, -2.0)])  # a negative fare: the README's gate rejects it
+    _airflow(env, "dags", "test", "trips_ingest", "2026-11-20T15:00:00+00:00", check=False)
+    assert any((readme_lake / "trips" / "_quarantine").iterdir())
+    port = free_port()
     with open(work / "api.log", "wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", str(port),
@@ -130,7 +166,7 @@ def airflow(tmp_path_factory):
                 pytest.fail("api-server did not start: " + (work / "api.log").read_text()[-3000:])
             time.sleep(0.5)
         passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
-        yield base, passwords["admin"], str(work / "lake" / "trips")
+        yield base, passwords["admin"], str(work / "lake" / "trips"), str(readme_lake / "trips")
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -217,6 +253,19 @@ class Tab:
 
 FRAME = "document.querySelector('iframe')"
 DOC = f"{FRAME}.contentDocument"
+# The list's layout as the window shows it: widths of the page and of the view's frame, where the
+# quality-gate column is, and on how many lines each table name is (the distinct tops of its boxes).
+LAYOUT = f"""(() => {{
+    const frame = {FRAME}, d = frame.contentDocument, w = frame.contentWindow;
+    const box = frame.getBoundingClientRect(), gate = d.querySelector('th.gate').getBoundingClientRect();
+    return {{
+        page: [document.documentElement.scrollWidth, innerWidth],
+        frame: [box.left, box.right, d.documentElement.scrollWidth, w.innerWidth],
+        gate: [gate.left, gate.right],
+        names: [...d.querySelectorAll('a.table-name')].map(a => [a.textContent,
+            new Set([...a.getClientRects()].map(r => Math.round(r.top))).size]),  // its lines
+    }};
+}})()"""
 
 
 async def _session(ws_url: str, base: str, password: str, artifacts: Path) -> dict:
@@ -240,6 +289,24 @@ async def _session(ws_url: str, base: str, password: str, artifacts: Path) -> di
             "document.querySelector('a[href$=\"/plugin/deltaplane\"]')", "the Delta tables nav entry"
         )
         await tab.wait(f"{DOC}.querySelector('h1').textContent === 'Delta tables'", "the table list")
+        seen["layout"] = {}
+        for width, height in WIDTHS:  # a laptop's window: the list fits it
+            await tab.call(
+                "Emulation.setDeviceMetricsOverride",
+                width=width,
+                height=height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            await tab.wait(
+                f"innerWidth === {width} && {FRAME}.getBoundingClientRect().right <= {width}", "the resize"
+            )
+            seen["layout"][width] = await tab.js(LAYOUT)
+            shot = await tab.call("Page.captureScreenshot", format="png")
+            (artifacts / f"ops-view-list-{width}.png").write_bytes(base64.b64decode(shot["data"]))
+        await tab.call(
+            "Emulation.setDeviceMetricsOverride", width=1400, height=2400, deviceScaleFactor=1, mobile=False
+        )
         seen["list_text"] = await tab.js(f"{DOC}.body.innerText")
         seen["list_gate"] = await tab.js(
             f"[...{DOC}.querySelectorAll('tr')].find(r => r.querySelector('a[href$=\"/tables/trips\"]'))"
@@ -301,6 +368,23 @@ async def _session(ws_url: str, base: str, password: str, artifacts: Path) -> di
         }
         shot = await tab.call("Page.captureScreenshot", format="png")
         (artifacts / "ops-view-dag-tab.png").write_bytes(base64.b64decode(shot["data"]))
+        # A DAG written from the README: its tab opens its table (no tables file names it).
+        await tab.call("Page.navigate", url=base + "/dags/trips_ingest")
+        await tab.click(
+            "document.querySelector('a[href$=\"plugin/deltaplane-table\"]')",
+            "the README DAG's Delta table tab",
+        )
+        await tab.wait(
+            f"{DOC}.querySelector('h1').textContent === 'trips'", "the README table in the DAG tab"
+        )
+        seen["readme_tab"] = {
+            "path": await tab.js("location.pathname"),
+            "frame": await tab.js(
+                f"{FRAME}.contentWindow.location.pathname + {FRAME}.contentWindow.location.search"
+            ),
+            "uri": await tab.js(f"{DOC}.querySelector('h1 + p code').textContent"),
+            "version": await tab.js(f"{DOC}.querySelector('[data-k=version]').textContent"),
+        }
         cookies = (await tab.call("Network.getCookies", urls=[base]))["cookies"]
         seen["token"] = next(c["value"] for c in cookies if c["name"] == "_token")
     return seen
@@ -325,7 +409,7 @@ async def _open_link(ws_url: str, url: str) -> dict:
 
 
 def test_an_ops_person_finds_the_table_from_the_nav_a_dag_and_an_asset_event(airflow, browser):  # noqa: F811
-    base, password, table = airflow
+    base, password, table, readme_table = airflow
     artifacts = Path(os.environ.get("DELTAPLANE_ARTIFACTS", ROOT / "test-artifacts"))
     artifacts.mkdir(parents=True, exist_ok=True)
     with urllib.request.urlopen(f"http://127.0.0.1:{browser}/json", timeout=10) as r:
@@ -333,6 +417,22 @@ def test_an_ops_person_finds_the_table_from_the_nav_a_dag_and_an_asset_event(air
     seen = asyncio.run(_session(ws_url, base, password, artifacts))
 
     assert "trips.consumer" in seen["list_text"]  # the table the consumer writes
+    assert readme_table in seen["list_text"]  # the README DAGs' table, from their tasks
+    for width, layout in seen["layout"].items():
+        lines = max(n for _, n in layout["names"])
+        print(f"list at {width} px: page {layout['page']}, frame (left, right, content, width)")
+        print(f"  {layout['frame']}, gate column {layout['gate']}, a name on at most {lines} lines")
+        page_width, window = layout["page"]
+        _, right, frame_content, frame_width = layout["frame"]
+        assert page_width <= window and right <= window, (width, layout)  # no horizontal scrolling
+        assert frame_content <= frame_width, (width, layout)  # nor inside the view's frame
+        assert layout["gate"][0] >= 0 and layout["gate"][1] <= frame_width, (width, layout)  # in view
+        assert len(layout["names"]) >= len(LONG_NAMES) + 3, layout["names"]
+        assert all(1 <= lines <= 2 for _, lines in layout["names"]), (width, layout["names"])
+    readme = seen["readme_tab"]
+    assert readme["path"] == "/dags/trips_ingest/plugin/deltaplane-table", readme
+    assert readme["frame"] == f"/deltaplane/table?uri={quote(readme_table, safe='')}", readme
+    assert readme["uri"] == readme_table and readme["version"] == "0", readme  # the one good batch
     # The rejection is newer than the last pass: the list says so, and when the last pass was.
     assert seen["list_gate"].startswith("rejected") and "last pass" in seen["list_gate"], seen["list_gate"]
     page = seen["page"]
@@ -362,10 +462,11 @@ def test_an_ops_person_finds_the_table_from_the_nav_a_dag_and_an_asset_event(air
     assert seen["dag_tab"]["path"] == "/dags/deltaplane_trips_maintenance/plugin/deltaplane-table"
     assert seen["dag_tab"]["frame"] == "/deltaplane/tables/trips"
 
-    # The link in the newest Asset event's extra opens the table page inside Airflow's frame.
-    status, body = _get(f"{base}/api/v2/assets/events?order_by=-timestamp&limit=1", seen["token"])
+    # The link in the table's newest Asset event's extra opens its page inside Airflow's frame.
+    status, body = _get(f"{base}/api/v2/assets/events?order_by=-timestamp&limit=100", seen["token"])
     assert status == 200, body
-    link = json.loads(body)["asset_events"][0]["extra"]["payload"]["ops_view"]
+    extras = [(e["extra"] or {}).get("payload") or {} for e in json.loads(body)["asset_events"]]
+    link = next(e for e in extras if e.get("table") == table)["ops_view"]  # the factory table's newest
     assert link.startswith("/plugin/deltaplane/deltaplane/table?uri=")
     opened = asyncio.run(_open_link(ws_url, base + link))
     assert opened == {"path": "/plugin/deltaplane/deltaplane/tables/trips", "frames": 1}, opened

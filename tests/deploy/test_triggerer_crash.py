@@ -25,7 +25,6 @@ import os
 import random
 import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from deltaplane.devstack.ports import free_port
 from deltaplane.engine import DeltaTable, write_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
@@ -67,12 +67,6 @@ def _env(home: Path, dags: Path, port: int) -> dict[str, str]:
         }
     )
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for_watcher(log: Path, offset: int, process: subprocess.Popen, timeout: float = 120) -> None:
@@ -188,7 +182,7 @@ def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(
             """
         )
     )
-    port = _free_port()
+    port = free_port()
     env = _env(home, dags, port)
     db = home / "airflow.db"
     processes = start_airflow(env, logs, port)

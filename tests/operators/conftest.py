@@ -7,12 +7,15 @@ imports Airflow, because Airflow reads its configuration once, at import.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +54,58 @@ def run_dag(name: str, source: str, **test_kwargs):
         return module.dag.test(**test_kwargs)
     finally:
         path.unlink()  # later DAG files may define the same DAG ids
+
+
+@contextlib.contextmanager
+def once_deferred(table_uri: str, action, timeout: float = 300):
+    """Run ``action`` in a thread as soon as a sensor has deferred its wait for ``table_uri`` to
+    a ``DeltaCommitTrigger`` (Airflow stores the trigger when the task defers, also under
+    ``dag.test()``), however long the run took to get there: not after a fixed sleep that a slow
+    start overtakes. Yields a dict: ``acted`` once the action ran, ``error`` if it raised."""
+    from airflow.models import import_all_models
+    from airflow.models.crypto import get_fernet
+    from airflow.models.trigger import Trigger
+    from airflow.utils.session import create_session
+    from sqlalchemy.orm import configure_mappers
+
+    from deltaplane.operators.triggers.commits import DeltaCommitTrigger
+
+    classpath = f"{DeltaCommitTrigger.__module__}.{DeltaCommitTrigger.__name__}"
+    stop, outcome = threading.Event(), {}
+
+    def deferred() -> bool:
+        with create_session() as session:
+            triggers = session.query(Trigger).filter(Trigger.classpath == classpath).all()
+            return any(t.kwargs.get("table_uri") == table_uri for t in triggers)
+
+    # Every model imported and mapped here, first: a first query in the thread would configure
+    # SQLAlchemy's mappers (importing Airflow's models) while the run imports them, and the two
+    # locks deadlock.
+    import_all_models()
+    configure_mappers()
+    get_fernet()
+    deferred()
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while not stop.is_set() and time.monotonic() < deadline:
+            if deferred():
+                try:
+                    action()
+                    outcome["acted"] = True
+                except BaseException as e:
+                    outcome["error"] = e
+                return
+            stop.wait(0.2)
+        outcome["error"] = f"no DeltaCommitTrigger for {table_uri} was stored"
+
+    thread = threading.Thread(target=watch, name=f"once-deferred-{table_uri}", daemon=True)
+    thread.start()
+    try:
+        yield outcome
+    finally:
+        stop.set()
+        thread.join(60)
 
 
 def task_states(run) -> dict[str, str]:

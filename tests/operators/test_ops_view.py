@@ -6,17 +6,19 @@ HTML and in a real Chromium."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.error
 import urllib.request
+import uuid
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote
@@ -24,11 +26,13 @@ from urllib.parse import quote
 import pyarrow as pa
 import pytest
 
+from deltaplane.devstack.ports import free_port
 from deltaplane.engine import DeltaTable, write_table
 from deltaplane.engine.partitions import partition_directory
 from deltaplane.engine.transaction import commit_metadata_scope
+from deltaplane.operators.utils.runs import asset_uri
 from tests.browser import browser, chromium  # noqa: F401 (fixtures)
-from tests.operators.conftest import run_dag
+from tests.operators.conftest import DAGS, asset_events, run_dag
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
 
@@ -45,12 +49,6 @@ def payload(field: str) -> str:
 
 # A directory name cannot hold "/": the URI's payload closes no element.
 URI_PAYLOAD = '\'"><img src=x onerror="document.title=\'pwned\'"><svg onload="window.__pwned=1">'
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(url: str, *, token: str | None = None, data: dict | None = None):
@@ -294,7 +292,7 @@ def ops_server(airflow_db, tmp_path_factory):
             }
         )
     )
-    port = _port()
+    port = free_port()
     env = {
         **os.environ,
         "DELTAPLANE_CONFIG": str(config),
@@ -530,6 +528,152 @@ def test_dag_tabs_and_asset_events_lead_to_the_table_page(ops_server):
     assert where == "/deltaplane/tables/trips" and "<h1>trips</h1>" in page
 
 
+# --- tables only Airflow knows of: the DAGs' tasks and the commits' Asset events ---------------
+
+
+def _final(base: str, token: str, path: str) -> tuple[str, str]:
+    req = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=60) as response:
+        return response.geturl().removeprefix(base), response.read().decode()
+
+
+def _row_at(base: str, token: str, uri: str) -> dict:
+    status, body = request(base + "/deltaplane/api/tables", token=token)
+    assert status == 200, body[-2000:]
+    rows = [r for r in json.loads(body) if r["uri"] == uri]
+    assert len(rows) == 1, [r["uri"] for r in json.loads(body)]
+    return rows[0]
+
+
+def test_a_dag_written_from_the_readme_shows_its_tables(ops_server, tmp_path, monkeypatch):
+    """The README's DAG files, none of whose tables is in the tables file: after one good and
+    one rejected batch of its ingest DAG, the list has the table with its numbers and the
+    rejection, the tables of its other DAGs (never run) are there too, and each DAG's tab opens
+    its table, or lists its tables when it names two."""
+    from tests.operators.test_readme import _land, _load, readme_dags
+
+    base, token, _ = ops_server
+    lake = tmp_path / "lake"
+    monkeypatch.setenv("LAKE", str(lake))
+    sources = readme_dags()
+    files = [DAGS / f"readme_{name}.py" for name in sources]
+    try:
+        ingest = _load("trips_ingest", sources["trips_ingest"]).dag
+        for name in ("trips_maintenance", "trips_consumer"):  # parsed by the runs below, never run
+            (DAGS / f"readme_{name}.py").write_text(sources[name])
+        _land(lake, "good", [(1, 5.0), (2, 6.0), (3, 7.0)])
+        assert ingest.test().state == "success"
+        _land(lake, "bad", [(4, -1.0)])  # a negative fare: the gate rejects the batch
+        assert ingest.test().state == "failed"
+
+        trips = str(lake / "trips")
+        row = _row_at(base, token, trips)
+        health = DeltaTable(trips).health(small_file_size=32 << 20)
+        assert (row["version"], row["rows"], row["files"]) == (health.version, 3, health.num_files)
+        assert row["configured"] is False and row["label"] == "trips"
+        assert {"trips_ingest", "trips_maintenance", "trips_copy"} <= set(row["dags"])
+        gate = row["gate"]  # the README's gate and stage tasks are the table's gate history
+        assert gate["status"] == "rejected" and gate["last_pass"] is not None, gate
+        assert row["auto_optimize"]["scheduled"]  # trips_maintenance runs auto-optimize on it
+        copy = _row_at(base, token, str(lake / "trips_copy"))  # a DAG's table before any run
+        assert "error" in copy and copy["dags"] == ["trips_copy"]
+        status, page = request(base + "/deltaplane/", token=token)
+        assert status == 200 and f'href="/deltaplane/table?uri={quote(trips, safe="")}"' in page
+
+        for dag in ("trips_ingest", "trips_maintenance"):
+            where, page = _final(base, token, f"/deltaplane/dags/{dag}")
+            assert where == f"/deltaplane/table?uri={quote(trips, safe='')}", (dag, where)
+            assert "<h1>trips</h1>" in page and f"data-k=version>{health.version}<" in page
+        where, page = _final(base, token, "/deltaplane/dags/trips_copy")  # two tables: their list
+        assert where == "/deltaplane/dags/trips_copy" and "<h1>Delta tables of DAG trips_copy</h1>" in page
+        links = set(_links(page))
+        assert {
+            f"/deltaplane/table?uri={quote(str(lake / t), safe='')}" for t in ("trips", "trips_copy")
+        } <= links
+        # The link in the commit's Asset event opens the same page.
+        payloads = [e.get("payload") or {} for e in asset_events(asset_uri(trips))]
+        link = next(p["ops_view"] for p in payloads if p.get("table") == trips)
+        where, page = _final(base, token, link.removeprefix("/plugin/deltaplane"))
+        assert "<h1>trips</h1>" in page
+        status, body = request(base + f"/deltaplane/api/table?uri={quote(trips, safe='')}", token=token)
+        assert status == 200 and json.loads(body)["commits"][0]["dag_run"]["dag_id"] == "trips_ingest"
+    finally:
+        for file in files:
+            file.unlink(missing_ok=True)
+
+
+def test_tables_named_by_template_or_on_s3_with_a_connection_are_found(
+    ops_server, tmp_path, monkeypatch, s3_server
+):
+    """A task whose table_uri is a template counts as the URI Airflow rendered for its run; a
+    task on S3 names its connection, and the view opens the table with it."""
+    from airflow.models.connection import Connection
+    from airflow.utils.session import create_session
+
+    base, token, _ = ops_server
+    conn_id = f"ops_lake_{uuid.uuid4().hex[:8]}"
+    connection = {
+        "conn_type": "deltaplane",
+        "host": s3_server.endpoint,
+        "login": "test",
+        "password": "test",
+        "extra": json.dumps({"region": "us-east-1"}),
+    }
+    with create_session() as session:  # where the api-server reads it
+        session.add(Connection(conn_id=conn_id, **connection))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection))  # where the run reads it
+    remote = s3_server.uri("ops-remote")
+    write_table(remote, pa.table({"id": [1, 2, 3]}), storage_options=s3_server.options())
+    local = str(tmp_path / "templated")
+    write_table(local, pa.table({"id": [1]}))
+    dag_id = f"ops_templated_{uuid.uuid4().hex[:8]}"
+    path = DAGS / f"{dag_id}.py"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            import pendulum
+            from airflow.sdk import DAG
+            from deltaplane.operators import DeltaCheckpointOperator
+
+            with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1),
+                     params={{"lake": {str(tmp_path)!r}}}) as dag:
+                DeltaCheckpointOperator(task_id="local", table_uri="{{{{ params.lake }}}}/templated")
+                DeltaCheckpointOperator(task_id="remote", table_uri={remote!r}, deltaplane_conn_id={conn_id!r})
+            """
+        )
+    )
+    try:
+        spec = importlib.util.spec_from_file_location(dag_id, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert module.dag.test().state == "success"
+        row = _row_at(base, token, remote)
+        assert "error" not in row, row
+        assert (row["version"], row["rows"], row["dags"]) == (0, 3, [dag_id])
+        row = _row_at(base, token, local)
+        assert "error" not in row and row["dags"] == [dag_id], row
+        where, _ = _final(base, token, f"/deltaplane/dags/{dag_id}")  # both tables: the list
+        assert where == f"/deltaplane/dags/{dag_id}"
+    finally:
+        path.unlink()
+
+
+def test_the_view_works_without_a_tables_file(airflow_db, tmp_path, monkeypatch):
+    """No tables file (a team that writes its DAGs by hand): the list says so and shows what
+    Airflow knows, instead of failing."""
+    from fastapi.testclient import TestClient
+
+    from deltaplane.operators.plugins.ops_view import create_app
+
+    monkeypatch.setenv("DELTAPLANE_CONFIG", str(tmp_path / "no-such-tables.yaml"))
+    client = TestClient(create_app(authenticated=False))
+    response = client.get("/api/tables")
+    assert response.status_code == 200, response.text[-2000:]
+    response = client.get("/")
+    assert response.status_code == 200 and "no-such-tables.yaml" in response.text
+    assert_inert(response.text, ["no such file"])
+
+
 # --- data from anyone: escaped, typed, never a 500 ----------------------------------------------
 
 
@@ -573,12 +717,14 @@ def _links(page: str) -> dict[str, dict]:
 # What the view's own templates emit; an element of any other kind came from data.
 OWN_ELEMENTS = {
     "html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "a", "b", "code", "span",
-    "table", "tr", "th", "td", "ul", "li", "svg", "line", "rect", "text", "div", "br", "script",
+    "table", "thead", "tbody", "tr", "th", "td", "ul", "li", "svg", "line", "rect", "text", "div", "br", "wbr",
+    "script",
 }  # fmt: skip
 # The one script of the view: its own file, loaded from the Airflow server.
 OWN_SCRIPT = '<script src="/deltaplane/static/ops.js" defer></script>'
-# hrefs built from data are URL-quoted: nothing but unreserved characters, "%" and "/".
-QUOTED_HREF = re.compile(r"[A-Za-z0-9%/._~-]*")
+# hrefs built from data are URL-quoted: nothing but unreserved characters, "%" and "/" (and the
+# view's own "?uri=" before a quoted URI).
+QUOTED_HREF = re.compile(r"[A-Za-z0-9%/._~-]*(\?uri=[A-Za-z0-9%._~-]*)?")
 
 
 def assert_inert(page: str, shown: list[str]) -> _Page:
@@ -936,13 +1082,13 @@ async def _browse(ws_url: str, base: str, urls: list[str], cookie: str, token: s
         seen = []
         for url in urls:
             await call("Page.navigate", url=url)
-            await asyncio.sleep(0.2)
-            for _ in range(200):
-                if (
-                    await evaluate("document.readyState") == "complete"
-                    and await evaluate("location.href") == url
-                ):
-                    break
+            # Loaded, not "probably loaded by now": on a slow machine the checks below must not
+            # run on the previous page.
+            deadline = time.monotonic() + 60
+            while not (
+                await evaluate("location.href") == url and await evaluate("document.readyState") == "complete"
+            ):
+                assert time.monotonic() < deadline, f"{url} did not load within 60 s"
                 await asyncio.sleep(0.1)
             await asyncio.sleep(0.3)  # event handlers a payload might have added get their chance
             values = await evaluate(

@@ -13,7 +13,7 @@ from deltaplane.engine import DeltaTable, write_table
 from deltaplane.engine.tail import find_new_commits
 from deltaplane.engine.watermarks import read_watermark
 from deltaplane.operators.triggers.commits import DeltaCommitEventTrigger, DeltaCommitTrigger
-from tests.operators.conftest import run_dag, task_states, xcom
+from tests.operators.conftest import once_deferred, run_dag, task_states, xcom
 
 pytestmark = pytest.mark.xdist_group("airflow")
 
@@ -105,26 +105,24 @@ def test_deferred_sensor_waits_in_its_trigger(airflow_db, tmp_path):
     uri = str(tmp_path / "t")
     make_table(uri)
 
-    def later():
-        time.sleep(3)
+    def commit():  # once the sensor waits in its trigger, however long its start took
         DeltaTable(uri).optimize(min_num_files=1)  # not news
         write_table(uri, rows(50, 2, "b"), mode="append")
 
-    thread = threading.Thread(target=later)
-    thread.start()
-    run = run_dag(
-        "tail_deferred",
-        f"""
+    with once_deferred(uri, commit) as committed:
+        run = run_dag(
+            "tail_deferred",
+            f"""
         import pendulum
         from airflow.sdk import DAG
         from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor
 
         with DAG("tail_deferred", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
             DeltaLogTailSensor(task_id="wait", table_uri={uri!r}, after_version=3, deferrable=True,
-                               poke_interval=0.5, partition_filter="part = 'b'")
+                               poke_interval=0.5, partition_filter="part = 'b'", timeout=600)
         """,
-    )
-    thread.join()
+        )
+    assert committed == {"acted": True}, committed
     assert task_states(run) == {"wait": "success"}
     result = xcom(run, "wait")
     assert [c["version"] for c in result["commits"]] == [5] and result["commits"][0]["rowsAdded"] == 2
@@ -326,15 +324,10 @@ def test_deferred_sensor_fails_when_its_table_disappears(airflow_db, tmp_path):
     uri = str(tmp_path / "t")
     make_table(uri)
 
-    def later():
-        time.sleep(3)
-        shutil.rmtree(uri)
-
-    thread = threading.Thread(target=later)
-    thread.start()
-    run = run_dag(
-        "tail_gone",
-        f"""
+    with once_deferred(uri, lambda: shutil.rmtree(uri)) as removed:  # under the trigger
+        run = run_dag(
+            "tail_gone",
+            f"""
         import pendulum
         from airflow.sdk import DAG
         from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor
@@ -343,8 +336,8 @@ def test_deferred_sensor_fails_when_its_table_disappears(airflow_db, tmp_path):
             DeltaLogTailSensor(task_id="wait", table_uri={uri!r}, after_version=3, deferrable=True,
                                poke_interval=0.5, timeout=600)
         """,
-    )
-    thread.join()
+        )
+    assert removed == {"acted": True}, removed
     assert task_states(run) == {"wait": "failed"}
 
 

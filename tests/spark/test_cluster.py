@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -18,16 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from deltaplane.devstack.ports import free_port
 from deltaplane.engine import DeltaTable, write_table
 from deltaplane.spark_jobs.submit import spark_home, submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start(command: list[str], log: Path, env: dict) -> subprocess.Popen:
@@ -51,7 +45,7 @@ def _stop(process: subprocess.Popen) -> None:
 def spark_cluster(tmp_path_factory):
     """Master and one worker bound to 127.0.0.1 (their web UIs too, through SPARK_LOCAL_IP)."""
     work = tmp_path_factory.mktemp("spark-cluster")
-    port, ui, worker_ui = _port(), _port(), _port()
+    port, ui, worker_ui = free_port(), free_port(), free_port()
     env = {
         **os.environ,
         "SPARK_LOCAL_IP": "127.0.0.1",

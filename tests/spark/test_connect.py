@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from deltaplane.devstack.ports import free_port
 from deltaplane.engine import DeltaTable, write_table
 from deltaplane.spark_jobs.submit import spark_home
 
@@ -26,12 +27,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark-connect")]
 
 ROOT = Path(__file__).resolve().parents[2]
 START_SECONDS = 180
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _listening(port: int) -> bool:
@@ -43,7 +38,7 @@ def _listening(port: int) -> bool:
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory):
     work = tmp_path_factory.mktemp("spark-connect")
-    port = _port()
+    port = free_port()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("SPARK_REMOTE", None)
     command = [str(spark_home() / "bin" / "spark-submit"), "--class"]
