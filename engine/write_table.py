@@ -150,3 +150,6 @@ def _create(uri: str, data: Any, *, partition_by, predicate, storage_options, **
     return table.overwrite(
         reader, predicate, app_id=app_id, app_version=app_version, target_file_size=target_file_size
     )
+
+
+write_deltalake = write_table  # delta-rs's name

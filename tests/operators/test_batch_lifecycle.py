@@ -225,3 +225,39 @@ def test_a_first_batch_that_does_not_fit_the_winner_goes_back_to_landing(airflow
     assert ids(tmp_path / "t") == list(range(200))
     fares = DeltaTable(str(tmp_path / "t")).to_arrow().sort_by("id")["fare"].to_pylist()
     assert fares == [1.5] * 100 + [2.0] * 100
+
+
+COMMITTED_BEFORE_THE_TASK = """
+    @task
+    def commit_and_die(manifest):
+        # The commit task's first try: its commit landed, then it was killed (kill -9) before it
+        # moved the landing files or released the hold.
+        from deltaplane.engine.commands.staged import commit_write, read_manifest
+
+        staged = read_manifest(manifest)
+        commit_write(staged.spec, staged.adds, release_hold=False)
+
+    died = commit_and_die(M)
+    stage >> gate >> died >> commit
+"""
+
+
+def test_a_commit_task_killed_after_its_commit_finishes_the_batch_on_its_retry(airflow_db, tmp_path):
+    table, landing, staging = tmp_path / "trips", tmp_path / "landing", tmp_path / "staging"
+    land_csv(landing, "a.csv", "id,fare", [f"{i},1.0" for i in range(5)])
+    run = run_dag(
+        "killed_after_commit",
+        STAGE_GATE_COMMIT.format(
+            dag_id="killed_after_commit",
+            table=str(table),
+            landing=str(landing),
+            staging=str(staging),
+            between=COMMITTED_BEFORE_THE_TASK,
+        ),
+    )
+    assert task_states(run)["commit"] == "success"
+    out = xcom(run, "commit")
+    assert out["already_applied"] is True and out["version"] == 0
+    assert ids(table) == list(range(5)) and DeltaTable(str(table)).version == 0  # landed once
+    assert landed(landing) == {"landing": [], "_staged": [], "_processed": ["a.csv"]}
+    assert list_holds(open_store(str(table))) == []

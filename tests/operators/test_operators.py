@@ -60,10 +60,13 @@ def test_commit_then_maintenance(airflow_db, tmp_path):
     states = task_states(run)
     assert set(states.values()) == {"success"}, states
     uri = f"file://{table}"
-    events = asset_events(uri)
-    assert [e["operation"] for e in events][:4] == ["CREATE TABLE AS SELECT", "WRITE", "WRITE", "OPTIMIZE"]
+    # Data commits on the table's Asset, maintenance on its own (one payload shape for both).
+    events = [e["payload"] for e in asset_events(uri)]
+    assert [e["operation"] for e in events] == ["CREATE TABLE AS SELECT", "WRITE", "WRITE"]
     assert events[0]["dataChange"] and events[0]["rowsAdded"] == 100 and events[0]["filesAdded"] == 3
-    assert events[3]["dataChange"] is False and events[3]["filesRemoved"] == 9
+    maintenance = [e["payload"] for e in asset_events(f"{uri}/_deltaplane/maintenance")]
+    assert maintenance[0]["operation"] == "OPTIMIZE"
+    assert maintenance[0]["dataChange"] is False and maintenance[0]["filesRemoved"] == 9
     decision = xcom(run, "auto_optimize")
     assert decision["action"] == "compact" and len(decision["partitions"]) == 3
     dt = DeltaTable(str(table))
@@ -125,7 +128,7 @@ def test_a_retried_writing_task_commits_once(airflow_db, tmp_path):
     assert [h["operation"] for h in dt.history()] == ["DELETE", "CREATE TABLE AS SELECT"]
     assert all(h["airflow"]["try_number"] == 1 for h in dt.history())
     assert xcom(run, "commit")["skipped"] is True and xcom(run, "commit")["version"] == 0
-    events = asset_events(f"file://{table}")
+    events = [e["payload"] for e in asset_events(f"file://{table}")]
     assert [e["version"] for e in events] == [0, 1]  # reported by the successful retries
 
 
@@ -188,7 +191,7 @@ def test_dml_operators(airflow_db, tmp_path):
     assert (
         1 not in rows and rows[4] == "fixed" and rows[5] == "gdpr" and rows[500] == "new" and len(rows) == 98
     )
-    events = asset_events(f"file://{table}")
+    events = [e["payload"] for e in asset_events(f"file://{table}")]
     assert [e["operation"] for e in events] == ["DELETE", "UPDATE", "MERGE"]
     assert (events[0]["kind"], events[0]["rowsDeleted"], events[0]["rowsAdded"]) == ("delete", 3, 0)
     assert xcom(run, "gdpr_delete")["operationMetrics"]["numDeletionVectorsAdded"] == "1"
@@ -254,9 +257,12 @@ def test_quality_gate_commits_good_batches_and_quarantines_bad_ones(airflow_db, 
     }
     after = tree_bytes(table)
     # Nothing committed, nothing committed touched: the table is byte-identical, minus the
-    # bad batch's own (never referenced) files, which moved to the quarantine.
+    # bad batch's own (never referenced) files, which moved to the quarantine, and its hold,
+    # released with them (VACUUM may reclaim what is left of it).
     bad_files = {a.path for a in bad.adds}
-    assert {k: v for k, v in before.items() if k not in bad_files} == after
+    bad_hold = f"_deltaplane/holds/{bad.spec.hold}.json"
+    assert {k: v for k, v in before.items() if k not in bad_files | {bad_hold}} == after
+    assert not [k for k in after if k.startswith("_deltaplane/holds/")]
     quarantine = Path(summary["quarantine"])
     assert quarantine == table / "_quarantine" / "bad"
     assert sorted(p.name for p in (quarantine / "data").rglob("*.parquet")) == sorted(
@@ -319,14 +325,10 @@ def test_operators_on_s3_through_a_connection(airflow_db, tmp_path, s3_server, m
     rs = deltalake.DeltaTable(uri, storage_options=s3_server.delta_rs_options())
     assert sorted(rs.to_pyarrow_table()["id"].to_pylist()) == list(range(290))
     assert [h["operation"] for h in rs.history()][:3] == ["DELETE", "OPTIMIZE", "WRITE"]
-    events = asset_events(uri)
-    assert [e["operation"] for e in events] == [
-        "CREATE TABLE AS SELECT",
-        "WRITE",
-        "WRITE",
-        "OPTIMIZE",
-        "DELETE",
-    ]
+    events = [e["payload"] for e in asset_events(uri)]
+    assert [e["operation"] for e in events] == ["CREATE TABLE AS SELECT", "WRITE", "WRITE", "DELETE"]
+    maintenance = [e["payload"] for e in asset_events(f"{uri}/_deltaplane/maintenance")]
+    assert [e["operation"] for e in maintenance] == ["OPTIMIZE"]
     assert xcom(run, "vacuum")["dry_run"] is True
 
 

@@ -212,7 +212,8 @@ def test_the_dml_job_does_the_work_the_operator_planned(airflow_db, tmp_path, ca
 def test_the_spark_stage_loads_the_files_the_operator_listed(airflow_db, tmp_path, capfd):
     """``ingest --stage``: the operator lists the landing folder (one file) and decides there is a
     batch; a second file lands before the job starts. The batch is the listed file only: the job
-    reads it alone, it alone moves to ``_processed``; the late file waits for the next run."""
+    reads it alone, it alone is claimed (``_staged/<batch>``, until its commit); the late file
+    waits for the next run."""
     uri = str(tmp_path / "t")
     landing = tmp_path / "landing"
     landing.mkdir()
@@ -246,7 +247,7 @@ def test_the_spark_stage_loads_the_files_the_operator_listed(airflow_db, tmp_pat
     assert out["rows"] == 5, out
     assert [Path(p).name for p in out["landing_files"]] == ["a.csv"]
     assert sorted(p.name for p in landing.iterdir() if p.is_file()) == ["b[1].csv"]
-    assert (landing / "_processed" / "batch1" / "a.csv").exists()
+    assert (landing / "_staged" / "batch1" / "a.csv").exists()
 
 
 def _driver_kill_dag(name: str, uri: str):
