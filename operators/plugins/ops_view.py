@@ -457,6 +457,35 @@ def _summary(entry: Entry, table, health) -> dict[str, Any]:
     }
 
 
+def waiting_batches(table, now_ms: int | None = None) -> list[dict[str, Any]]:
+    """Staged batches (and Spark writes) whose files are held for their commit, oldest first:
+    who holds, since when, until when, and whether the hold still protects (an expired one, or
+    one whose work the table holds, is VACUUM's to drop). An old one is a batch that needs a
+    look: its gate or commit never ran, or failed for good."""
+    import time
+
+    from deltaplane.engine.holds import hold_is_live, list_holds
+    from deltaplane.engine.work import WorkKey
+
+    snapshot = table.snapshot
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+
+    def done(app_id: str, version: int | None) -> bool:
+        return WorkKey(app_id, version if version is not None else 0).done_in(snapshot)
+
+    return [
+        {
+            "note": _text(h.note),
+            "work": _text(h.app_id),
+            "since": h.created_at,
+            "expires": h.expires_at,
+            "age_seconds": max(0, (now - h.created_at) // 1000),
+            "live": hold_is_live(h, done, now),
+        }
+        for h in list_holds(snapshot.store)
+    ]
+
+
 def _event(event) -> dict | None:
     return (
         None
@@ -534,6 +563,7 @@ def table_detail(entry: Entry) -> dict[str, Any]:
         }
         for p in health.partitions
     ]
+    detail["waiting_batches"] = waiting_batches(table)
     detail["file_size_histogram"] = health.file_size_histogram
     detail["file_size_buckets"] = log_size_buckets(sizes)
     detail["commits"] = [commit_row(info) for info in history]

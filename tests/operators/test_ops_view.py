@@ -503,6 +503,31 @@ def test_table_page_health_timeline_charts_and_shape(ops_server):
     assert "deletionVectors" in text and "delta.enableDeletionVectors" in text
 
 
+def test_a_batch_waiting_for_its_commit_is_shown_until_its_hold_is_released(ops_server):
+    """A staged batch holds its files (VACUUM keeps them) until its commit: the table page says
+    who holds them and since when, so a batch whose gate or commit never ran is seen."""
+    from deltaplane.engine.commands.staged import plan_write, release_hold_of
+
+    base, token, trips = ops_server
+    note = payload("hold-note")
+    schema = pa.schema([("id", pa.int64()), ("day", pa.string())])
+    spec = plan_write(trips, schema, app_id="waiting-batch", app_version=1, hold=True, hold_note=note)
+    try:
+        status, body = request(base + "/deltaplane/api/tables/trips", token=token)
+        waiting = json.loads(body)["waiting_batches"]
+        assert [(w["note"], w["work"], w["live"]) for w in waiting] == [(note, "waiting-batch", True)]
+        assert waiting[0]["expires"] > waiting[0]["since"] and waiting[0]["age_seconds"] >= 0
+        status, page = request(base + "/deltaplane/tables/trips", token=token)
+        assert status == 200 and "Batches waiting for their commit" in page
+        assert_inert(page, [note])
+    finally:
+        release_hold_of(spec)
+    status, body = request(base + "/deltaplane/api/tables/trips", token=token)
+    assert json.loads(body)["waiting_batches"] == []
+    status, page = request(base + "/deltaplane/tables/trips", token=token)
+    assert "None: no staged batch is waiting" in page
+
+
 def test_dag_tabs_and_asset_events_lead_to_the_table_page(ops_server):
     """The DAG tab's URL (Airflow fills in {DAG_ID}) and the link in a commit's Asset event
     extra both land on the table's page."""
@@ -923,6 +948,11 @@ def test_fields_the_config_cannot_carry_are_escaped_too():
             }
         ],
         "file_size_histogram": [{"min_bytes": 0, "num_files": 2, "bytes": 2048}],
+        "waiting_batches": [
+            {"note": payload("hold"), "work": payload("hold-work"), "since": 1, "expires": 2,
+             "age_seconds": 7200, "live": True},
+            {"note": None, "work": None, "since": 1, "expires": 2, "age_seconds": 60, "live": False},
+        ],
         "commits": [
             {
                 "version": 3,
@@ -941,7 +971,7 @@ def test_fields_the_config_cannot_carry_are_escaped_too():
     page = detail_page(summary).body.decode()
     shown = ("uri", "action", "reason", "dag", "partition", "op", "d", "source", "quarantine-error")
     shown += ("gate-run", "gate-task", "gate-reason", "batch", "quarantine", "column", "pcol", "description")
-    shown += ("key", "value", "rf", "wf", "pk", "pv")
+    shown += ("key", "value", "rf", "wf", "pk", "pv", "hold", "hold-work")
     assert_inert(page, [name, *map(payload, shown)])
     page = list_page([summary]).body.decode()
     assert_inert(page, [name, payload("action"), payload("batch"), payload("source")])
