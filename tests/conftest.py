@@ -148,3 +148,14 @@ def delta_spark():
     finally:
         spark.close()
 
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist names each grouped test ``<id>@<group>``
+def pytest_collection_modifyitems(config, items):
+    """Tests that drive Delta Spark (the ``delta_spark`` fixture: one JVM per test worker that asks
+    for it) run on one worker, so one JVM serves them all, unless they already belong to a group
+    (the Spark tests share that worker's own Spark session)."""
+    for item in items:
+        uses = "delta_spark" in getattr(item, "fixturenames", ())
+        if uses and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group("delta-spark"))

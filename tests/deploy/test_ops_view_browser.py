@@ -31,7 +31,7 @@ from deltaplane.devstack.ports import free_port
 from tests.browser import browser, chromium  # noqa: F401 (fixtures)
 from tests.readme import python_blocks
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
+pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEN = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")

@@ -20,7 +20,7 @@ from deltaplane.engine.errors import InvalidArgumentError
 from deltaplane.operators.triggers.commits import DeltaCommitEventTrigger
 from tests.operators.conftest import asset_events, run_dag, task_states
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 # The keys of every event's payload, outlet or watcher: written down, not read from the code.
 PAYLOAD_KEYS = {

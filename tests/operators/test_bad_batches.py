@@ -26,7 +26,7 @@ import pytest
 from deltaplane.engine import DeltaTable
 from tests.operators.conftest import DAGS, HOME, run_dag, task_states, xcom
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 PROJECT = Path(__file__).resolve().parents[2]
 

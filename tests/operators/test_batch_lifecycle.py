@@ -26,7 +26,7 @@ from deltaplane.engine.holds import list_holds
 from deltaplane.engine.storage import open_store
 from tests.operators.conftest import run_dag, task_states, xcom
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 
 def land_csv(folder: Path, name: str, header: str, lines: list[str]) -> Path:

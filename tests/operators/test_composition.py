@@ -26,7 +26,7 @@ import pytest
 from deltaplane.engine import DeltaTable
 from tests.operators.conftest import run_dag, task_states, xcom
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.string())])
 

@@ -135,7 +135,7 @@ def run_dag_files(dags: Path, cwd: Path, env: dict[str, str]) -> subprocess.Comp
     )
 
 
-@pytest.mark.xdist_group("airflow")
+@pytest.mark.airflow
 def test_dag_files_find_their_repository_config_from_any_directory(tmp_path):
     # A copy of the repository's dags/ beside its own config/: the DAG files must read that
     # config, not the one of the directory the DAG processor happens to run in.

@@ -9,7 +9,7 @@ import pytest
 from deltaplane.engine import DeltaTable, write_table
 from tests.operators.conftest import run_dag, task_states, xcom
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 
 def rows(start: int, n: int) -> pa.Table:

@@ -19,7 +19,7 @@ from deltaplane.engine import DeltaTable
 from deltaplane.operators.factory.config import ConfigError, load_config
 from tests.operators.conftest import asset_events, run_dag, task_states, xcom
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 PROJECT = Path(__file__).resolve().parents[2]
 

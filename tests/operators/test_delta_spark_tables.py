@@ -18,7 +18,7 @@ from deltaplane.engine import DeltaTable
 from tests.deltaspark.compare import arrow_rows, sorted_rows
 from tests.operators.conftest import run_dag, task_states, xcom
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "delta_spark_44"
 

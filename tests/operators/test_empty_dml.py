@@ -15,7 +15,7 @@ from deltaplane.engine import DeltaTable
 from tests.operators.conftest import asset_events, run_dag, task_states, xcom
 from tests.operators.test_xcom_shape import check_shape
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string())])
 

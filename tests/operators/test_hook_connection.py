@@ -13,7 +13,7 @@ import pytest
 from deltaplane.operators.hooks.delta import DeltaHook
 from tests.s3_auth import authenticated_seaweedfs
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from deltaplane.engine import DeltaTable
 from tests.operators.conftest import asset_events, run_dag, task_states, xcom
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 
 def landing(directory: Path, batches: int, rows: int = 100) -> Path:

@@ -34,7 +34,7 @@ from deltaplane.operators.utils.runs import asset_uri
 from tests.browser import browser, chromium  # noqa: F401 (fixtures)
 from tests.operators.conftest import DAGS, asset_events, run_dag
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
+pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 
 
 def payload(field: str) -> str:

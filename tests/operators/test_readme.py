@@ -12,7 +12,7 @@ import pytest
 
 from tests.operators.conftest import DAGS, task_states
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 _BLOCK = re.compile(r"```python\n(# dags/(\w+)\.py\n.*?)```", re.S)

@@ -15,7 +15,7 @@ from deltaplane.engine.watermarks import read_watermark
 from deltaplane.operators.triggers.commits import DeltaCommitEventTrigger, DeltaCommitTrigger
 from tests.operators.conftest import once_deferred, run_dag, task_states, xcom
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 
 def rows(start: int, n: int, part: str = "a") -> pa.Table:

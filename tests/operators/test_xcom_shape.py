@@ -15,7 +15,7 @@ import pytest
 from deltaplane.engine import DeltaTable
 from tests.operators.conftest import run_dag, task_states, xcom
 
-pytestmark = pytest.mark.xdist_group("airflow")
+pytestmark = pytest.mark.airflow
 
 NoneType = type(None)
 
