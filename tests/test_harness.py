@@ -91,3 +91,20 @@ def test_ports_for_servers_are_never_ones_outgoing_connections_take():
         ports = free_ports(("master", "volume", "filer", "s3", "admin"), offsets=(0, SEAWEEDFS_GRPC_OFFSET))
         every = [p + offset for p in ports.values() for offset in (0, SEAWEEDFS_GRPC_OFFSET)]
         assert len(set(every)) == len(every) and all(p < low for p in every), ports
+
+
+def test_grouped_tests_collect_in_one_process_without_xdist():
+    """The inner loop `pytest -p no:xdist <file>` (one process, no workers) collects the files
+    whose tests name an xdist group, and the ones the conftest groups (Delta Spark's): under
+    `--strict-markers` an undeclared `xdist_group` was an internal error."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = ["tests/deltaspark/test_differential.py", "tests/deploy/test_asset_events.py"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--co", "-q", *files],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "test_generated_sequences_agree" in done.stdout and "test_asset_events.py::" in done.stdout
