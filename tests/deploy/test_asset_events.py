@@ -19,6 +19,7 @@ commits, and ``b`` ran twice per append.
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sqlite3
@@ -34,12 +35,14 @@ import pytest
 
 from deltaplane.devstack.ports import free_port
 from deltaplane.engine import DeltaTable, write_table
+from tests.deploy.test_deferred_sensor import _until as _until_default
 from tests.deploy.test_triggerer_crash import _env, _kill, _start, start_airflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
 
 TABLES = ("w", "o", "b")
 SETTLE = 15.0  # seconds without a new consumer run or event before a step counts as done
+_until = functools.partial(_until_default, timeout=300)  # seven steps of a busy stack
 
 DAGS = """
 import pendulum
@@ -114,18 +117,6 @@ def _events(db: Path, uri: str) -> list[dict]:
         uri,
     )
     return [json.loads(extra) if isinstance(extra, str) else extra for (extra,) in rows]
-
-
-def _until(what: str, check, processes, timeout: float = 300):
-    deadline = time.time() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        for name, process in processes.items():
-            assert process.poll() is None, f"{name} exited"
-        assert time.time() < deadline, f"{what}: not after {timeout} s"
-        time.sleep(1)
 
 
 def _settle(db: Path, lake: Path, processes, tables=TABLES) -> dict[str, int]:

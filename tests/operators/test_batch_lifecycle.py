@@ -95,28 +95,21 @@ DELETE_STAGED_BETWEEN = """
 """
 
 
+def run_pipeline(dag_id: str, table: Path, landing: Path, staging: Path, between: str = ""):
+    """One run of stage -> gate -> commit; ``between`` adds tasks and their own order."""
+    source = STAGE_GATE_COMMIT.format(
+        dag_id=dag_id, table=str(table), landing=str(landing), staging=str(staging), between=between
+    )
+    return run_dag(dag_id, source + ("" if between else "    stage >> gate >> commit\n"))
+
+
 def test_a_nightly_vacuum_with_zero_retention_does_not_strand_a_staged_batch(airflow_db, tmp_path):
     table, landing, staging = tmp_path / "trips", tmp_path / "landing", tmp_path / "staging"
     land_csv(landing, "a.csv", "id,fare", ["1,2.5", "2,3.0"])
-    run_dag(
-        "nightly_a",
-        STAGE_GATE_COMMIT.format(
-            dag_id="nightly_a", table=str(table), landing=str(landing), staging=str(staging), between=""
-        )
-        + "    stage >> gate >> commit\n",
-    )
+    run_pipeline("nightly_a", table, landing, staging)
     assert ids(table) == [1, 2]
     land_csv(landing, "b.csv", "id,fare", [f"{i},{i}.5" for i in range(3, 403)])
-    run = run_dag(
-        "nightly_b",
-        STAGE_GATE_COMMIT.format(
-            dag_id="nightly_b",
-            table=str(table),
-            landing=str(landing),
-            staging=str(staging),
-            between=VACUUM_BETWEEN,
-        ),
-    )
+    run = run_pipeline("nightly_b", table, landing, staging, between=VACUUM_BETWEEN)
     assert task_states(run) == {
         "stage": "success",
         "gate": "success",
@@ -134,24 +127,9 @@ def test_a_nightly_vacuum_with_zero_retention_does_not_strand_a_staged_batch(air
 def test_staged_files_that_vanished_are_staged_again_from_the_landing_files(airflow_db, tmp_path):
     table, landing, staging = tmp_path / "trips", tmp_path / "landing", tmp_path / "staging"
     land_csv(landing, "a.csv", "id,fare", ["1,2.5"])
-    run_dag(
-        "vanish_a",
-        STAGE_GATE_COMMIT.format(
-            dag_id="vanish_a", table=str(table), landing=str(landing), staging=str(staging), between=""
-        )
-        + "    stage >> gate >> commit\n",
-    )
+    run_pipeline("vanish_a", table, landing, staging)
     land_csv(landing, "b.csv", "id,fare", [f"{i},1.0" for i in range(2, 402)])
-    run = run_dag(
-        "vanish_b",
-        STAGE_GATE_COMMIT.format(
-            dag_id="vanish_b",
-            table=str(table),
-            landing=str(landing),
-            staging=str(staging),
-            between=DELETE_STAGED_BETWEEN,
-        ),
-    )
+    run = run_pipeline("vanish_b", table, landing, staging, between=DELETE_STAGED_BETWEEN)
     assert task_states(run)["commit"] == "success"
     out = xcom(run, "commit")
     assert out["restaged"] is True and out["rows"] == 400
@@ -245,16 +223,7 @@ COMMITTED_BEFORE_THE_TASK = """
 def test_a_commit_task_killed_after_its_commit_finishes_the_batch_on_its_retry(airflow_db, tmp_path):
     table, landing, staging = tmp_path / "trips", tmp_path / "landing", tmp_path / "staging"
     land_csv(landing, "a.csv", "id,fare", [f"{i},1.0" for i in range(5)])
-    run = run_dag(
-        "killed_after_commit",
-        STAGE_GATE_COMMIT.format(
-            dag_id="killed_after_commit",
-            table=str(table),
-            landing=str(landing),
-            staging=str(staging),
-            between=COMMITTED_BEFORE_THE_TASK,
-        ),
-    )
+    run = run_pipeline("killed_after_commit", table, landing, staging, between=COMMITTED_BEFORE_THE_TASK)
     assert task_states(run)["commit"] == "success"
     out = xcom(run, "commit")
     assert out["already_applied"] is True and out["version"] == 0
