@@ -47,8 +47,6 @@ def session(jars: str):
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.sql.warehouse.dir", os.environ["DELTA_SPARK_WAREHOUSE"])
     )
-    if os.environ.get("DELTA_SPARK_JAVA_OPTIONS"):
-        builder = builder.config("spark.driver.extraJavaOptions", os.environ["DELTA_SPARK_JAVA_OPTIONS"])
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
