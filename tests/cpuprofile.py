@@ -23,42 +23,13 @@ from pathlib import Path
 
 import pytest
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _stats() -> dict[int, tuple[int, int]]:
-    """pid -> (ppid, user+system ticks of itself and its reaped children)."""
-    out = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = data[data.rfind(")") + 2 :].split()
-        # fields[1] is ppid; utime, stime, cutime, cstime are fields 14-17 of stat (11-14 here)
-        out[int(name)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
-    return out
+from tests import proctree
 
 
 def tree_cpu(root: int | None = None) -> float:
     """CPU seconds used so far by ``root`` (this process) and everything below it."""
     root = os.getpid() if root is None else root
-    stats = _stats()
-    children: dict[int, list[int]] = defaultdict(list)
-    for pid, (ppid, _) in stats.items():
-        children[ppid].append(pid)
-    total, todo, seen = 0, [root], set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen or pid not in stats:
-            continue
-        seen.add(pid)
-        total += stats[pid][1]
-        todo.extend(children.get(pid, ()))
-    return total / TICK
+    return sum(proctree.cpu_seconds(pid) for pid in (root, *proctree.descendants(root)))
 
 
 def _record(item) -> None:

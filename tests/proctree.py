@@ -27,14 +27,28 @@ class Proc:
         return " ".join(self.cmdline)
 
 
-def _stat(pid: int) -> tuple[str, int, int, int] | None:
+def _fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name: [0] state, [1] ppid, [2] pgid, [11:15] utime,
+    stime, cutime, cstime (clock ticks), [19] start time."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read().decode(errors="replace")
     except OSError:
         return None
-    fields = data[data.rfind(")") + 2 :].split()
+    return data[data.rfind(")") + 2 :].split()
+
+
+def _stat(pid: int) -> tuple[str, int, int, int] | None:
+    fields = _fields(pid)
+    if fields is None:
+        return None
     return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds used by ``pid`` and the children it reaped (0 if it is gone)."""
+    fields = _fields(pid)
+    return 0.0 if fields is None else sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def read(pid: int) -> Proc | None:
