@@ -23,8 +23,6 @@ import functools
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -36,6 +34,7 @@ import pytest
 from deltaplane.devstack.ports import free_port
 from deltaplane.engine import DeltaTable, write_table
 from tests.deploy.test_deferred_sensor import _until as _until_default
+from tests.deploy.test_stack import Api
 from tests.deploy.test_triggerer_crash import _env, _kill, _start, start_airflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
@@ -175,6 +174,10 @@ def test_one_consumer_run_per_data_commit_with_watcher_outlets_or_both(tmp_path)
             processes,
         )
 
+        @functools.cache
+        def api() -> Api:  # the REST API a user's script triggers through (an `airflow` CLI costs 4 CPU-s)
+            return Api.login(f"http://127.0.0.1:{port}", home)
+
         def step(label: str, run_step):
             before = _consumer_runs(db)
             run_step()
@@ -184,17 +187,9 @@ def test_one_consumer_run_per_data_commit_with_watcher_outlets_or_both(tmp_path)
         def producer(dag_id: str, conf: dict | None = None):
             def run():
                 run_id = f"{dag_id}_{len(counted)}"
-                args = ["dags", "trigger", dag_id, "--run-id", run_id]
-                if conf:
-                    args += ["--conf", json.dumps(conf)]
-                done = subprocess.run(
-                    [sys.executable, "-m", "airflow", *args],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                )
-                assert done.returncode == 0, done.stderr[-3000:]
+                body = {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}}
+                status, answer = api().call("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
+                assert status in (200, 201), answer
 
                 def finished():
                     rows = _query(db, "SELECT state FROM dag_run WHERE run_id = ?", run_id)

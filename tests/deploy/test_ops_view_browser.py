@@ -28,6 +28,7 @@ from urllib.parse import quote
 import pytest
 
 from deltaplane.devstack.ports import free_port
+from tests.airflow_cli import AirflowCLI
 from tests.browser import browser, chromium  # noqa: F401 (fixtures)
 from tests.readme import python_blocks
 
@@ -88,15 +89,6 @@ def _land_readme(lake: Path, name: str, rows: list[tuple[int, float]]) -> None:
     (folder / f"{name}.csv").write_text("trip_id,fare\n" + "".join(f"{i},{fare}\n" for i, fare in rows))
 
 
-def _airflow(env: dict, *args: str, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, "-m", "airflow", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
-    if check:
-        assert done.returncode == 0, (args, done.stdout[-3000:], done.stderr[-3000:])
-    return done
-
-
 def _get(url: str, token: str | None = None) -> tuple[int, str]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -130,22 +122,23 @@ def airflow(tmp_path_factory):
         "DELTAPLANE_CONFIG": str(config),
         "LAKE": str(work / "readme-lake"),  # the README DAGs' lake
     }
-    _airflow(env, "db", "migrate")
-    _airflow(env, "dags", "reserialize")
-    for hour, start in ((9, 0), (10, 100)):  # two batches pass: CREATE TABLE, then WRITE
-        _land(work / "landing", start)
-        _airflow(env, "dags", "test", "deltaplane_trips_ingest", f"2026-11-20T{hour:02d}:00:00+00:00")
-    _land(work / "landing", 200, bad=True)  # a null id: the gate rejects the batch
-    _airflow(env, "dags", "test", "deltaplane_trips_ingest", "2026-11-20T11:00:00+00:00", check=False)
-    assert any((work / "lake" / "trips" / "_quarantine").iterdir())
-    _airflow(env, "dags", "test", "deltaplane_trips_consumer", "2026-11-20T12:30:00+00:00")
-    _airflow(env, "dags", "test", "deltaplane_trips_maintenance", "2026-11-20T13:00:00+00:00")
-    readme_lake = work / "readme-lake"
-    _land_readme(readme_lake, "good", [(1, 5.0), (2, 6.5)])
-    _airflow(env, "dags", "test", "trips_ingest", "2026-11-20T14:00:00+00:00")
-    _land_readme(readme_lake, "bad", [(3, -2.0)])  # a negative fare: the README's gate rejects it
-    _airflow(env, "dags", "test", "trips_ingest", "2026-11-20T15:00:00+00:00", check=False)
-    assert any((readme_lake / "trips" / "_quarantine").iterdir())
+    with AirflowCLI(env, work / "cli.log") as airflow_cli:  # one process: Airflow imported once
+        airflow_cli("db", "migrate")
+        airflow_cli("dags", "reserialize")
+        for hour, start in ((9, 0), (10, 100)):  # two batches pass: CREATE TABLE, then WRITE
+            _land(work / "landing", start)
+            airflow_cli("dags", "test", "deltaplane_trips_ingest", f"2026-11-20T{hour:02d}:00:00+00:00")
+        _land(work / "landing", 200, bad=True)  # a null id: the gate rejects the batch
+        airflow_cli("dags", "test", "deltaplane_trips_ingest", "2026-11-20T11:00:00+00:00", check=False)
+        assert any((work / "lake" / "trips" / "_quarantine").iterdir())
+        airflow_cli("dags", "test", "deltaplane_trips_consumer", "2026-11-20T12:30:00+00:00")
+        airflow_cli("dags", "test", "deltaplane_trips_maintenance", "2026-11-20T13:00:00+00:00")
+        readme_lake = work / "readme-lake"
+        _land_readme(readme_lake, "good", [(1, 5.0), (2, 6.5)])
+        airflow_cli("dags", "test", "trips_ingest", "2026-11-20T14:00:00+00:00")
+        _land_readme(readme_lake, "bad", [(3, -2.0)])  # a negative fare: the README's gate rejects it
+        airflow_cli("dags", "test", "trips_ingest", "2026-11-20T15:00:00+00:00", check=False)
+        assert any((readme_lake / "trips" / "_quarantine").iterdir())
     port = free_port()
     with open(work / "api.log", "wb") as log:
         process = subprocess.Popen(

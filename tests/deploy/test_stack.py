@@ -36,6 +36,16 @@ class Api:
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
 
+    @classmethod
+    def login(cls, base: str, airflow_home: Path) -> Api:
+        """As admin, with the password the api-server generated into ``airflow_home``."""
+        passwords = json.loads((airflow_home / "simple_auth_manager_passwords.json.generated").read_text())
+        status, body = cls(base).call(
+            "POST", "/auth/token", {"username": "admin", "password": passwords["admin"]}
+        )
+        assert status == 201, body
+        return cls(base, body["access_token"])
+
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -75,14 +85,7 @@ def test_dags_run_on_the_native_stack(tmp_path):
     record = up(root, ports_mode="auto", max_minutes=15, config=config)
     try:
         ports = record["ports"]
-        passwords = json.loads(
-            (root / "airflow" / "simple_auth_manager_passwords.json.generated").read_text()
-        )
-        status, body = Api(f"http://127.0.0.1:{ports['airflow']}").call(
-            "POST", "/auth/token", {"username": "admin", "password": passwords["admin"]}
-        )
-        assert status == 201, body
-        api = Api(f"http://127.0.0.1:{ports['airflow']}", body["access_token"])
+        api = Api.login(f"http://127.0.0.1:{ports['airflow']}", root / "airflow")
         dags = ["deltaplane_trips_ingest", "deltaplane_trips_consumer", "deltaplane_trips_maintenance"]
         deadline = time.time() + 120
         while not all(api.call("GET", f"/api/v2/dags/{d}")[0] == 200 for d in dags):
