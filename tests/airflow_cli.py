@@ -92,13 +92,12 @@ class AirflowCLI:
 def _serve() -> None:
     """The child: one JSON list of arguments per stdin line, one JSON reply per command."""
     reply = os.fdopen(int(os.environ.pop("AIRFLOW_CLI_REPLY_FD")), "w", buffering=1)
-    from airflow import configuration  # first, as `python -m airflow` does
+    import airflow.configuration  # noqa: F401 - first, as `python -m airflow` does
     from airflow.cli import cli_parser
     from airflow.configuration import write_default_airflow_configuration_if_needed
 
     parser = cli_parser.get_parser()
     write_default_airflow_configuration_if_needed()
-    del configuration
     for line in sys.stdin:
         argv = json.loads(line)
         code, error = 0, None

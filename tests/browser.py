@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from tests.proctree import stop_group
+
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -133,10 +135,5 @@ def browser(chromium, tmp_path):
         yield port
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            stop_group(process, timeout=20)
         stderr.close()

@@ -164,6 +164,8 @@ def delta_spark():
         spark.close()
 
 
+_CDS_BUILD = pytest.StashKey()
+
 
 def pytest_configure(config):
     """The first session on a machine builds the Spark CDS archive beside its tests (xdist's
@@ -174,9 +176,6 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     sparkcds.stop_build(config.stash.get(_CDS_BUILD, None))
-
-
-_CDS_BUILD = pytest.StashKey()
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist names each grouped test ``<id>@<group>``

@@ -8,6 +8,8 @@ a survivor) and to look for a secret in every command line on the machine.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +27,20 @@ class Proc:
     @property
     def text(self) -> str:
         return " ".join(self.cmdline)
+
+
+def stop_group(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    """Stop the process group a test started (``start_new_session=True``) by its leader's PID:
+    ``sig``, then SIGKILL if the leader has not exited after ``timeout`` seconds."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=timeout)
 
 
 def _fields(pid: int) -> list[str] | None:

@@ -18,10 +18,11 @@ import hashlib
 import importlib.util
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.proctree import stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("DELTAPLANE_SPARK_CDS_DIR", ROOT / ".cache" / "spark-cds"))
@@ -74,17 +75,18 @@ def start_build(flags: str, archive: Path) -> subprocess.Popen | None:
         **os.environ,
         "SPARK_SUBMIT_OPTS": f"{flags} -XX:ArchiveClassesAtExit={partial}",
         "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),  # `tests`
         "DELTAPLANE_SPARK_CDS_PARTIAL": str(partial),
         "DELTAPLANE_SPARK_CDS_ARCHIVE": str(archive),
     }
-    log = open(CACHE / "build.log", "wb")  # noqa: SIM115 - the child owns it until it exits
     command = [
         sys.executable, "-c",
         "import sys, tests.sparkcds as c; sys.exit(c.build(sys.argv[1]))", str(spark_submit),
     ]  # fmt: skip
-    return subprocess.Popen(
-        command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    with open(CACHE / "build.log", "wb") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def build(spark_submit: str) -> int:
@@ -107,13 +109,8 @@ def stop_build(process: subprocess.Popen | None) -> None:
     """Stop a training run the session no longer waits for (by the process group it started)."""
     if process is None or process.poll() is not None:
         return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    for partial in CACHE.glob(f"*.{process.pid}.partial"):
+    stop_group(process, timeout=10)
+    for partial in CACHE.glob(f"*.{os.getpid()}.partial"):  # named by the process that started it
         partial.unlink(missing_ok=True)
 
 

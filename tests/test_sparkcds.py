@@ -67,3 +67,20 @@ def test_the_archive_is_named_by_the_jvm_flags():
     first = sparkcds.archive_path(SPARK_JVM_FLAGS)
     assert first is not None and first == sparkcds.archive_path(SPARK_JVM_FLAGS)
     assert first != sparkcds.archive_path(f"{SPARK_JVM_FLAGS} -Xmx1g")
+
+
+def test_a_build_stopped_by_the_session_leaves_no_partial_archive(tmp_path, monkeypatch):
+    """The session stops an unfinished training run (by its process group) and removes what its
+    JVM dumped on the way out: the next session builds again from nothing."""
+    monkeypatch.setattr(sparkcds, "CACHE", tmp_path)
+    archive = tmp_path / "spark-test.jsa"
+    process = sparkcds.start_build(SPARK_JVM_FLAGS, archive)
+    assert process is not None
+    deadline = time.monotonic() + 120
+    while "log4j" not in (tmp_path / "build.log").read_text(errors="replace"):
+        assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "build.log").read_text()
+        time.sleep(0.5)
+    (tmp_path / f"spark-test.{os.getpid()}.partial").write_bytes(b"half")  # as a JVM's exit dump leaves it
+    sparkcds.stop_build(process)
+    assert process.poll() is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build.log"]

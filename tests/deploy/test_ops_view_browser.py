@@ -15,7 +15,6 @@ import base64
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
@@ -30,6 +29,7 @@ import pytest
 from deltaplane.devstack.ports import free_port
 from tests.airflow_cli import AirflowCLI
 from tests.browser import browser, chromium  # noqa: F401 (fixtures)
+from tests.proctree import stop_group
 from tests.readme import python_blocks
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
@@ -161,12 +161,7 @@ def airflow(tmp_path_factory):
         passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
         yield base, passwords["admin"], str(work / "lake" / "trips"), str(readme_lake / "trips")
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)
 
 
 class Navigating(Exception):

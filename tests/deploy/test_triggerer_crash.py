@@ -38,6 +38,7 @@ import pytest
 
 from deltaplane.devstack.ports import free_port
 from deltaplane.engine import DeltaTable, write_table
+from tests.proctree import stop_group
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
 
@@ -114,15 +115,7 @@ def start_airflow(env: dict, logs: Path, port: int) -> dict[str, subprocess.Pope
 
 
 def _kill(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        return
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
+    stop_group(process, sig)
 
 
 def _events(db: Path, uri: str) -> tuple[list[int], set[int]]:

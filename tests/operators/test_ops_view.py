@@ -11,7 +11,6 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
@@ -33,6 +32,7 @@ from deltaplane.engine.transaction import commit_metadata_scope
 from deltaplane.operators.utils.runs import asset_uri
 from tests.browser import browser, chromium  # noqa: F401 (fixtures)
 from tests.operators.conftest import DAGS, asset_events, run_dag
+from tests.proctree import stop_group
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 
@@ -338,12 +338,7 @@ def ops_server(airflow_db, tmp_path_factory):
         assert status == 201, body
         yield base, json.loads(body)["access_token"], trips
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)
 
 
 def test_anonymous_requests_are_refused(ops_server):
