@@ -2,7 +2,8 @@
 
 Tests use these to find the processes a submit started (by parentage, from a PID they know),
 to check that none of them is left (by PID and start time, so a reused PID is not mistaken for
-a survivor) and to look for a secret in every command line on the machine.
+a survivor) and to look for a secret in every command line on the machine; ``stop_group``
+stops a process group a test started, by its leader's PID.
 """
 
 from __future__ import annotations
