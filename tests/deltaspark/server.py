@@ -46,6 +46,7 @@ def session(jars: str):
         .config("spark.databricks.delta.retentionDurationCheck.enabled", "false")
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.sql.warehouse.dir", os.environ["DELTA_SPARK_WAREHOUSE"])
+        .config("spark.driver.extraJavaOptions", os.environ.get("DELTA_SPARK_JAVA_OPTIONS", ""))
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -28,3 +28,14 @@ def test_errors_are_typed_and_the_session_survives(delta_spark, tmp_path):
         delta_spark.sql(f"SELECT * FROM delta.`{tmp_path / 'missing'}`")
     assert "AnalysisException" in caught.value.error_class or "not a Delta table" in str(caught.value)
     assert delta_spark.sql("SELECT 1 AS one") == [{"one": 1}]
+
+
+def test_the_suites_reference_jvm_collects_on_one_thread(delta_spark):
+    """The fixture's JVM runs with the serial collector (less CPU on a shared machine); the
+    option travels through the server's session to the JVM's command line."""
+    from tests import proctree
+
+    below = proctree.descendants(delta_spark.pid).values()
+    jvms = [p for p in below if p.cmdline and p.cmdline[0].endswith("java")]
+    assert len(jvms) == 1, jvms
+    assert "-XX:+UseSerialGC" in jvms[0].cmdline
