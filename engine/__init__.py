@@ -30,7 +30,7 @@ __all__ = sorted([*_PUBLIC, "__version__"])
 
 def __getattr__(name: str):
     if name == "__version__":
-        from deltaplane.engine.transaction import ENGINE_VERSION as value
+        from deltaplane.engine.version import ENGINE_VERSION as value
     elif name in _PUBLIC:
         value = getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
     else:

@@ -26,8 +26,8 @@ import pyarrow as pa
 from deltaplane.engine.describe import describe_snapshot
 from deltaplane.engine.errors import DeltaError, InvalidArgumentError
 from deltaplane.engine.table import DeltaTable
-from deltaplane.engine.transaction import ENGINE_VERSION
 from deltaplane.engine.units import parse_size
+from deltaplane.engine.version import ENGINE_VERSION
 
 
 def _json_default(value: Any):

@@ -10,57 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Metadata, Protocol
-from deltaplane.engine.auto_optimize import auto_compact_after_commit, auto_compact_enabled
-from deltaplane.engine.checkpoint_writer import CheckpointInfo, write_checkpoint
-from deltaplane.engine.clustering import clustering_column_names
-from deltaplane.engine.commands import alter as alter_commands
-from deltaplane.engine.commands.changes import iter_changes
-from deltaplane.engine.commands.dml import execute_delete, execute_update
-from deltaplane.engine.commands.history import load_history
-from deltaplane.engine.commands.log_cleanup import (
-    LogCleanupMetrics,
-    LogCleanupPlan,
-    execute_log_cleanup,
-    plan_log_cleanup,
-)
-from deltaplane.engine.commands.manifest import (
-    ManifestMetrics,
-    execute_manifest,
-    plan_manifest,
-    refresh_manifest_after_commit,
-)
-from deltaplane.engine.commands.merge import MergeBuilder
-from deltaplane.engine.commands.optimize import (
-    DEFAULT_MAX_DELETED_ROWS_RATIO,
-    DEFAULT_MIN_NUM_FILES,
-    OptimizeMetrics,
-    OptimizePlan,
-    execute_optimize,
-    plan_optimize,
-)
-from deltaplane.engine.commands.repair import RepairPlan, execute_repair, plan_repair
-from deltaplane.engine.commands.restore import (
-    RestorePlan,
-    execute_restore,
-    load_restore_target,
-    plan_restore,
-    restore_target_version,
-)
-from deltaplane.engine.commands.vacuum import (
-    FULL,
-    LITE,
-    VacuumMetrics,
-    VacuumPlan,
-    execute_vacuum,
-    plan_vacuum,
-)
-from deltaplane.engine.commands.write import execute_append, execute_create, execute_overwrite
 from deltaplane.engine.delta_rs import (
     COMMIT_OPTIONS,
     EXECUTION,
@@ -81,17 +36,24 @@ from deltaplane.engine.errors import (
 )
 from deltaplane.engine.expressions.dnf import dnf_to_expr, is_dnf
 from deltaplane.engine.expressions.tree import And, Expr, Literal
-from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth, table_health
-from deltaplane.engine.interop import add_actions_table, pyarrow_dataset
-from deltaplane.engine.log.timestamps import version_at_timestamp
-from deltaplane.engine.scan import Scan, ScanBuilder
 from deltaplane.engine.schema import StructType
 from deltaplane.engine.snapshot import Snapshot, load_snapshot, load_table_config, update_snapshot
 from deltaplane.engine.storage import ObjectStore, open_store, table_location
 from deltaplane.engine.table_properties import TableProperties
-from deltaplane.engine.tail import CommitChanges
-from deltaplane.engine.tail import changes_between as tail_changes
-from deltaplane.engine.transaction import CommitResult, commit_metadata_scope
+
+if TYPE_CHECKING:  # the commands load when first called: opening a table does not pay for them
+    from deltaplane.engine.checkpoint_writer import CheckpointInfo
+    from deltaplane.engine.commands.log_cleanup import LogCleanupMetrics, LogCleanupPlan
+    from deltaplane.engine.commands.manifest import ManifestMetrics
+    from deltaplane.engine.commands.merge import MergeBuilder
+    from deltaplane.engine.commands.optimize import OptimizeMetrics, OptimizePlan
+    from deltaplane.engine.commands.repair import RepairPlan
+    from deltaplane.engine.commands.restore import RestorePlan
+    from deltaplane.engine.commands.vacuum import VacuumMetrics, VacuumPlan
+    from deltaplane.engine.health import TableHealth
+    from deltaplane.engine.scan import Scan
+    from deltaplane.engine.tail import CommitChanges
+    from deltaplane.engine.transaction import CommitResult
 
 _CACHED_URIS = 100_000
 _OWN_STORAGE = (
@@ -133,6 +95,8 @@ class DeltaTable:
         timestamp: str | int | float | dt.datetime | None = None,
         storage_options: Mapping[str, str] | None = None,
     ):
+        from deltaplane.engine.log.timestamps import version_at_timestamp
+
         uri = table_location(uri)
         if isinstance(timestamp, Mapping):  # delta-rs's third place: DeltaTable(uri, version, options)
             if storage_options is not None:
@@ -199,6 +163,8 @@ class DeltaTable:
     def clustering_columns(self) -> list[str] | None:
         """Liquid clustering columns (``s.b`` for a nested field); ``None`` when the table is not
         clustered, ``[]`` after ``alter.cluster_by(None)``."""
+        from deltaplane.engine.clustering import clustering_column_names
+
         return clustering_column_names(self.snapshot)
 
     @property
@@ -259,6 +225,8 @@ class DeltaTable:
         """``row_tracking``: add each row's ``_metadata.row_id`` and ``_metadata.row_commit_version``
         (tables with ``delta.enableRowTracking``). ``predicate=`` is delta-rs's name for ``filter``;
         the scan's ``read_all()`` gives the rows, as delta-rs's reader does."""
+        from deltaplane.engine.scan import ScanBuilder
+
         builder = ScanBuilder(self.snapshot).select(columns).where(filter)
         return builder.with_row_tracking(row_tracking).build()
 
@@ -370,6 +338,8 @@ class DeltaTable:
         """Time travel this object (delta-rs's name): an int is a version, a string (ISO-8601)
         or a datetime (UTC if naive) a point in time (the latest commit at or before it). Returns
         this object (delta-rs returns ``None``); read-only until ``refresh()``."""
+        from deltaplane.engine.log.timestamps import version_at_timestamp
+
         if isinstance(version, int) and not isinstance(version, bool):
             return self.load_version(version)
         if isinstance(version, str | dt.datetime):
@@ -423,6 +393,8 @@ class DeltaTable:
 
     def snapshot_row_count(self) -> int | None:
         """Rows of the current version from the log alone; ``None`` if a file has no row count."""
+        from deltaplane.engine.interop import add_actions_table
+
         files = add_actions_table(self.snapshot, flatten=True)
         records = files.column("num_records")
         if records.null_count:
@@ -438,6 +410,8 @@ class DeltaTable:
         ``num_deleted_records``, and partition values, null counts, minima and maxima as structs
         or, with ``flatten``, as ``partition.<col>``, ``null_count.<col>``, ``min.<col>``,
         ``max.<col>`` columns."""
+        from deltaplane.engine.interop import add_actions_table
+
         return add_actions_table(self.snapshot, flatten=flatten)
 
     @delta_rs_names(
@@ -454,6 +428,8 @@ class DeltaTable:
         columns) and ``file_pruning_predicate`` keep only the files that may match, as
         delta-rs's. Refused (``UnsupportedOperationError``) when files have deletion vectors or
         the table uses column mapping: use the Arrow stream."""
+        from deltaplane.engine.interop import pyarrow_dataset
+
         filter = _combined_filter((partitions, True), (file_pruning_predicate, False))
         if filter is None:
             return pyarrow_dataset(self.snapshot)
@@ -552,6 +528,10 @@ class DeltaTable:
     ) -> tuple[DeltaTable, CommitResult]:
         """``create``, also returning version 0's ``CommitResult`` (its metrics, for callers that
         report them: ``write_table``, operators)."""
+        from deltaplane.engine.commands.manifest import refresh_manifest_after_commit
+        from deltaplane.engine.commands.write import execute_create
+        from deltaplane.engine.transaction import commit_metadata_scope
+
         uri = table_location(uri)
         if schema is None and options.get("data") is None:
             raise InvalidArgumentError(f"create({uri!r}) needs a schema or data")
@@ -586,6 +566,9 @@ class DeltaTable:
         anything with ``__arrow_c_stream__``). With ``app_id``/``app_version``, a version already
         recorded for that application commits nothing (``result.skipped``): retries of the same
         job are safe."""
+        from deltaplane.engine.commands.write import execute_append
+        from deltaplane.engine.transaction import commit_metadata_scope
+
         with commit_metadata_scope(commit_metadata):
             read = self._latest_for_write()
             result = execute_append(
@@ -614,6 +597,9 @@ class DeltaTable:
     ) -> CommitResult:
         """Replace all rows, the rows matching ``predicate`` (replaceWhere), or, with
         ``dynamic_partitions``, the partitions the new data touches."""
+        from deltaplane.engine.commands.write import execute_overwrite
+        from deltaplane.engine.transaction import commit_metadata_scope
+
         with commit_metadata_scope(commit_metadata):
             read = self._latest_for_write()
             result = execute_overwrite(
@@ -634,6 +620,9 @@ class DeltaTable:
         """Post-commit hooks: adopt the new snapshot, keep symlink manifests current (when
         enabled), and auto-compact (when enabled) after data writes. ``read`` is the snapshot
         the commit was planned on."""
+        from deltaplane.engine.auto_optimize import auto_compact_after_commit, auto_compact_enabled
+        from deltaplane.engine.commands.manifest import refresh_manifest_after_commit
+
         if result.snapshot is not None:
             self._snapshot, self._stale = result.snapshot, False
         else:
@@ -663,6 +652,9 @@ class DeltaTable:
         ``"copy_on_write"``; files whose deleted fraction passes ``rewrite_threshold`` are
         rewritten either way. Metrics use Delta Spark's names (``numDeletedRows``, ...).
         """
+        from deltaplane.engine.commands.dml import execute_delete
+        from deltaplane.engine.transaction import commit_metadata_scope
+
         with commit_metadata_scope(commit_metadata):
             read = self._latest_for_write()
             result = execute_delete(
@@ -691,6 +683,9 @@ class DeltaTable:
         delta-rs's positional order ``update(updates, new_values, predicate)`` works too: a
         mapping in the second place is ``new_values``. Returns the ``CommitResult`` (delta-rs
         returns a dict of metrics: ``result.operation_metrics`` has Delta Spark's)."""
+        from deltaplane.engine.commands.dml import execute_update
+        from deltaplane.engine.transaction import commit_metadata_scope
+
         if isinstance(predicate, Mapping):  # delta-rs: update(updates, new_values, predicate)
             if new_values is not None:
                 raise InvalidArgumentError("new_values given twice (by position and by name)")
@@ -742,6 +737,8 @@ class DeltaTable:
         """Start a MERGE of ``source`` (any data ``append`` takes) on ``predicate``; add
         ``when_*`` clauses and call ``execute()``. The aliases default to ``source`` and
         ``target`` (also when ``None``, delta-rs's default, is given)."""
+        from deltaplane.engine.commands.merge import MergeBuilder
+
         return MergeBuilder(
             self,
             source,
@@ -766,8 +763,8 @@ class DeltaTable:
         filter: str | Expr | None = None,
         *,
         dry_run: bool = False,
-        min_num_files: int = DEFAULT_MIN_NUM_FILES,
-        max_deleted_rows_ratio: float = DEFAULT_MAX_DELETED_ROWS_RATIO,
+        min_num_files: int | None = None,
+        max_deleted_rows_ratio: float | None = None,
         purge: bool = False,
         max_concurrent_bins: int | None = None,
         commit_metadata: Mapping[str, Any] | None = None,
@@ -779,9 +776,22 @@ class DeltaTable:
         those clustered by older columns; ``min_cube_size``: when a cluster is finished).
 
         ``filter`` may use partition columns only. Files whose deletion vectors hide more than
-        ``max_deleted_rows_ratio`` of their rows are rewritten to purge them (all such files
-        with ``purge=True``). ``dry_run`` returns the plan and changes nothing.
+        ``max_deleted_rows_ratio`` (default 0.05, Delta Spark's) of their rows are rewritten to
+        purge them (all such files with ``purge=True``); a bin needs ``min_num_files`` (default
+        2). ``dry_run`` returns the plan and changes nothing.
         """
+        from deltaplane.engine.commands.optimize import (
+            DEFAULT_MAX_DELETED_ROWS_RATIO,
+            DEFAULT_MIN_NUM_FILES,
+            execute_optimize,
+            plan_optimize,
+        )
+        from deltaplane.engine.transaction import commit_metadata_scope
+
+        if min_num_files is None:
+            min_num_files = DEFAULT_MIN_NUM_FILES
+        if max_deleted_rows_ratio is None:
+            max_deleted_rows_ratio = DEFAULT_MAX_DELETED_ROWS_RATIO
         read = self._latest_for_write()
         plan = plan_optimize(
             read,
@@ -810,6 +820,8 @@ class DeltaTable:
         """Write ``_symlink_format_manifest/`` (one Hive-style manifest per partition listing the
         live Parquet files) for Presto/Trino/Athena; a full regeneration that also deletes stale
         manifests. Refused (``UnsupportedOperationError``) with deletion vectors or column mapping."""
+        from deltaplane.engine.commands.manifest import execute_manifest, plan_manifest
+
         snapshot = self._latest_for_write()
         return execute_manifest(self._store, plan_manifest(self._store, snapshot))
 
@@ -840,6 +852,14 @@ class DeltaTable:
 
         As delta-rs's ``restore(target)``, the first argument may also be a point in time (an
         ISO-8601 string or a datetime)."""
+        from deltaplane.engine.commands.restore import (
+            execute_restore,
+            load_restore_target,
+            plan_restore,
+            restore_target_version,
+        )
+        from deltaplane.engine.transaction import commit_metadata_scope
+
         if isinstance(version, str | dt.datetime):
             if timestamp is not None:
                 raise InvalidArgumentError("restore to a version or to a timestamp, not both")
@@ -886,6 +906,9 @@ class DeltaTable:
         delta-rs's keywords work too: ``enforce_retention_duration`` is ``enforce_retention``, and
         ``full=True``/``False`` is ``mode="full"``/``"lite"``.
         """
+        from deltaplane.engine.commands.vacuum import FULL, LITE, execute_vacuum, plan_vacuum
+        from deltaplane.engine.transaction import commit_metadata_scope
+
         if enforce_retention_duration is not None:
             if enforce_retention is not True:
                 raise InvalidArgumentError(
@@ -923,6 +946,8 @@ class DeltaTable:
         """Delete log files older than ``delta.logRetentionDuration`` (30 days) up to the newest
         expired checkpoint; every version from that checkpoint on stays readable. ``dry_run``
         returns the plan."""
+        from deltaplane.engine.commands.log_cleanup import execute_log_cleanup, plan_log_cleanup
+
         plan = plan_log_cleanup(
             self._store,
             self._latest_for_write(),
@@ -979,6 +1004,8 @@ class DeltaTable:
     ) -> pa.RecordBatchReader:
         """The change data feed as a stream of batches, one commit after another (delta-rs's
         name); the same arguments and rows as ``changes()``."""
+        from deltaplane.engine.commands.changes import iter_changes
+
         start = _one_of(starting_version, start_version, "starting_version", "start_version")
         end = _one_of(ending_version, end_version, "ending_version", "end_version")
         _check_count(start, "starting_version")
@@ -1017,6 +1044,9 @@ class DeltaTable:
         ``dry_run`` (the default, returning the ``RepairPlan``), commit their removal so the
         table reads again. Files whose deletion-vector file is gone are listed, and removed only
         with ``include_missing_deletion_vectors`` (that also drops their undeleted rows)."""
+        from deltaplane.engine.commands.repair import execute_repair, plan_repair
+        from deltaplane.engine.transaction import commit_metadata_scope
+
         snapshot = self._latest_for_write()
         plan = plan_repair(
             self._store, snapshot, include_missing_deletion_vectors=include_missing_deletion_vectors
@@ -1037,10 +1067,14 @@ class DeltaTable:
     def health(self, *, small_file_size: int | None = None) -> TableHealth:
         """Files, sizes, small files and deletion-vector ratio per partition, checkpoint lag, and
         the last OPTIMIZE and VACUUM: what the ops view and the auto-optimize policy read."""
+        from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, table_health
+
         return table_health(self.snapshot, small_file_size=small_file_size or DEFAULT_SMALL_FILE_SIZE)
 
     def checkpoint(self) -> CheckpointInfo:
         """Write a checkpoint of the current version (and update ``_last_checkpoint``)."""
+        from deltaplane.engine.checkpoint_writer import write_checkpoint
+
         snapshot = self.snapshot
         return write_checkpoint(self._store, snapshot.version, snapshot)
 
@@ -1049,12 +1083,16 @@ class DeltaTable:
         table's version) did to the rows: ``kind`` (append / delete / update / none), the new
         files, rows added and deleted (``deltaplane.engine.tail``). Raises ``MissingLogVersionError`` when
         log cleanup removed commits in the range."""
+        from deltaplane.engine.tail import changes_between as tail_changes
+
         _check_count(after_version + 1, "after_version + 1")
         until = self.version if until_version is None else until_version
         return list(tail_changes(self._store, after_version, until=until))
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Commit information, newest first."""
+        from deltaplane.engine.commands.history import load_history
+
         _check_count(limit, "limit")
         snapshot = self.snapshot
         if snapshot.segment is not None:  # commits read to load the table need no second read
@@ -1091,6 +1129,8 @@ class TableAlterer:
     )
 
     def _run(self, change, *args, commit_metadata: Mapping[str, Any] | None = None, **kwargs) -> CommitResult:
+        from deltaplane.engine.transaction import commit_metadata_scope
+
         table = self._table
         with commit_metadata_scope(commit_metadata):
             read = table._latest_for_write()
@@ -1105,12 +1145,16 @@ class TableAlterer:
     ) -> CommitResult:
         """Add CHECK constraints (``{"positive_fare": "fare > 0"}``); every existing row is checked
         first (``ConstraintViolationError``, nothing committed, if one fails)."""
+        from deltaplane.engine.commands import alter as alter_commands
+
         return self._run(alter_commands.add_constraint, constraints, commit_metadata=commit_metadata)
 
     @delta_rs_names(**COMMIT_OPTIONS)
     def drop_constraint(
         self, name: str, raise_if_not_exists: bool = True, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
+        from deltaplane.engine.commands import alter as alter_commands
+
         return self._run(
             alter_commands.drop_constraint,
             name,
@@ -1121,6 +1165,8 @@ class TableAlterer:
     @delta_rs_names(**COMMIT_OPTIONS)
     def add_columns(self, fields, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
         """Add nullable columns (pyarrow fields or a schema) at the end of the schema."""
+        from deltaplane.engine.commands import alter as alter_commands
+
         return self._run(alter_commands.add_columns, fields, commit_metadata=commit_metadata)
 
     @delta_rs_names(
@@ -1133,12 +1179,16 @@ class TableAlterer:
         """Set properties; one that enables a feature (``delta.enableDeletionVectors``,
         ``delta.enableChangeDataFeed``, ``delta.feature.<name>=supported``, ...) upgrades the
         protocol in the same commit. Unknown ``delta.*`` names are refused."""
+        from deltaplane.engine.commands import alter as alter_commands
+
         return self._run(alter_commands.set_table_properties, properties, commit_metadata=commit_metadata)
 
     @delta_rs_names(**COMMIT_OPTIONS)
     def unset_table_properties(
         self, keys, raise_if_not_exists: bool = True, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
+        from deltaplane.engine.commands import alter as alter_commands
+
         return self._run(
             alter_commands.unset_table_properties,
             keys,
@@ -1152,6 +1202,8 @@ class TableAlterer:
     ) -> CommitResult:
         """``ALTER COLUMN column SET DEFAULT default`` (SQL text, e.g. ``"'unknown'"``); the table
         needs ``delta.feature.allowColumnDefaults=supported``."""
+        from deltaplane.engine.commands import alter as alter_commands
+
         return self._run(alter_commands.set_column_default, column, default, commit_metadata=commit_metadata)
 
     @delta_rs_names(**COMMIT_OPTIONS)
@@ -1159,18 +1211,24 @@ class TableAlterer:
         self, column: str, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
         """``ALTER COLUMN column DROP DEFAULT``."""
+        from deltaplane.engine.commands import alter as alter_commands
+
         return self._run(alter_commands.set_column_default, column, None, commit_metadata=commit_metadata)
 
     @delta_rs_names(**COMMIT_OPTIONS)
     def set_table_description(
         self, description: str | None, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
+        from deltaplane.engine.commands import alter as alter_commands
+
         return self._run(alter_commands.set_table_description, description, commit_metadata=commit_metadata)
 
     @delta_rs_names(**COMMIT_OPTIONS)
     def set_table_name(
         self, name: str | None, *, commit_metadata: Mapping[str, Any] | None = None
     ) -> CommitResult:
+        from deltaplane.engine.commands import alter as alter_commands
+
         return self._run(alter_commands.set_table_name, name, commit_metadata=commit_metadata)
 
     @delta_rs_names(**COMMIT_OPTIONS)
@@ -1180,6 +1238,8 @@ class TableAlterer:
         """``ALTER TABLE ... CLUSTER BY``: new liquid clustering columns (``None`` or ``[]``:
         ``CLUSTER BY NONE``). Existing files stay as they are; the next OPTIMIZE clusters by the
         new columns."""
+        from deltaplane.engine.commands import alter as alter_commands
+
         return self._run(alter_commands.cluster_by, columns, commit_metadata=commit_metadata)
 
 
@@ -1338,6 +1398,8 @@ def _one_of(a: Any, b: Any, a_name: str, b_name: str) -> Any:
 
 
 def _empty_changes(table: DeltaTable, columns: list[str] | None) -> pa.RecordBatchReader:
+    from deltaplane.engine.commands.changes import iter_changes
+
     latest = DeltaTable(table.uri, storage_options=table.storage_options)
     reader = iter_changes(latest._store, latest.version, latest.version, columns=columns)
     return pa.RecordBatchReader.from_batches(reader.schema, iter(()))

@@ -67,11 +67,11 @@ from deltaplane.engine.snapshot import Snapshot, advance_snapshot, update_snapsh
 from deltaplane.engine.storage import missing_objects
 from deltaplane.engine.storage.base import ObjectStore
 from deltaplane.engine.table_properties import TableProperties
+from deltaplane.engine.version import ENGINE_VERSION
 from deltaplane.engine.work import WorkKey
 
 log = logging.getLogger(__name__)
 
-ENGINE_VERSION = "0.1.0"
 ENGINE_INFO = f"deltaplane/{ENGINE_VERSION}"
 # Appends cannot conflict, so losing a race only costs a retry; many writers on a slow store can
 # lose often. Delta Spark effectively never gives up on them either.
