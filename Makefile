@@ -74,6 +74,7 @@ bench: $(STAMP) $(REFERENCE)/stamp
 	$(BIN)/python benchmarks/zorder_skipping.py --spark
 	$(BIN)/python benchmarks/page_checksums.py
 	$(BIN)/python benchmarks/everyday.py
+	$(BIN)/python benchmarks/cold_start.py
 	$(BIN)/python benchmarks/spark.py
 	$(BIN)/python benchmarks/read_floor.py
 	$(BIN)/python benchmarks/clustering_skipping.py

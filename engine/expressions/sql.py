@@ -1,17 +1,9 @@
-"""String predicates in SQL syntax, parsed with sqlglot into the engine's expression tree.
-
-Airflow users template filters as strings (``"id > 5 AND date = '{{ ds }}'"``), so the accepted
-syntax is Spark SQL's: comparisons (``= == != <> < <= > >= <=>``), ``AND``/``OR``/``NOT``,
-``IS [NOT] NULL``, ``[NOT] IN (...)``, ``BETWEEN``, ``[NOT] LIKE``, typed literals
-(``DATE '...'``, ``TIMESTAMP '...'``), ``CAST``, backquoted and nested column names. Anything else
-is refused with ``InvalidPredicateError`` that quotes the input, rather than guessed at.
-"""
+"""SQL text to the engine's expression tree, with sqlglot (Spark's dialect): the work behind
+``parser.py``, loaded on the first parse (a process that never parses a string does not import
+sqlglot)."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import gc
 import re
 from decimal import Decimal
 
@@ -21,6 +13,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from deltaplane.engine.errors import InvalidPredicateError
 from deltaplane.engine.expressions.tree import (
+    MAX_NESTING,
     And,
     BinaryOp,
     Case,
@@ -107,58 +100,9 @@ def _parse_message(error: ParseError | TokenError) -> str:
     return " ".join(text.split())
 
 
-# How deeply a predicate may nest: parentheses, CASE, and runs of NOT / unary minus. sqlglot's
-# parser recurses about 20 Python frames per level, so this keeps a parse within Python's
-# default recursion limit with room for the caller's stack. Long flat chains (``a OR b OR ...``)
-# are not nesting: any length parses, and every visitor handles AND/OR as n-ary nodes.
-MAX_NESTING = 32
-
-
-def parse_expression(text: str) -> Expr:
-    """Parse a SQL scalar expression (an UPDATE ``SET`` value, for example)."""
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidPredicateError(f"an expression must be a non-empty string, got {text!r}")
-    return _parse(text, "expression", lambda converter, tree: converter.value(tree))
-
-
-def parse_predicate(text: str) -> Expr:
-    """Parse a SQL boolean expression; ``InvalidPredicateError`` for anything unsupported.
-
-    The same text gives the same tree, so the last few hundred parses are kept (keyed on the
-    text alone; trees are immutable): a query repeated on a schedule, or a filter checked and
-    then scanned, skips sqlglot's ~0.3 ms. Errors are not kept.
-    """
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidPredicateError(f"a predicate must be a non-empty string, got {text!r}")
-    return _parse_predicate(str(text))
-
-
-@functools.lru_cache(maxsize=256)
-def _parse_predicate(text: str) -> Expr:
-    return _parse(text, "predicate", lambda converter, tree: converter.convert(tree))
-
-
-@contextlib.contextmanager
-def _collector_paused():
-    """The cyclic garbage collector off while a parse allocates its many short-lived objects:
-    on a 20,000-term OR its repeated passes over every live object took more than half the time.
-    Restored to the state it had (a caller that disabled it keeps it disabled)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _parse(text: str, what: str, convert) -> Expr:
-    """Tokenize once, check the tokens, parse them with sqlglot and convert the tree."""
-    with _collector_paused():
-        return _parse_tokens(text, what, convert)
-
-
-def _parse_tokens(text: str, what: str, convert) -> Expr:
+def parse_sql(text: str, what: str, convert) -> Expr:
+    """Tokenize once, check the tokens, parse them with sqlglot and convert the tree with
+    ``convert(converter, tree)``."""
     dialect = sqlglot.Dialect.get_or_raise("spark")
     try:
         tokens = dialect.tokenize(text)

@@ -18,6 +18,12 @@ COMPARISONS = ("=", "!=", "<", "<=", ">", ">=", "<=>")
 FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<=", "<=>": "<=>"}
 NEGATED = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
+# How deeply a parsed predicate may nest: parentheses, CASE, and runs of NOT / unary minus.
+# sqlglot's parser recurses about 20 Python frames per level, so this keeps a parse within
+# Python's default recursion limit with room for the caller's stack. Long flat chains (``a OR b
+# OR ...``) are not nesting: any length parses, and every visitor handles AND/OR as n-ary nodes.
+MAX_NESTING = 32
+
 
 class Expr:
     """Base of every node."""
