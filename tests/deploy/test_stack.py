@@ -37,12 +37,20 @@ class Api:
             return e.code, e.read().decode()
 
     @classmethod
-    def login(cls, base: str, airflow_home: Path) -> Api:
-        """As admin, with the password the api-server generated into ``airflow_home``."""
-        passwords = json.loads((airflow_home / "simple_auth_manager_passwords.json.generated").read_text())
-        status, body = cls(base).call(
-            "POST", "/auth/token", {"username": "admin", "password": passwords["admin"]}
-        )
+    def login(cls, base: str, airflow_home: Path, timeout: float = 180) -> Api:
+        """As admin, with the password the api-server generated into ``airflow_home``; waits
+        (at most ``timeout`` s) for an api-server still starting: it writes the passwords and
+        listens some seconds after the dag-processor has parsed the first DAGs."""
+        generated = airflow_home / "simple_auth_manager_passwords.json.generated"
+        deadline = time.time() + timeout
+        while True:
+            try:
+                credentials = {"username": "admin", "password": json.loads(generated.read_text())["admin"]}
+                status, body = cls(base).call("POST", "/auth/token", credentials)
+                break
+            except (OSError, ValueError, KeyError) as error:  # URLError is an OSError
+                assert time.time() < deadline, f"no api-server answered at {base} in {timeout} s: {error}"
+                time.sleep(0.5)
         assert status == 201, body
         return cls(base, body["access_token"])
 
