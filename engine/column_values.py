@@ -558,6 +558,43 @@ def with_high_water_marks(schema: StructType, marks: Mapping[str, int]) -> Struc
     return StructType(tuple(fields))
 
 
+def keep_high_water_marks(schema: StructType, previous: StructType) -> StructType:
+    """``schema`` in which every identity column keeps the most advanced high-water mark that the
+    same column had in ``previous`` (same physical name, start and step): whatever metadata a
+    commit writes (RESTORE of an older version, an ALTER, a schema overwrite), identity values
+    already handed out are never handed out again. Delta Spark's RESTORE merges marks the same
+    way (by physical name); a column declared anew with another start or step starts afresh."""
+    before = {}
+    for f in previous.fields:
+        if _is_identity(f) and f.metadata.get(IDENTITY_HIGH_WATER_MARK) is not None:
+            before[f.physical_name] = f
+    if not before:
+        return schema
+    marks = {}
+    for f in schema.fields:
+        old = before.get(f.physical_name)
+        if old is None or not _is_identity(f):
+            continue
+        spec = _start_and_step(f)
+        if spec is None or spec != _start_and_step(old):
+            continue
+        step = spec[1]
+        mark = _integer(old.metadata[IDENTITY_HIGH_WATER_MARK], old.name, IDENTITY_HIGH_WATER_MARK)
+        ours = f.metadata.get(IDENTITY_HIGH_WATER_MARK)
+        if ours is None or (mark - _integer(ours, f.name, IDENTITY_HIGH_WATER_MARK)) * step > 0:
+            marks[f.name] = mark
+    return with_high_water_marks(schema, marks) if marks else schema
+
+
+def _start_and_step(f: StructField) -> tuple[int, int] | None:
+    try:
+        return _integer(f.metadata[IDENTITY_START], f.name, IDENTITY_START), _integer(
+            f.metadata[IDENTITY_STEP], f.name, IDENTITY_STEP
+        )
+    except (KeyError, SchemaError):
+        return None
+
+
 def written_high_water_marks(
     schema: StructType, columns: Iterable[str], extremes: Mapping[str, tuple[int | None, int | None]]
 ) -> dict[str, int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import json
 import logging
 import random
@@ -63,6 +64,7 @@ from deltaplane.engine.expressions.tree import Expr
 from deltaplane.engine.log.commits import LogActions, parse_log_json
 from deltaplane.engine.log.files import LOG_DIR, LogFile, LogFileKind, commit_key, parse_log_file_name
 from deltaplane.engine.log.replay import canonical_paths
+from deltaplane.engine.schema import parse_schema
 from deltaplane.engine.snapshot import Snapshot, advance_snapshot, update_snapshot
 from deltaplane.engine.storage import missing_objects
 from deltaplane.engine.storage.base import ObjectStore
@@ -311,7 +313,10 @@ class Transaction:
         self.summary.changes_protocol = True
 
     def update_metadata(self, metadata: Metadata) -> None:
-        self._metadata = metadata
+        """Commit ``metadata`` as the table's new metadata. Identity columns keep the most
+        advanced high-water mark the table had (``keep_high_water_marks``): no command can hand
+        out an identity value twice by writing an older or a re-built schema."""
+        self._metadata = _identity_marks_kept(metadata, self.snapshot.metadata if self.snapshot else None)
         self.summary.changes_metadata = True
 
     def add_files(self, adds: list[Add]) -> None:
@@ -648,6 +653,19 @@ class Transaction:
             txns.append(Txn(scope.app_id, scope.version, now))
         actions += txns + domains + self._removes + adds + self._cdc
         return ("\n".join(action_to_json_line(a) for a in actions) + "\n").encode("utf-8")
+
+
+IDENTITY_MARK_KEY = "delta.identity.highWaterMark"  # column_values' key, without importing it
+
+
+def _identity_marks_kept(metadata: Metadata, previous: Metadata | None) -> Metadata:
+    if previous is None or IDENTITY_MARK_KEY not in (previous.schema_string or ""):
+        return metadata  # the common case, without parsing a schema
+    from deltaplane.engine.column_values import keep_high_water_marks
+
+    schema = parse_schema(metadata.schema_string)
+    kept = keep_high_water_marks(schema, parse_schema(previous.schema_string))
+    return metadata if kept is schema else dataclasses.replace(metadata, schema_string=kept.to_json_string())
 
 
 def _param(value: Any) -> str:

@@ -10,6 +10,9 @@ the latest one, by logical file (canonical path plus deletion-vector id), and co
 * ``remove`` (``dataChange=true``) for every file live now but not in the target;
 * the target's metadata (schema, properties, partitioning), so a schema change or a property
   change is undone too;
+* the target's clustering columns (none, if it was not clustered), as Delta Spark writes the
+  ``delta.clustering`` domain; every other domain stays, the row-tracking high-water mark among
+  them;
 * the union of the current and the target protocol, never a downgrade (Delta Spark's default):
   a feature that was turned on since may have left state older readers cannot handle, and time
   travel to the versions in between must keep working.
@@ -35,7 +38,8 @@ Departures from Delta Spark, on purpose:
   check it;
 * the in-commit-timestamp properties of the current version are kept (the table's timeline does
   not switch back to file times), and ``delta.columnMapping.maxColumnId`` never goes down (column
-  ids are never reused).
+  ids are never reused). Identity columns keep their highest high-water mark (the transaction
+  does that for every metadata it commits), as Delta Spark's RESTORE does.
 """
 
 from __future__ import annotations
@@ -49,7 +53,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltaplane.engine.actions import Add, DeletionVectorDescriptor, Metadata, Protocol, row_tags
+from deltaplane.engine.actions import (
+    Add,
+    DeletionVectorDescriptor,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    row_tags,
+)
+from deltaplane.engine.clustering import ClusteringColumn, physical_columns
+from deltaplane.engine.clustering import domain_metadata as clustering_domain
 from deltaplane.engine.commands.manifest import check_manifest_compatible
 from deltaplane.engine.commands.write import WriteContext, union_protocol
 from deltaplane.engine.deletion_vectors import dv_file_key
@@ -93,6 +106,7 @@ class RestorePlan:
     files_to_remove: pa.Table = field(repr=False, compare=False)  # rows of current.files
     metadata: Metadata = field(repr=False)
     protocol: Protocol | None  # None: unchanged
+    domains: list[DomainMetadata]  # metadata domains the restore writes (clustering columns)
     operation_parameters: dict[str, Any]
     metrics: dict[str, int]
 
@@ -216,6 +230,7 @@ def plan_restore(
         files_to_remove=to_remove,
         metadata=metadata,
         protocol=protocol,
+        domains=_restored_domains(current, target),
         operation_parameters=parameters,
         metrics=metrics,
     )
@@ -247,6 +262,19 @@ def _restored_metadata(current: Metadata, target: Metadata) -> Metadata:
         created_time=target.created_time,
         extra=target.extra,
     )
+
+
+def _restored_domains(current: Snapshot, target: Snapshot) -> list[DomainMetadata]:
+    """The clustering columns go back with the schema (Delta Spark's RESTORE writes the target's
+    columns, or none when the target was not clustered); every other domain is kept, the row
+    tracking high-water mark among them (row ids are never handed out twice)."""
+    now = physical_columns(current)
+    if now is None:
+        return []
+    then = physical_columns(target) or []
+    if then == now:
+        return []
+    return [clustering_domain([ClusteringColumn(parts, parts) for parts in then])]
 
 
 def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -284,6 +312,8 @@ def execute_restore(store: ObjectStore, plan: RestorePlan) -> CommitResult:
     write.txn.update_metadata(plan.metadata)
     if plan.protocol is not None:
         write.txn.update_protocol(plan.protocol)
+    for domain in plan.domains:
+        write.txn.set_domain_metadata(domain)
     write.txn.add_files([add_action(row) for row in plan.files_to_add.to_pylist()])
     write.txn.mark_files_verified()  # old files, just checked: not "written long ago" by us
     result = write.txn.commit(plan.metrics)

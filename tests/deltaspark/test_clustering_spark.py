@@ -147,3 +147,25 @@ def test_column_mapping_and_nested_clustering_column(delta_spark, tmp_path):
     delta_spark.sql(f"OPTIMIZE delta.`{path}`")
     assert spark_rows(delta_spark, path) == dp_rows(path)
     assert len(dp_rows(path)) == 601
+
+
+def test_restore_brings_back_the_clustering_columns_as_delta_spark_does(delta_spark, tmp_path):
+    """RESTORE puts back the clustering columns of the version restored (none, for a version
+    before the table was clustered), as Delta Spark's RESTORE writes the clustering domain."""
+    setups = {
+        "reclustered": ("CLUSTER BY (a)", "CLUSTER BY (b)"),  # v2 changes the columns
+        "clustered_later": ("", "CLUSTER BY (a)"),  # v2 turns clustering on
+    }
+    for name, (created, altered) in setups.items():
+        paths = {side: str(tmp_path / f"{name}_{side}") for side in ("spark", "here")}
+        for path in paths.values():
+            delta_spark.sql(f"CREATE TABLE delta.`{path}` (a INT, b STRING) USING delta {created}")
+            delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'x'), (2, 'y')")  # v1
+            delta_spark.sql(f"ALTER TABLE delta.`{path}` {altered}")  # v2
+            delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES (3, 'z')")  # v3
+        delta_spark.sql(f"RESTORE TABLE delta.`{paths['spark']}` TO VERSION AS OF 1")
+        DeltaTable(paths["here"]).restore(1)
+        expected = detail(delta_spark, paths["spark"])["clusteringColumns"]
+        assert detail(delta_spark, paths["here"])["clusteringColumns"] == expected, name
+        assert (DeltaTable(paths["here"]).clustering_columns or []) == list(expected), name
+        assert spark_rows(delta_spark, paths["here"]) == dp_rows(paths["spark"])

@@ -122,3 +122,26 @@ def test_generated_date_partition_from_spark(delta_spark, tmp_path):
     ts = datetime_module.datetime(2026, 5, 6, 7, 8, tzinfo=datetime_module.UTC)
     DeltaTable(path).append(pa.table({"ts": pa.array([ts], pa.timestamp("us", "UTC"))}))
     assert _dp_rows(path) == _spark_rows(delta_spark, path)
+
+
+def test_restore_keeps_the_identity_high_water_mark_as_delta_spark_does(delta_spark, tmp_path):
+    """RESTORE to a version from before values were handed out: the next values follow the
+    highest mark ever committed, whichever engine restores and whichever inserts next."""
+    ours, theirs = str(tmp_path / "restored_here"), str(tmp_path / "restored_by_spark")
+    for path in (ours, theirs):
+        delta_spark.sql(
+            f"CREATE TABLE delta.`{path}` (id BIGINT GENERATED ALWAYS AS IDENTITY, x INT) USING delta"
+        )
+        delta_spark.sql(f"INSERT INTO delta.`{path}` (x) VALUES (1), (2)")  # v1: ids 1, 2
+        delta_spark.sql(f"INSERT INTO delta.`{path}` (x) VALUES (3), (4), (5)")  # v2: mark 5
+    DeltaTable(ours).restore(1)
+    delta_spark.sql(f"RESTORE TABLE delta.`{theirs}` TO VERSION AS OF 1")
+    assert _high_water_mark(ours) == _high_water_mark(theirs)
+
+    delta_spark.sql(f"INSERT INTO delta.`{ours}` (x) VALUES (6)")
+    DeltaTable(theirs).append(pa.table({"x": _x(6)}))
+    for path in (ours, theirs):
+        rows = _spark_rows(delta_spark, path)
+        assert rows == _dp_rows(path)
+        new_id = next(r["id"] for r in rows if r["x"] == 6)
+        assert new_id > 5, f"{path}: identity value {new_id} was handed out before the restore"

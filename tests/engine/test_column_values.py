@@ -353,3 +353,50 @@ def test_alter_sets_and_drops_a_default(tmp_path, table):
     plain.alter.set_column_default("x", "1")
     plain.append(pa.table({"x": _x(5)}))
     assert "allowColumnDefaults" in plain.protocol.writer_features
+
+
+@pytest.mark.parametrize("step", [1, -3])
+def test_restore_never_moves_the_identity_high_water_mark_back(tmp_path, step):
+    uri = str(tmp_path / "t")
+    table = DeltaTable.create(
+        uri, pa.schema([identity_column("id", start=1, step=step), pa.field("x", pa.int32())])
+    )
+    table.append(pa.table({"x": _x(1, 2)}))  # v1: ids start, start+step
+    table.append(pa.table({"x": _x(3, 4, 5)}))  # v2: the mark is start + 4 * step
+    given = [1 + n * step for n in range(5)]
+    table.restore(1)  # the same object, after other work
+    assert _fields(table)["id"]["delta.identity.highWaterMark"] == given[-1]
+    table.append(pa.table({"x": _x(6)}))
+    again = DeltaTable(uri)
+    again.restore(0)  # before any value was handed out: the target has no mark at all
+    assert _fields(again)["id"]["delta.identity.highWaterMark"] == given[-1] + step
+    again.append(pa.table({"x": _x(7)}))
+    ids = [r["id"] for r in DeltaTable(uri).to_arrow().to_pylist()]
+    assert ids == [given[-1] + 2 * step]  # never one of the values handed out before
+    every = {
+        r["id"]
+        for v in range(DeltaTable(uri).version() + 1)
+        for r in DeltaTable(uri, version=v).to_arrow().to_pylist()
+    }
+    assert len(every) == 7  # no value was given to two rows across the whole history
+
+
+def test_only_the_same_identity_column_keeps_its_mark():
+    from deltaplane.engine.column_values import keep_high_water_marks, schema_from_arrow
+
+    def schema(start=1, step=1, mark=None, name="id"):
+        f = identity_column(name, start=start, step=step)
+        if mark is not None:
+            f = f.with_metadata({**f.metadata, b"delta.identity.highWaterMark": str(mark).encode()})
+        return schema_from_arrow(pa.schema([f, pa.field("x", pa.int32())]))
+
+    def mark(s):
+        return s.fields[0].metadata.get("delta.identity.highWaterMark")
+
+    assert int(mark(keep_high_water_marks(schema(mark=2), schema(mark=5)))) == 5
+    assert int(mark(keep_high_water_marks(schema(mark=9), schema(mark=5)))) == 9  # never back
+    assert int(mark(keep_high_water_marks(schema(step=-1, mark=-2), schema(step=-1, mark=-5)))) == -5
+    assert int(mark(keep_high_water_marks(schema(step=-1, mark=-9), schema(step=-1, mark=-5)))) == -9
+    assert mark(keep_high_water_marks(schema(start=100), schema(mark=5))) is None  # declared anew
+    assert mark(keep_high_water_marks(schema(step=2), schema(mark=5))) is None
+    assert mark(keep_high_water_marks(schema(name="other"), schema(mark=5))) is None

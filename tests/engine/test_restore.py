@@ -398,3 +398,24 @@ def test_restore_then_the_manifest_hook_lists_the_restored_files(table_dir):
     assert lines == sorted(DeltaTable(path).file_uris()) == sorted(DeltaTable(path, version=1).file_uris())
     dirs = sorted(p.parent.name for p in (table_dir / MANIFEST_DIR).rglob("manifest"))
     assert dirs == ["region=eu", "region=us"]
+
+
+def test_restore_puts_back_the_clustering_columns_and_keeps_other_domains(tmp_path):
+    table = DeltaTable.create(
+        str(tmp_path / "t"), pa.schema([("a", pa.int32()), ("b", pa.string())]), cluster_by=["a"]
+    )
+    table.append(pa.table({"a": pa.array([1], pa.int32()), "b": ["x"]}))  # v1
+    table.alter.cluster_by(["b"])  # v2
+    table.alter.cluster_by(None)  # v3: CLUSTER BY NONE
+    table.restore(2)
+    assert table.clustering_columns == ["b"]
+    table.restore(1)  # the same object again
+    assert DeltaTable(table.uri).clustering_columns == ["a"]
+    table.restore(4)  # back to ["b"]: two restores commit two domain changes, in order
+    assert DeltaTable(table.uri).clustering_columns == ["b"]
+    restored = table.restore(2)  # to a version with the same columns: no domain written
+    last = [
+        json.loads(line)
+        for line in table._store.get(f"_delta_log/{restored.version:020d}.json").decode().splitlines()
+    ]
+    assert not any("domainMetadata" in action for action in last)

@@ -416,3 +416,13 @@ def test_restore_brings_back_the_old_ids(tmp_path):
     t.optimize.compact()  # version 5
     t.restore(3)
     assert lineage(t._store.root) == appended_lineage()
+    # The high-water mark stays where version 5 left it: rows appended after the restore get
+    # ids no version ever gave (the update and the optimize kept ids, so the mark is still 14).
+    ever = {
+        rid
+        for v in range(t.version() + 1)
+        for rid in DeltaTable(t.uri, version=v).to_arrow(row_tracking=True).column(ROW_ID).to_pylist()
+    }
+    t.append(rows(range(100, 103)))
+    new = {r[ROW_ID] for r in t.to_arrow(row_tracking=True).to_pylist() if r["id"] >= 100}
+    assert len(new) == 3 and min(new) > max(ever)
