@@ -15,7 +15,10 @@ first added) follows ``on_change``: ``"fail"`` (``ChangeNotConsumableError`` nam
 nothing written), ``"skip"`` (ignored), or ``"changes"`` (the source's change data feed rows
 for that commit; needs ``delta.enableChangeDataFeed``). Rows get ``_source_version``, and with
 ``"changes"`` also ``_change_type`` (``insert`` for appends). Columns the source adds are added to the target
-(``schema_mode="merge"``); other schema changes fail the write (``SchemaMismatchError``).
+(``schema_mode="merge"``). A source commit that renames or drops a column, widens a type or makes
+a column NOT NULL stops the consumer before it: the commits before it land, and the next call
+raises ``ChangeNotConsumableError`` naming that version (appending under the old schema would
+mislabel rows). Other schema mismatches fail the write (``SchemaMismatchError``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from typing import Any
 import pyarrow as pa
 
 from deltaplane.engine.errors import DeltaError, InvalidArgumentError, TableNotFoundError
+from deltaplane.engine.schema_changes import read_incompatibility
+from deltaplane.engine.snapshot import load_table_config
 from deltaplane.engine.storage import table_location
 from deltaplane.engine.tail import APPEND, IncrementalScan, describe_change
 from deltaplane.engine.write_table import write_table
@@ -108,7 +113,18 @@ def consume_appends(
         source_uri, watermark, storage_options=source_storage_options, max_versions=max_versions
     )
     pieces, consumed, skipped = [], [], []
+    stop = None  # a commit whose schema change the target cannot follow
+    before = None  # the source's metadata before the commit being looked at
     for change in scan:
+        if change.metadata is not None and change.version > 0:
+            if before is None:
+                before = load_table_config(scan.store, change.version - 1)[1]
+            problem = read_incompatibility(before, change.metadata)
+            # A target that consumed nothing yet has no rows under the old schema to clash with.
+            if problem and (done is not None or pieces):
+                stop = (change, problem)
+                break
+        before = change.table_metadata
         if not change.data_change:
             continue
         if change.kind == APPEND:
@@ -134,6 +150,17 @@ def consume_appends(
             pieces.append(rows)
             consumed.append(change.version)
     last = scan.last_version
+    if stop is not None:
+        change, problem = stop
+        if not pieces:
+            raise ChangeNotConsumableError(
+                f"{source_uri} version {change.version} ({change.operation}) changed its schema: "
+                f"{problem}. Rows after it cannot be appended to {target_uri} under the old schema "
+                "without being mislabelled or mistyped; change the target to match (or consume into "
+                f"a new target with after_version={change.version}), then consume again",
+                change.version,
+            )
+        last = change.version - 1  # what came before the change lands; the next run stops there
     if not pieces:
         reason = (
             "no new commits" if last == watermark else f"versions {watermark + 1}..{last} hold no new rows"

@@ -120,6 +120,44 @@ class DataFileError(DeltaError):
         self.path = path
 
 
+class ChangeDataNotRecordedError(DeltaError):
+    """The change data feed was not enabled at ``version``, inside the range asked for (Delta
+    Spark's ``DELTA_MISSING_CHANGE_DATA``)."""
+
+    error_class = "DELTA_MISSING_CHANGE_DATA"
+
+    def __init__(self, message: str, version: int):
+        super().__init__(message)
+        self.version = version
+
+
+class ChangeDataSchemaError(DeltaError):
+    """A change data feed range that one schema cannot read (a column renamed or dropped, a type
+    widened, a column made NOT NULL): reading it would relabel or mistype rows. ``change_version``
+    is the version whose schema the read schema (``read_version``'s) cannot read (Delta Spark's
+    ``DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE``, or ``..._DATA_SCHEMA`` when it cannot
+    read the start: ``error_class`` says which). ``ranges`` split ``start..end`` into pieces that
+    each read under their own end version's schema (``read_schema="end"``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        start: int,
+        end: int,
+        read_version: int,
+        change_version: int,
+        error_class: str,
+        ranges: list[tuple[int, int]],
+    ):
+        super().__init__(message)
+        self.start, self.end = start, end
+        self.read_version = read_version
+        self.change_version = change_version
+        self.error_class = error_class
+        self.ranges = ranges
+
+
 # --- maintenance -----------------------------------------------------------------------------
 
 

@@ -968,6 +968,7 @@ class DeltaTable:
         columns: list[str] | None = None,
         predicate: str | Expr | None = None,
         allow_out_of_range: bool = False,
+        read_schema: str = "default",
     ) -> pa.Table:
         """The change data feed: changed rows with ``_change_type``, ``_commit_version`` and
         ``_commit_timestamp`` (``delta.enableChangeDataFeed`` must be on), for versions (from 0
@@ -978,7 +979,12 @@ class DeltaTable:
         ``starting_version``/``ending_version`` (delta-rs's names) are the same as
         ``start_version``/``end_version``; ``allow_out_of_range`` turns a start after the latest
         version into no rows and an end after it into the latest. ``load_cdf`` takes the same
-        arguments and streams the same rows."""
+        arguments and streams the same rows.
+
+        Rows are read under Delta Spark's schema (the end version's on a column-mapped table,
+        the latest otherwise; ``read_schema="end"``: always the end version's). A range that
+        schema cannot read (a column renamed or dropped, a type widened, a column made NOT NULL
+        in between) raises ``ChangeDataSchemaError``, whose ``ranges`` can each be read."""
         return self.load_cdf(
             starting_version=_one_of(start_version, starting_version, "start_version", "starting_version"),
             ending_version=_one_of(end_version, ending_version, "end_version", "ending_version"),
@@ -987,6 +993,7 @@ class DeltaTable:
             columns=columns,
             predicate=predicate,
             allow_out_of_range=allow_out_of_range,
+            read_schema=read_schema,
         ).read_all()
 
     def load_cdf(
@@ -1001,6 +1008,7 @@ class DeltaTable:
         columns: list[str] | None = None,
         predicate: str | Expr | None = None,
         allow_out_of_range: bool = False,
+        read_schema: str = "default",
     ) -> pa.RecordBatchReader:
         """The change data feed as a stream of batches, one commit after another (delta-rs's
         name); the same arguments and rows as ``changes()``."""
@@ -1027,6 +1035,7 @@ class DeltaTable:
             starting_timestamp=starting_timestamp,
             ending_timestamp=ending_timestamp,
             columns=None if predicate is not None else columns,
+            read_schema=read_schema,
         )
         if predicate is None:
             return reader

@@ -466,7 +466,7 @@ class IncrementalScan:
         ``_commit_timestamp``); needs ``delta.enableChangeDataFeed`` on the table."""
         from deltaplane.engine.commands.changes import read_changes
 
-        return read_changes(self.store, change.version, change.version)
+        return read_changes(self.store, change.version, change.version, read_schema="end")
 
 
 def changes_between(

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltaplane.engine.actions import DeletionVectorDescriptor
+from deltaplane.engine.actions import DeletionVectorDescriptor, Metadata
 from deltaplane.engine.commands.write import CHANGE_TYPE, files_table
 from deltaplane.engine.deletion_vectors import keep_mask, read_deletion_vector
 from deltaplane.engine.errors import (
-    DeltaError,
+    ChangeDataNotRecordedError,
+    ChangeDataSchemaError,
     InvalidArgumentError,
     TimestampOutOfRangeError,
     VersionNotFoundError,
@@ -37,6 +39,7 @@ from deltaplane.engine.log.timestamps import (
 )
 from deltaplane.engine.scan import Scan
 from deltaplane.engine.schema import PrimitiveType, StructField, StructType, partition_physical_names
+from deltaplane.engine.schema_changes import read_incompatibility
 from deltaplane.engine.snapshot import Snapshot, load_snapshot, load_table_config, read_commit
 from deltaplane.engine.storage.base import ObjectStore
 from deltaplane.engine.table_properties import TableProperties
@@ -58,6 +61,7 @@ def iter_changes(
     starting_timestamp=None,
     ending_timestamp=None,
     columns: list[str] | None = None,
+    read_schema: str = "default",
 ) -> pa.RecordBatchReader:
     """The change data feed as a stream, one commit's changes (file by file) at a time.
 
@@ -66,6 +70,13 @@ def iter_changes(
     commit at or before it (or the latest commit, for a time after it), as Delta Spark reads
     ``startingTimestamp``/``endingTimestamp``. ``columns`` selects table columns; the change
     type, commit version and commit timestamp always come along.
+
+    Rows are read under one schema, Delta Spark's (``read_schema="default"``): the end version's
+    on a column-mapped table, otherwise the latest version's (older rows gain later columns as
+    nulls); ``read_schema="end"`` always takes the end version's. A range that schema cannot
+    read (a column renamed or dropped, a type widened, a column made NOT NULL in between) is
+    refused with ``ChangeDataSchemaError`` naming the version and the pieces that can be read;
+    one where the feed was off at some version with ``ChangeDataNotRecordedError``.
     """
     if start_version is not None and starting_timestamp is not None:
         raise InvalidArgumentError("give a starting version or a starting timestamp, not both")
@@ -94,13 +105,19 @@ def iter_changes(
         raise VersionNotFoundError(
             f"changes of version {missing[0]} of {store.root} are gone (its commit was cleaned up)"
         )
-    for version in {start_version, end}:
-        if not _cdf_enabled(store, version):
-            raise DeltaError(
-                f"the change data feed is not enabled at version {version} of {store.root} "
-                "(set delta.enableChangeDataFeed=true)"
-            )
+    commits = {v: read_commit(store, listing.commits[v].key, v) for v in range(start_version, end + 1)}
+    _, start_metadata = load_table_config(store, start_version)
+    _check_recorded(store.root, start_version, end, start_metadata, commits)
     snapshot = load_snapshot(store, end)
+    read_version = end
+    if read_schema == "default" and not _column_mapped(start_metadata, snapshot.metadata):
+        latest_metadata = snapshot.metadata if end == latest else load_table_config(store)[1]
+        if not _column_mapped(latest_metadata):  # Delta Spark's "legacy" mode: the latest schema
+            read_version = latest
+            snapshot = dataclasses.replace(snapshot, metadata=latest_metadata)
+    elif read_schema not in ("default", "end"):
+        raise InvalidArgumentError(f"read_schema must be 'default' or 'end', got {read_schema!r}")
+    _check_schemas(store.root, start_version, end, start_metadata, snapshot.metadata, read_version, commits)
     all_versions = sorted(listing.commits)
     stamps = dict(zip(all_versions, file_timestamps(listing, all_versions).tolist(), strict=True))
     schema = snapshot.schema
@@ -114,8 +131,7 @@ def iter_changes(
 
     def batches():
         for version in range(start_version, end + 1):
-            f = listing.commits[version]
-            actions = read_commit(store, f.key, version)
+            actions = commits.pop(version)
             when = stamps[version]
             if actions.commit_info is not None and actions.commit_info.in_commit_timestamp is not None:
                 when = actions.commit_info.in_commit_timestamp
@@ -162,9 +178,89 @@ def _last_version_at_or_before(store: ObjectStore, when, properties: TableProper
         raise
 
 
-def _cdf_enabled(store: ObjectStore, version: int) -> bool:
-    _, metadata = load_table_config(store, version)
-    return metadata.configuration.get("delta.enableChangeDataFeed", "false").lower() == "true"
+def _cdf_on(metadata: Metadata) -> bool:
+    return TableProperties(metadata.configuration).enable_change_data_feed
+
+
+def _column_mapped(*metadata: Metadata) -> bool:
+    return any(TableProperties(m.configuration).column_mapping_mode != "none" for m in metadata)
+
+
+def _check_recorded(root: str, start: int, end: int, start_metadata: Metadata, commits: dict) -> None:
+    """The feed is on at ``start`` and no commit in between turned it off (Delta Spark's check)."""
+    off = start if not _cdf_on(start_metadata) else None
+    if off is None:
+        off = next(
+            (
+                v
+                for v in range(start + 1, end + 1)
+                if commits[v].metadata and not _cdf_on(commits[v].metadata)
+            ),
+            None,
+        )
+    if off is not None:
+        raise ChangeDataNotRecordedError(
+            f"cannot read changes {start}..{end} of {root}: the change data feed was not enabled at "
+            f"version {off}, so its changes were not recorded (set delta.enableChangeDataFeed=true; "
+            "only versions committed after that have a change feed)",
+            off,
+        )
+
+
+def _check_schemas(
+    root: str,
+    start: int,
+    end: int,
+    start_metadata: Metadata,
+    read_metadata: Metadata,
+    read_version: int,
+    commits: dict,
+) -> None:
+    """Refuse a range the read schema cannot read (Delta Spark's ``changesToDF`` checks): every
+    schema committed after ``start`` and the schema at ``start`` must be readable under it."""
+    changed = next(
+        (
+            (v, problem)
+            for v in range(start + 1, end + 1)
+            if commits[v].metadata and (problem := read_incompatibility(commits[v].metadata, read_metadata))
+        ),
+        None,
+    )
+    error_class = "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE"
+    if changed is None:
+        problem = read_incompatibility(start_metadata, read_metadata)
+        if not problem:
+            return
+        changed, error_class = (start, problem), "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA"
+    version, problem = changed
+    where = f"at version {version}" if version > start else f"since version {start}"
+    pieces = _readable_pieces(start, end, start_metadata, commits)
+    listed = ", ".join(f"{a}..{b}" for a, b in pieces)
+    raise ChangeDataSchemaError(
+        f"cannot read changes {start}..{end} of {root} under the schema of version {read_version}: "
+        f"{where}, {problem}, so rows would be mislabelled or mistyped. Read {listed} separately, "
+        "each with read_schema='end'.",
+        start=start,
+        end=end,
+        read_version=read_version,
+        change_version=version,
+        error_class=error_class,
+        ranges=pieces,
+    )
+
+
+def _readable_pieces(start: int, end: int, start_metadata: Metadata, commits: dict) -> list[tuple[int, int]]:
+    """``start..end`` cut at every commit whose schema the schema before it cannot be read
+    under: each piece reads under its end version's schema."""
+    cuts, previous = [], start_metadata
+    for v in range(start + 1, end + 1):
+        metadata = commits[v].metadata
+        if metadata is not None:
+            if read_incompatibility(previous, metadata):
+                cuts.append(v)
+            previous = metadata
+    bounds = [start, *cuts, end + 1]
+    return [(a, b - 1) for a, b in itertools.pairwise(bounds)]
 
 
 def _output_schema(snapshot: Snapshot, change_schema: StructType) -> pa.Schema:
