@@ -126,3 +126,79 @@ def _struct_change(old: StructType, new: StructType, where: str) -> str | None:
 def _type_name(t: DataType) -> str:
     json = t.to_json()
     return json if isinstance(json, str) else str(json.get("type", json))
+
+
+# --- recording type changes ---------------------------------------------------------------------
+
+TYPE_CHANGES = "delta.typeChanges"  # field metadata: the history of a column's widenings
+
+
+def record_type_changes(schema: StructType, previous: StructType) -> StructType:
+    """``schema`` in which every field whose type (or the type of an array element or map key or
+    value inside it) was widened since ``previous`` has the change appended to its
+    ``delta.typeChanges`` metadata (``{"fromType", "toType"}``, with ``fieldPath`` for a change
+    inside an array or map), as the typeWidening feature requires. Fields are matched by physical
+    name; a field whose history already grew (the command recorded it) is left alone."""
+    before = {f.physical_name: f for f in previous.fields}
+    fields, changed = [], False
+    for f in schema.fields:
+        old = before.get(f.physical_name)
+        new = f
+        if old is not None:
+            new = _field_with_changes(f, old)
+        changed |= new is not f
+        fields.append(new)
+    return StructType(tuple(fields)) if changed else schema
+
+
+def _field_with_changes(f: StructField, old: StructField) -> StructField:
+    inner = _type_with_changes(f.type, old.type)
+    entries = [
+        {"fromType": _json_type(a), "toType": _json_type(b), **({"fieldPath": path} if path else {})}
+        for path, a, b in _widenings(f.type, old.type, "")
+    ]
+    metadata = f.metadata
+    if entries and f.metadata.get(TYPE_CHANGES) == old.metadata.get(TYPE_CHANGES):
+        metadata = {**f.metadata, TYPE_CHANGES: [*(old.metadata.get(TYPE_CHANGES) or []), *entries]}
+    if inner is f.type and metadata is f.metadata:
+        return f
+    return StructField(f.name, inner, f.nullable, metadata)
+
+
+def _type_with_changes(new: DataType, old: DataType) -> DataType:
+    """Nested struct fields record their own changes."""
+    if isinstance(new, StructType) and isinstance(old, StructType):
+        return record_type_changes(new, old)
+    if isinstance(new, ArrayType) and isinstance(old, ArrayType):
+        element = _type_with_changes(new.element_type, old.element_type)
+        return new if element is new.element_type else ArrayType(element, new.contains_null)
+    if isinstance(new, MapType) and isinstance(old, MapType):
+        key = _type_with_changes(new.key_type, old.key_type)
+        value = _type_with_changes(new.value_type, old.value_type)
+        if key is new.key_type and value is new.value_type:
+            return new
+        return MapType(key, value, new.value_contains_null)
+    return new
+
+
+def _widenings(new: DataType, old: DataType, path: str):
+    """(fieldPath, old type, new type) of each widened leaf of this field, not crossing into
+    nested struct fields (they carry their own history)."""
+    from deltaplane.engine.schema import is_widening
+
+    if isinstance(new, ArrayType) and isinstance(old, ArrayType):
+        yield from _widenings(new.element_type, old.element_type, _join(path, "element"))
+    elif isinstance(new, MapType) and isinstance(old, MapType):
+        yield from _widenings(new.key_type, old.key_type, _join(path, "key"))
+        yield from _widenings(new.value_type, old.value_type, _join(path, "value"))
+    elif not isinstance(new, StructType) and new != old and is_widening(old, new):
+        yield path, old, new
+
+
+def _join(path: str, part: str) -> str:
+    return f"{path}.{part}" if path else part
+
+
+def _json_type(t: DataType) -> str:
+    value = t.to_json()
+    return value if isinstance(value, str) else str(value)

@@ -1178,6 +1178,86 @@ class TableAlterer:
 
         return self._run(alter_commands.add_columns, fields, commit_metadata=commit_metadata)
 
+    @delta_rs_names(**COMMIT_OPTIONS)
+    def rename_column(
+        self, column: str, new_name: str, *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        """``RENAME COLUMN column TO new_name`` (``s.x`` for a nested field): no file is
+        rewritten. Needs column mapping; refused while a CHECK constraint or a generated column
+        reads the column."""
+        from deltaplane.engine.commands import alter as alter_commands
+
+        return self._run(alter_commands.rename_column, column, new_name, commit_metadata=commit_metadata)
+
+    @delta_rs_names(**COMMIT_OPTIONS)
+    def drop_columns(
+        self, columns: str | list[str], *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        """``DROP COLUMNS``: the columns leave the schema, their data stays unread in the files
+        (VACUUM after a rewrite frees it). Needs column mapping; refused for partition and
+        clustering columns, the last column, and columns a constraint or generated column reads."""
+        from deltaplane.engine.commands import alter as alter_commands
+
+        return self._run(alter_commands.drop_columns, columns, commit_metadata=commit_metadata)
+
+    drop_column = drop_columns
+
+    @delta_rs_names(**COMMIT_OPTIONS)
+    def change_column(
+        self,
+        column: str,
+        *,
+        new_type: Any = None,
+        nullable: bool | None = None,
+        comment: str | None = None,
+        first: bool = False,
+        after: str | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
+    ) -> CommitResult:
+        """``ALTER COLUMN`` / ``CHANGE COLUMN`` in one commit: widen the type (``new_type``: a
+        pyarrow type or a name like ``'bigint'``; needs ``delta.enableTypeWidening``; no file
+        is rewritten), drop NOT NULL (``nullable=True``), set the comment, move the column
+        (``first=True`` or ``after='other'``). ``s.x`` names a nested field."""
+        from deltaplane.engine.commands import alter as alter_commands
+
+        return self._run(
+            alter_commands.change_column,
+            column,
+            new_type=new_type,
+            nullable=nullable,
+            comment=comment,
+            first=first,
+            after=after,
+            commit_metadata=commit_metadata,
+        )
+
+    def change_column_type(
+        self, column: str, new_type: Any, *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        """``ALTER COLUMN column TYPE new_type`` (a widening; see ``change_column``)."""
+        return self.change_column(column, new_type=new_type, commit_metadata=commit_metadata)
+
+    def drop_not_null(self, column: str, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
+        """``ALTER COLUMN column DROP NOT NULL``."""
+        return self.change_column(column, nullable=True, commit_metadata=commit_metadata)
+
+    def set_column_comment(
+        self, column: str, comment: str, *, commit_metadata: Mapping[str, Any] | None = None
+    ) -> CommitResult:
+        """``ALTER COLUMN column COMMENT 'comment'``."""
+        return self.change_column(column, comment=comment, commit_metadata=commit_metadata)
+
+    def move_column(
+        self,
+        column: str,
+        *,
+        first: bool = False,
+        after: str | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
+    ) -> CommitResult:
+        """``ALTER COLUMN column FIRST`` or ``AFTER other`` (a sibling, for a nested field)."""
+        return self.change_column(column, first=first, after=after, commit_metadata=commit_metadata)
+
     @delta_rs_names(
         raise_if_not_exists=Refused("deltaplane always refuses unknown delta.* property names", only(True)),
         **COMMIT_OPTIONS,

@@ -217,6 +217,10 @@ class TableProperties:
         return self._bool("delta.enableDeletionVectors", False)
 
     @property
+    def enable_type_widening(self) -> bool:
+        return self._bool("delta.enableTypeWidening", False)
+
+    @property
     def enable_change_data_feed(self) -> bool:
         return self._bool("delta.enableChangeDataFeed", False)
 

@@ -243,6 +243,7 @@ class Transaction:
         self.checkpoint = checkpoint
         self._protocol: Protocol | None = None
         self._metadata: Metadata | None = None
+        self._given_metadata: Metadata | None = None  # as the command gave it
         self._adds: list[Add] = []
         self._removes: list[Remove] = []
         self._cdc: list[AddCDCFile] = []
@@ -311,12 +312,20 @@ class Transaction:
     def update_protocol(self, protocol: Protocol) -> None:
         self._protocol = protocol
         self.summary.changes_protocol = True
+        if self._given_metadata is not None:  # the history a schema keeps depends on the features
+            self.update_metadata(self._given_metadata)
 
     def update_metadata(self, metadata: Metadata) -> None:
-        """Commit ``metadata`` as the table's new metadata. Identity columns keep the most
-        advanced high-water mark the table had (``keep_high_water_marks``): no command can hand
-        out an identity value twice by writing an older or a re-built schema."""
-        self._metadata = _identity_marks_kept(metadata, self.snapshot.metadata if self.snapshot else None)
+        """Commit ``metadata`` as the table's new metadata, with what its schema must carry over
+        (``_schema_history_kept``): identity columns keep the most advanced high-water mark the
+        table had, so no command hands out an identity value twice by writing an older or a
+        re-built schema, and widened types are recorded in ``delta.typeChanges``."""
+        self._given_metadata = metadata
+        self._metadata = _schema_history_kept(
+            metadata,
+            self.snapshot.metadata if self.snapshot else None,
+            self._protocol or (self.snapshot.protocol if self.snapshot else None),
+        )
         self.summary.changes_metadata = True
 
     def add_files(self, adds: list[Add]) -> None:
@@ -658,13 +667,25 @@ class Transaction:
 IDENTITY_MARK_KEY = "delta.identity.highWaterMark"  # column_values' key, without importing it
 
 
-def _identity_marks_kept(metadata: Metadata, previous: Metadata | None) -> Metadata:
-    if previous is None or IDENTITY_MARK_KEY not in (previous.schema_string or ""):
+def _schema_history_kept(
+    metadata: Metadata, previous: Metadata | None, protocol: Protocol | None
+) -> Metadata:
+    """``metadata`` with what a new schema must carry over from the one it replaces: identity
+    high-water marks never go back (``keep_high_water_marks``), and a widened type is recorded in
+    ``delta.typeChanges`` (``record_type_changes``) on tables with the typeWidening feature."""
+    if previous is None or metadata.schema_string == previous.schema_string:
         return metadata  # the common case, without parsing a schema
     from deltaplane.engine.column_values import keep_high_water_marks
+    from deltaplane.engine.schema_changes import record_type_changes
+    from deltaplane.engine.table_features import writer_features
 
     schema = parse_schema(metadata.schema_string)
-    kept = keep_high_water_marks(schema, parse_schema(previous.schema_string))
+    old = parse_schema(previous.schema_string)
+    kept = schema
+    if IDENTITY_MARK_KEY in (previous.schema_string or ""):
+        kept = keep_high_water_marks(kept, old)
+    if protocol is not None and writer_features(protocol) & {"typeWidening", "typeWidening-preview"}:
+        kept = record_type_changes(kept, old)
     return metadata if kept is schema else dataclasses.replace(metadata, schema_string=kept.to_json_string())
 
 

@@ -35,7 +35,16 @@ from deltaplane.engine.errors import (
 )
 from deltaplane.engine.expressions.tree import columns as expr_columns
 from deltaplane.engine.scan import ScanBuilder
-from deltaplane.engine.schema import StructField, StructType, from_arrow_schema, parse_schema
+from deltaplane.engine.schema import (
+    ArrayType,
+    MapType,
+    StructField,
+    StructType,
+    from_arrow_schema,
+    iter_fields,
+    parse_schema,
+    split_field_path,
+)
 from deltaplane.engine.snapshot import Snapshot
 from deltaplane.engine.storage.base import ObjectStore
 from deltaplane.engine.table_features import (
@@ -48,6 +57,13 @@ from deltaplane.engine.table_properties import TableProperties, check_property_n
 from deltaplane.engine.transaction import CommitResult, Transaction
 
 CONSTRAINT_PREFIX = "delta.constraints."
+
+
+def _params_json(value: Any) -> str:
+    """Operation parameters as Delta Spark writes them: compact JSON."""
+    return json.dumps(value, separators=(",", ":"))
+
+
 # Properties that a table's own machinery maintains; setting them by hand breaks it.
 _MANAGED = ("delta.columnMapping.maxColumnId", *row_tracking.NAME_PROPERTIES)
 
@@ -232,28 +248,79 @@ def set_table_properties(
         if key in _MANAGED or key.startswith(CONSTRAINT_PREFIX):
             how = "add_constraint()" if key.startswith(CONSTRAINT_PREFIX) else "the table itself"
             raise InvalidArgumentError(f"{key} is maintained by {how}; it cannot be set directly")
-    if "delta.columnMapping.mode" in requested and requested["delta.columnMapping.mode"] != (
-        snapshot.metadata.configuration.get("delta.columnMapping.mode", "none")
-    ):
-        raise TableReadOnlyError(
-            f"changing delta.columnMapping.mode of {store.root} rewrites the schema's physical names; "
-            "deltaplane does not do that yet"
-        )
+    schema_string = _mapping_change(store, snapshot, requested)
     requested_features(requested)  # unknown feature names fail before anything is written
     configuration = {**snapshot.metadata.configuration, **table_configuration(requested)}
+    if schema_string is not None:  # column mapping turned on: ids and physical names assigned
+        schema_string, configuration["delta.columnMapping.maxColumnId"] = schema_string
     props = TableProperties(configuration)
     for attr in ("checkpoint_interval", "log_retention_ms", "deleted_file_retention_ms", "append_only"):
         getattr(props, attr)  # a malformed value fails now, not at the next write
     _check_clustering_kept(store, snapshot, requested, configuration)
     metadata = _with_configuration(snapshot.metadata, configuration)
+    if schema_string is not None:
+        metadata = dataclasses.replace(metadata, schema_string=schema_string)
     return _commit(
         store,
         snapshot,
         "SET TBLPROPERTIES",
-        {"properties": json.dumps(requested)},
+        {"properties": _params_json(requested)},
         metadata,
         requested=requested,
     )
+
+
+def _mapping_change(
+    store: ObjectStore, snapshot: Snapshot, requested: Mapping[str, str]
+) -> tuple[str, str] | None:
+    """Turning column mapping on (``none`` -> ``name``), as Delta Spark does on an existing table:
+    every field (nested ones too) gets an id and its current name as its physical name, so the
+    files already written read as they are. Returns the new schema string and maxColumnId, or
+    None when the mode does not change. Other changes are refused: ``id`` cannot be turned on
+    for existing files (Delta Spark refuses it too), and turning mapping off would rewrite
+    every file."""
+    if "delta.columnMapping.mode" not in requested:
+        return None
+    wanted = requested["delta.columnMapping.mode"].strip().lower()
+    current = TableProperties(dict(snapshot.metadata.configuration)).column_mapping_mode
+    if wanted == current:
+        return None
+    if current == "none" and wanted == "name":
+        schema, max_id = _assign_ids_keeping_names(snapshot.schema)
+        return schema.to_json_string(), str(max_id)
+    if current == "none":
+        raise TableReadOnlyError(
+            f"cannot turn on column mapping mode {wanted!r} for the existing files of {store.root}: "
+            "only 'name' can be enabled on a table that has data (as in Delta Spark)"
+        )
+    raise TableReadOnlyError(
+        f"cannot change delta.columnMapping.mode of {store.root} from {current!r} to {wanted!r}: that "
+        "rewrites every data file under new column names, which deltaplane does not do"
+    )
+
+
+def _assign_ids_keeping_names(schema: StructType) -> tuple[StructType, int]:
+    counter = [0]
+
+    def field(f: StructField) -> StructField:
+        counter[0] += 1
+        metadata = {
+            **f.metadata,
+            "delta.columnMapping.id": counter[0],
+            "delta.columnMapping.physicalName": f.name,
+        }
+        return StructField(f.name, typ(f.type), f.nullable, metadata)
+
+    def typ(t: Any) -> Any:
+        if isinstance(t, StructType):
+            return StructType(tuple(field(f) for f in t.fields))
+        if isinstance(t, ArrayType):
+            return ArrayType(typ(t.element_type), t.contains_null)
+        if isinstance(t, MapType):
+            return MapType(typ(t.key_type), typ(t.value_type), t.value_contains_null)
+        return t
+
+    return typ(schema), counter[0]
 
 
 def unset_table_properties(
@@ -276,7 +343,11 @@ def unset_table_properties(
         return CommitResult(snapshot.version, "UNSET TBLPROPERTIES", {}, skipped=True)
     metadata = _with_configuration(snapshot.metadata, configuration)
     return _commit(
-        store, snapshot, "UNSET TBLPROPERTIES", {"properties": json.dumps(keys), "ifExists": "true"}, metadata
+        store,
+        snapshot,
+        "UNSET TBLPROPERTIES",
+        {"properties": _params_json(keys), "ifExists": "true"},
+        metadata,
     )
 
 
@@ -306,7 +377,7 @@ def set_column_default(
     schema = StructType(tuple(new_field if g is f else g for g in snapshot.schema.fields))
     check_declarations(schema, defaults_allowed=True, table=store.root)  # the SQL must evaluate
     new = dataclasses.replace(snapshot.metadata, schema_string=schema.to_json_string())
-    return _commit(store, snapshot, "CHANGE COLUMN", {"column": json.dumps(new_field.to_json())}, new)
+    return _commit(store, snapshot, "CHANGE COLUMN", {"column": _params_json(new_field.to_json())}, new)
 
 
 def set_table_description(store: ObjectStore, snapshot: Snapshot, description: str | None) -> CommitResult:
@@ -314,7 +385,7 @@ def set_table_description(store: ObjectStore, snapshot: Snapshot, description: s
         raise InvalidArgumentError(f"a description is a string, not {type(description).__name__}")
     metadata = dataclasses.replace(snapshot.metadata, description=description)
     return _commit(
-        store, snapshot, "SET TBLPROPERTIES", {"properties": json.dumps({"comment": description})}, metadata
+        store, snapshot, "SET TBLPROPERTIES", {"properties": _params_json({"comment": description})}, metadata
     )
 
 
@@ -322,7 +393,9 @@ def set_table_name(store: ObjectStore, snapshot: Snapshot, name: str | None) -> 
     if name is not None and not isinstance(name, str):
         raise InvalidArgumentError(f"a table name is a string, not {type(name).__name__}")
     metadata = dataclasses.replace(snapshot.metadata, name=name)
-    return _commit(store, snapshot, "SET TBLPROPERTIES", {"properties": json.dumps({"name": name})}, metadata)
+    return _commit(
+        store, snapshot, "SET TBLPROPERTIES", {"properties": _params_json({"name": name})}, metadata
+    )
 
 
 # --- liquid clustering --------------------------------------------------------------------------
@@ -373,3 +446,433 @@ def _check_clustering_kept(
     names = clustering_column_names(snapshot)
     if names:
         resolve_columns(snapshot.schema, names, configuration, where=store.root)
+
+
+# --- renaming and dropping columns (column mapping) ----------------------------------------------
+
+
+def rename_column(store: ObjectStore, snapshot: Snapshot, column: str, new_name: str) -> CommitResult:
+    """``ALTER TABLE ... RENAME COLUMN column TO new_name``: a new logical name, the same physical
+    name, so no file is rewritten. Needs column mapping (files name columns by their physical
+    names); ``column`` may be nested (``s.x``; the new name is the last part's). Refused, as Delta
+    Spark refuses it, when a CHECK constraint or a generation expression reads the column."""
+    path = _field_path(store, snapshot, column, "rename")
+    if not isinstance(new_name, str) or not new_name:
+        raise InvalidArgumentError(f"a new column name is a non-empty string, got {new_name!r}")
+    siblings = _siblings(snapshot.schema, path)
+    if any(s.name.lower() == new_name.lower() for s in siblings if s.name != path[-1]):
+        raise SchemaError(f"{store.root} already has a column named {'.'.join([*path[:-1], new_name])!r}")
+    _check_not_referenced(store, snapshot, path, "rename")
+    schema = _map_field(
+        snapshot.schema, path, lambda f: StructField(new_name, f.type, f.nullable, f.metadata)
+    )
+    metadata = dataclasses.replace(
+        snapshot.metadata,
+        schema_string=schema.to_json_string(),
+        partition_columns=[
+            new_name if len(path) == 1 and c.lower() == path[0].lower() else c
+            for c in snapshot.metadata.partition_columns
+        ],
+        configuration=_renamed_stats_columns(snapshot.metadata.configuration, path, new_name),
+    )
+    parameters = {"oldColumnPath": ".".join(path), "newColumnPath": ".".join([*path[:-1], new_name])}
+    return _commit(store, snapshot, "RENAME COLUMN", parameters, metadata)
+
+
+def drop_columns(store: ObjectStore, snapshot: Snapshot, columns: Iterable[str]) -> CommitResult:
+    """``ALTER TABLE ... DROP COLUMNS``: the columns leave the schema; their data stays in the
+    files, unread (a column added later gets a new physical name, never the old values). Needs
+    column mapping. Refused for partition and clustering columns, the last column, and columns a
+    CHECK constraint or a generation expression reads."""
+    columns = [columns] if isinstance(columns, str) else list(columns)
+    if not columns:
+        raise InvalidArgumentError("drop_columns() needs at least one column")
+    schema = snapshot.schema
+    paths = []
+    for column in columns:
+        path = _field_path(store, snapshot, column, "drop")
+        if len(path) == 1 and path[0].lower() in {c.lower() for c in snapshot.metadata.partition_columns}:
+            raise SchemaError(f"cannot drop partition column {path[0]!r} of {store.root}")
+        clustering = clustering_column_names(snapshot) or []
+        if any(c.split(".")[: len(path)] == path or c == ".".join(path) for c in clustering):
+            raise SchemaError(
+                f"cannot drop clustering column {'.'.join(path)!r} of {store.root}: change the clustering "
+                "columns first (alter.cluster_by)"
+            )
+        _check_not_referenced(store, snapshot, path, "drop")
+        paths.append(path)
+    for path in paths:
+        schema = _map_field(schema, path, lambda f: None)
+    if not schema.fields:
+        raise SchemaError(f"cannot drop every column of {store.root}")
+    metadata = dataclasses.replace(
+        snapshot.metadata,
+        schema_string=schema.to_json_string(),
+        configuration=_dropped_stats_columns(snapshot.metadata.configuration, paths),
+    )
+    return _commit(
+        store, snapshot, "DROP COLUMNS", {"columns": _params_json([".".join(p) for p in paths])}, metadata
+    )
+
+
+def _field_path(store: ObjectStore, snapshot: Snapshot, column: str, verb: str) -> list[str]:
+    """``column`` split and resolved (case-insensitively) to the schema's spelling; requires
+    column mapping."""
+    if TableProperties(snapshot.metadata.configuration).column_mapping_mode == "none":
+        raise TableReadOnlyError(
+            f"cannot {verb} a column of {store.root} without column mapping: its files name columns by "
+            "their names. Enable it first: alter.set_table_properties({'delta.columnMapping.mode': 'name'})"
+        )
+    if not isinstance(column, str) or not column:
+        raise InvalidArgumentError(f"a column name is a non-empty string, got {column!r}")
+    parts = split_field_path(column)
+    resolved: list[str] = []
+    t: Any = snapshot.schema
+    for part in parts:
+        if isinstance(t, ArrayType) and part.lower() == "element":
+            resolved.append("element")
+            t = t.element_type
+            continue
+        if isinstance(t, MapType) and part.lower() in ("key", "value"):
+            resolved.append(part.lower())
+            t = t.key_type if part.lower() == "key" else t.value_type
+            continue
+        f = t.find(part) if isinstance(t, StructType) else None
+        if f is None:
+            raise InvalidArgumentError(
+                f"{store.root} has no column {column!r} (columns: {', '.join(snapshot.schema.names)})"
+            )
+        resolved.append(f.name)
+        t = f.type
+    if resolved[-1] in ("element", "key", "value") and not isinstance(
+        _parent_type(snapshot.schema, resolved), StructType
+    ):
+        raise InvalidArgumentError(f"{column!r} is not a field: only struct fields can be renamed or dropped")
+    return resolved
+
+
+def _parent_type(schema: StructType, path: list[str]) -> Any:
+    t: Any = schema
+    for part in path[:-1]:
+        t = _child(t, part)
+    return t
+
+
+def _child(t: Any, part: str) -> Any:
+    if isinstance(t, StructType):
+        return t[part].type
+    if isinstance(t, ArrayType):
+        return t.element_type
+    if isinstance(t, MapType):
+        return t.key_type if part == "key" else t.value_type
+    raise KeyError(part)
+
+
+def _siblings(schema: StructType, path: list[str]) -> tuple[StructField, ...]:
+    parent = _parent_type(schema, path)
+    return parent.fields if isinstance(parent, StructType) else ()
+
+
+def _map_field(schema: StructType, path: list[str], change) -> StructType:
+    """``schema`` with the field at ``path`` replaced by ``change(field)`` (``None`` drops it)."""
+
+    def visit(t: Any, rest: list[str]) -> Any:
+        head, tail = rest[0], rest[1:]
+        if isinstance(t, ArrayType):
+            return ArrayType(visit(t.element_type, tail), t.contains_null)
+        if isinstance(t, MapType):
+            if head == "key":
+                return MapType(visit(t.key_type, tail), t.value_type, t.value_contains_null)
+            return MapType(t.key_type, visit(t.value_type, tail), t.value_contains_null)
+        fields = []
+        for f in t.fields:
+            if f.name != head:
+                fields.append(f)
+            elif not tail:
+                changed = change(f)
+                if changed is not None:
+                    fields.append(changed)
+            else:
+                fields.append(StructField(f.name, visit(f.type, tail), f.nullable, f.metadata))
+        return StructType(tuple(fields))
+
+    return visit(schema, path)
+
+
+def _check_not_referenced(store: ObjectStore, snapshot: Snapshot, path: list[str], verb: str) -> None:
+    """Refuse when a CHECK constraint or a generation expression reads the column (or a field in
+    it): renaming or dropping it would leave them naming a column that is not there."""
+    from deltaplane.engine.column_values import GENERATION_EXPRESSION
+    from deltaplane.engine.expressions.parser import parse_expression
+
+    lowered = [p.lower() for p in path]
+
+    def reads(sql: str) -> bool:
+        for c in expr_columns(parse_expression(sql)):
+            named = [p.lower() for p in c.path]
+            if named[: len(lowered)] == lowered or lowered[: len(named)] == named:
+                return True
+        return False
+
+    for key, sql in snapshot.metadata.configuration.items():
+        if key.startswith(CONSTRAINT_PREFIX) and reads(sql):
+            raise SchemaError(
+                f"cannot {verb} column {'.'.join(path)!r} of {store.root}: CHECK constraint "
+                f"{key[len(CONSTRAINT_PREFIX) :]!r} reads it ({sql}); drop the constraint first"
+            )
+    for f in iter_fields(snapshot.schema):
+        sql = f.metadata.get(GENERATION_EXPRESSION)
+        if sql and reads(sql):
+            raise SchemaError(
+                f"cannot {verb} column {'.'.join(path)!r} of {store.root}: generated column {f.name!r} "
+                f"is computed from it ({sql})"
+            )
+
+
+def _quoted(path: list[str]) -> str:
+    return ".".join(f"`{p.replace('`', '``')}`" if not p.isidentifier() else p for p in path)
+
+
+def _stats_columns(configuration: Mapping[str, str]) -> list[str] | None:
+    return TableProperties(dict(configuration)).data_skipping_stats_columns
+
+
+def _renamed_stats_columns(
+    configuration: Mapping[str, str], path: list[str], new_name: str
+) -> dict[str, str]:
+    listed = _stats_columns(configuration)
+    if not listed:
+        return dict(configuration)
+    renamed = []
+    for name in listed:
+        parts = split_field_path(name)
+        if [p.lower() for p in parts[: len(path)]] == [p.lower() for p in path]:
+            parts = [*path[:-1], new_name, *parts[len(path) :]]
+        renamed.append(_quoted(parts))
+    return {**configuration, "delta.dataSkippingStatsColumns": ",".join(renamed)}
+
+
+def _dropped_stats_columns(configuration: Mapping[str, str], paths: list[list[str]]) -> dict[str, str]:
+    listed = _stats_columns(configuration)
+    if not listed:
+        return dict(configuration)
+    kept = [
+        name
+        for name in listed
+        if not any(
+            [p.lower() for p in split_field_path(name)[: len(path)]] == [p.lower() for p in path]
+            for path in paths
+        )
+    ]
+    return {**configuration, "delta.dataSkippingStatsColumns": ",".join(kept)}
+
+
+# --- changing a column: type, nullability, comment, position ------------------------------------
+
+
+def change_column(
+    store: ObjectStore,
+    snapshot: Snapshot,
+    column: str,
+    *,
+    new_type: Any = None,
+    nullable: bool | None = None,
+    comment: str | None = None,
+    first: bool = False,
+    after: str | None = None,
+) -> CommitResult:
+    """``ALTER TABLE ... ALTER COLUMN`` / ``CHANGE COLUMN``: one commit (``CHANGE COLUMN``) that
+    widens the type (``delta.enableTypeWidening`` must be on; only the widenings the feature
+    allows, and no file is rewritten: readers cast, the change is recorded in
+    ``delta.typeChanges``), drops NOT NULL (``nullable=True``; making a nullable column NOT
+    NULL is refused, as in Delta Spark), sets the comment, or moves the column (``first`` or
+    ``after`` a sibling). Works on nested struct fields (``s.x``) without column mapping."""
+    from deltaplane.engine.schema import is_widening
+
+    path, inside = _resolve_path(store, snapshot.schema, column)
+    field = _field_at(snapshot.schema, path)
+    assert field is not None
+    if inside and (nullable is not None or comment is not None or first or after is not None):
+        raise InvalidArgumentError(
+            f"{column!r} is an array element or a map key or value: only its type can be changed"
+        )
+    changes = {}
+    new_field = field
+    if new_type is not None:
+        target = _data_type(new_type)
+        current = _type_inside(field.type, inside)
+        if target != current:
+            if not TableProperties(dict(snapshot.metadata.configuration)).enable_type_widening:
+                raise SchemaError(
+                    f"cannot change the type of {column!r} in {store.root}: type widening is not enabled "
+                    "(set delta.enableTypeWidening=true first)"
+                )
+            if not is_widening(current, target):
+                raise SchemaError(
+                    f"cannot change the type of {column!r} in {store.root} from {_type_text(current)} to "
+                    f"{_type_text(target)}: only widenings are allowed (byte->short->int->long, "
+                    "float->double, integers->double or a wide enough decimal, date->timestamp_ntz, "
+                    "decimal to a larger precision and scale)"
+                )
+            if len(path) == 1 and path[0].lower() in {c.lower() for c in snapshot.metadata.partition_columns}:
+                raise SchemaError(f"cannot change the type of partition column {path[0]!r} of {store.root}")
+            widened = _replace_inside(field.type, inside, target)
+            new_field = StructField(new_field.name, widened, new_field.nullable, new_field.metadata)
+            changes["type"] = True
+    if nullable is not None and nullable != field.nullable:
+        if not nullable:
+            raise SchemaError(
+                f"cannot make {column!r} of {store.root} NOT NULL: rows already written may hold nulls "
+                "(add a CHECK constraint `{column} IS NOT NULL` instead)"
+            )
+        new_field = StructField(new_field.name, new_field.type, True, new_field.metadata)
+        changes["nullable"] = True
+    if comment is not None:
+        if not isinstance(comment, str):
+            raise InvalidArgumentError(f"a column comment is a string, got {comment!r}")
+        new_field = StructField(
+            new_field.name, new_field.type, new_field.nullable, {**new_field.metadata, "comment": comment}
+        )
+    if first and after is not None:
+        raise InvalidArgumentError("give first=True or after=<column>, not both")
+    schema = _map_field(snapshot.schema, path, lambda f: new_field)
+    position = None
+    if first or after is not None:
+        schema, position = _moved(store, schema, path, first, after)
+    if schema == snapshot.schema:
+        return CommitResult(snapshot.version, "CHANGE COLUMN", {}, skipped=True)
+    metadata = dataclasses.replace(snapshot.metadata, schema_string=schema.to_json_string())
+    # Delta Spark names the column by its dotted path and gives the field as the command built it
+    # (a change being recorded is not in its typeChanges yet); an array element or a map value
+    # has no metadata of its own.
+    named = new_field.to_json()
+    if inside:
+        named = {
+            "name": None,
+            "type": _type_inside(new_field.type, inside).to_json(),
+            "nullable": True,
+            "metadata": {},
+        }
+    named["name"] = ".".join([*path, *inside])
+    parameters: dict[str, Any] = {"column": _params_json(named)}
+    if position is not None:
+        parameters["position"] = position
+    return _commit(store, snapshot, "CHANGE COLUMN", parameters, metadata)
+
+
+def _resolve_path(store: ObjectStore, schema: StructType, column: str) -> tuple[list[str], list[str]]:
+    """The struct-field path of ``column`` (resolved case-insensitively) and, after it, the
+    ``element``/``key``/``value`` steps into arrays and maps (``arr.element``)."""
+    if not isinstance(column, str) or not column:
+        raise InvalidArgumentError(f"a column name is a non-empty string, got {column!r}")
+    resolved: list[str] = []
+    inside: list[str] = []
+    t: Any = schema
+    for part in split_field_path(column):
+        step = part.lower()
+        if isinstance(t, ArrayType) and step == "element":
+            inside.append(step)
+            t = t.element_type
+            continue
+        if isinstance(t, MapType) and step in ("key", "value"):
+            inside.append(step)
+            t = t.key_type if step == "key" else t.value_type
+            continue
+        f = t.find(part) if isinstance(t, StructType) and not inside else None
+        if f is None:
+            raise InvalidArgumentError(
+                f"{store.root} has no column {column!r} (columns: {', '.join(schema.names)})"
+            )
+        resolved.append(f.name)
+        t = f.type
+    return resolved, inside
+
+
+def _type_inside(t: Any, steps: list[str]) -> Any:
+    for step in steps:
+        t = t.element_type if step == "element" else t.key_type if step == "key" else t.value_type
+    return t
+
+
+def _replace_inside(t: Any, steps: list[str], target: Any) -> Any:
+    if not steps:
+        return target
+    head, rest = steps[0], steps[1:]
+    if isinstance(t, ArrayType):
+        return ArrayType(_replace_inside(t.element_type, rest, target), t.contains_null)
+    if head == "key":
+        return MapType(_replace_inside(t.key_type, rest, target), t.value_type, t.value_contains_null)
+    return MapType(t.key_type, _replace_inside(t.value_type, rest, target), t.value_contains_null)
+
+
+def _field_at(schema: StructType, path: list[str]) -> StructField | None:
+    t: Any = schema
+    found = None
+    for part in path:
+        if not isinstance(t, StructType):
+            return None
+        found = t.find(part)
+        if found is None:
+            return None
+        t = found.type
+    return found
+
+
+def _moved(
+    store: ObjectStore, schema: StructType, path: list[str], first: bool, after: str | None
+) -> tuple[StructType, str]:
+    parent_path = path[:-1]
+    parent = schema if not parent_path else _field_at(schema, parent_path).type  # type: ignore[union-attr]
+    assert isinstance(parent, StructType)
+    moving = parent[path[-1]]
+    rest = [f for f in parent.fields if f is not moving]
+    if first:
+        fields, position = [moving, *rest], "FIRST"
+    else:
+        anchor = next((f for f in rest if f.name.lower() == str(after).lower()), None)
+        if anchor is None:
+            raise InvalidArgumentError(
+                f"cannot move {'.'.join(path)!r} after {after!r}: no such column beside it in {store.root}"
+            )
+        i = rest.index(anchor) + 1
+        fields, position = [*rest[:i], moving, *rest[i:]], f"AFTER {anchor.name}"
+    moved = StructType(tuple(fields))
+    if not parent_path:
+        return moved, position
+    parent_field = _field_at(schema, parent_path)
+    assert parent_field is not None
+    return _map_field(
+        schema, parent_path, lambda f: StructField(f.name, moved, f.nullable, f.metadata)
+    ), position
+
+
+def _data_type(value: Any):
+    from deltaplane.engine.schema import DecimalType, PrimitiveType, from_arrow_type
+
+    if isinstance(value, pa.DataType):
+        return from_arrow_type(value)
+    if isinstance(value, (PrimitiveType, DecimalType)):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        names = {
+            "tinyint": "byte", "byte": "byte", "smallint": "short", "short": "short", "int": "integer",
+            "integer": "integer", "bigint": "long", "long": "long", "float": "float", "real": "float",
+            "double": "double", "date": "date", "timestamp_ntz": "timestamp_ntz", "timestamp": "timestamp",
+            "string": "string", "boolean": "boolean", "binary": "binary",
+        }  # fmt: skip
+        if text in names:
+            return PrimitiveType(names[text])
+        if text.startswith("decimal(") and text.endswith(")"):
+            try:
+                precision, scale = (int(v) for v in text[len("decimal(") : -1].split(","))
+            except ValueError:
+                pass
+            else:
+                return DecimalType(precision, scale)
+    raise InvalidArgumentError(f"not a column type: {value!r} (give a pyarrow type or a name like 'bigint')")
+
+
+def _type_text(t: Any) -> str:
+    value = t.to_json()
+    return value if isinstance(value, str) else json.dumps(value)

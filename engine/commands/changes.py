@@ -233,8 +233,10 @@ def _check_schemas(
             return
         changed, error_class = (start, problem), "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA"
     version, problem = changed
-    where = f"at version {version}" if version > start else f"since version {start}"
     pieces = _readable_pieces(start, end, start_metadata, commits)
+    if version == start and len(pieces) > 1:
+        version = pieces[1][0]  # the start's schema differs from the read schema: where it changed
+    where = f"at version {version}" if version > start else f"since version {start}"
     listed = ", ".join(f"{a}..{b}" for a, b in pieces)
     raise ChangeDataSchemaError(
         f"cannot read changes {start}..{end} of {root} under the schema of version {read_version}: "
