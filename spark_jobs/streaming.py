@@ -14,7 +14,9 @@ Only data changes are read: commits whose files carry ``dataChange=false`` (OPTI
 add nothing to the stream. A commit that removes rows (DELETE, UPDATE, MERGE, overwrite) fails
 the query with an error naming the version and operation, unless ``skipChangeCommits=true``, which
 skips such commits entirely. A schema change fails the query (restart it to pick the new schema
-up).
+up); a query restarted from a checkpoint written under a schema the current one cannot read (a
+column renamed or dropped, a type widened, a column made NOT NULL since) fails naming the versions
+instead of relabelling rows.
 
 **Sink**: each micro-batch's tasks write files; ``commit(messages, batchId)`` on the driver
 commits them with ``txn(appId=<query id>, version=<batch id>)`` and the operation ``STREAMING
@@ -73,6 +75,8 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._snapshots: dict[int, Snapshot] = {}
         self._available_now: int | None = None
         self._initial: dict | None = None
+        self._read_metadata = None  # the metadata the query's schema comes from (latest at start)
+        self._schemas_checked: set[int] = set()  # versions whose schema reads under it
 
     # The reader is pickled to the tasks that call read(): caches and the store stay behind.
     def __getstate__(self) -> dict[str, Any]:
@@ -238,6 +242,34 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 f"(table id {self._table_id()}, checkpoint says {start.get('tableId')}); "
                 "start a new query with a new checkpoint"
             )
+        self._check_schema_at(start)
+
+    def _check_schema_at(self, start: dict) -> None:
+        """A query (re)started from an offset written under an older schema reads those files
+        under today's: a column renamed or dropped since (column mapping), a type widened or a
+        column made NOT NULL would relabel or mistype rows. Refused, naming the versions, as
+        Delta Spark refuses it (without a schema tracking location); checked once per offset."""
+        from deltaplane.engine.schema_changes import read_incompatibility
+        from deltaplane.engine.snapshot import load_table_config
+
+        at = int(start["version"])  # its files (and the later ones) were written under this or newer
+        if at in self._schemas_checked:
+            return
+        if self._read_metadata is None:
+            self._read_metadata = self._table_config()[1]
+        try:
+            written = load_table_config(self.store, at)[1]
+        except DeltaError:  # not committed yet: the commits to come are checked as they come
+            return
+        problem = read_incompatibility(written, self._read_metadata)
+        if problem:
+            raise StreamingSourceError(
+                f"this query reads {self.options.uri} under its current schema, but its checkpoint is at "
+                f"version {at}, written under an older schema: since then {problem}. "
+                "Reading on would mislabel or mistype rows. Start a new query (new checkpoint) with a "
+                "startingVersion after that change, and read the versions before it separately"
+            )
+        self._schemas_checked.add(at)
 
     def _walk(self, start: dict, end: dict | None):
         """Positions of files from ``start`` (up to ``end``), each with its size; between

@@ -202,6 +202,29 @@ def test_a_restore_is_not_new_data_for_a_stream(spark, tmp_path):
         run_available_now(spark, src, str(tmp_path / "a"), tmp_path / "cka", startingVersion=3)
 
 
+def test_a_query_restarted_across_a_rename_fails_instead_of_relabelling(spark, tmp_path):
+    """A query stopped before a RENAME COLUMN, restarted after it: the files it has still to read
+    were written under the old name. Reading them under the new one would put old ``part``
+    values under ``kind`` silently; the query fails naming the version instead. A query whose
+    checkpoint is already past the old files reads on, and a new query from the rename on reads
+    everything after it."""
+    src = str(tmp_path / "src")
+    write_table(src, rows(0, 6), properties={"delta.columnMapping.mode": "name"})
+    run_available_now(spark, src, str(tmp_path / "a"), tmp_path / "cka")  # read v0, stopped
+    write_table(src, rows(6, 3), mode="append")  # v1: not read by query a yet
+    run_available_now(spark, src, str(tmp_path / "b"), tmp_path / "ckb")  # query b is past v1
+    DeltaTable(src).alter.rename_column("part", "kind")  # v2
+    write_table(src, rows(9, 3).rename_columns(["id", "kind"]), mode="append")  # v3
+    with pytest.raises(FAILURES, match=r"checkpoint is at version 1, .*'part' was renamed to 'kind'"):
+        run_available_now(spark, src, str(tmp_path / "a"), tmp_path / "cka")
+    assert ids(str(tmp_path / "a")) == Counter(range(6))  # nothing relabelled landed
+    run_available_now(spark, src, str(tmp_path / "b2"), tmp_path / "ckb")  # b's files are all new
+    run_available_now(spark, src, str(tmp_path / "c"), tmp_path / "ckc", startingVersion=2)
+    for sink in ("b2", "c"):
+        got = DeltaTable(str(tmp_path / sink)).to_arrow().to_pylist()
+        assert {r["id"]: r["kind"] for r in got} == {i: i % 3 for i in range(9, 12)}, sink
+
+
 def test_a_replayed_sink_batch_is_not_committed_twice(spark, tmp_path):
     """The query dies after its batch committed to the table but before Spark recorded the batch
     in its commit log: on restart Spark replays the batch with the same id."""
