@@ -28,6 +28,7 @@ _PUBLIC = {
     "DeltaManifestOperator": "operators.maintenance",
     "DeltaStageOperator": "operators.ingest",
     "DeltaConsumeOperator": "operators.consume",
+    "DeltaAlterOperator": "operators.alter",
     "DeltaQualityGateOperator": "operators.quality",
     "DeltaSparkJobOperator": "operators.spark",
     "DeltaLogTailSensor": "sensors.log_tail",

@@ -26,6 +26,7 @@ def get_provider_info() -> dict:
                     "deltaplane.operators.operators.quality",
                     "deltaplane.operators.operators.spark",
                     "deltaplane.operators.operators.consume",
+                    "deltaplane.operators.operators.alter",
                 ],
             }
         ],
