@@ -144,6 +144,7 @@ PROPERTIES = (
     ("delta.enableDeletionVectors", "true"),
     ("delta.enableDeletionVectors", "false"),
     ("team.owner", "differential"),
+    ("delta.enableTypeWidening", "true"),
 )
 
 
@@ -451,6 +452,81 @@ class AddColumn:
         )
 
 
+def _evolved(run: Differential, which: int, ddl: str | None = None) -> Column | None:
+    """The ``which``-th column added by the sequence (of type ``ddl``), or None."""
+    candidates = [c for c in run.columns[len(BASE_COLUMNS) :] if ddl is None or c.ddl == ddl]
+    return candidates[which % len(candidates)] if candidates else None
+
+
+@dataclass(frozen=True)
+class RenameColumn:
+    """``RENAME COLUMN`` of a column the sequence added (column mapping; both refuse without)."""
+
+    which: int
+
+    def render(self, run: Differential) -> Rendered:
+        column = _evolved(run, self.which)
+        old = column.name if column else "missing"
+        new = Column(f"{old}r", column.ddl, column.arrow) if column else None
+
+        def then():
+            run.known[new.name] = new
+            run.columns = tuple(new if c is column else c for c in run.columns)
+
+        return Rendered(
+            spark=lambda spark, path: spark.sql(
+                f"ALTER TABLE delta.`{path}` RENAME COLUMN `{old}` TO `{old}r`"
+            ),
+            engine=lambda path: DeltaTable(path).alter.rename_column(old, f"{old}r"),
+            then=then if column else (lambda: None),
+        )
+
+
+@dataclass(frozen=True)
+class DropColumn:
+    """``DROP COLUMN`` of a column the sequence added (column mapping; both refuse without)."""
+
+    which: int
+
+    def render(self, run: Differential) -> Rendered:
+        column = _evolved(run, self.which)
+        name = column.name if column else "missing"
+
+        def then():
+            run.columns = tuple(c for c in run.columns if c is not column)
+
+        return Rendered(
+            spark=lambda spark, path: spark.sql(f"ALTER TABLE delta.`{path}` DROP COLUMN `{name}`"),
+            engine=lambda path: DeltaTable(path).alter.drop_columns([name]),
+            then=then if column else (lambda: None),
+        )
+
+
+@dataclass(frozen=True)
+class WidenColumn:
+    """``ALTER COLUMN ... TYPE BIGINT`` of an INT column the sequence added (type widening; both
+    refuse while ``delta.enableTypeWidening`` is off)."""
+
+    which: int
+
+    def render(self, run: Differential) -> Rendered:
+        column = _evolved(run, self.which, "INT")
+        name = column.name if column else "missing"
+        wide = Column(name, "BIGINT", pa.int64())
+
+        def then():
+            run.known[name] = wide
+            run.columns = tuple(wide if c is column else c for c in run.columns)
+
+        return Rendered(
+            spark=lambda spark, path: spark.sql(
+                f"ALTER TABLE delta.`{path}` ALTER COLUMN `{name}` TYPE BIGINT"
+            ),
+            engine=lambda path: DeltaTable(path).alter.change_column_type(name, "bigint"),
+            then=then if column else (lambda: None),
+        )
+
+
 @dataclass(frozen=True)
 class SetProperty:
     which: int
@@ -556,8 +632,18 @@ class Differential:
         self.columns = self.columns_at(target)
 
     def columns_at(self, versions: dict[str, int]) -> tuple[Column, ...]:
-        names = DeltaTable(self.path(SPARK), version=versions[SPARK]).schema.names
-        return tuple(self.known[n] for n in names)
+        """The model's columns at those versions, with the types they had then (a column widened
+        since is narrower there)."""
+        schema = DeltaTable(self.path(SPARK), version=versions[SPARK]).schema
+        out = []
+        for f in schema:
+            column = self.known[f.name]
+            if column.ddl in ("INT", "BIGINT"):
+                column = Column(f.name, "BIGINT", pa.int64()) if f.type == pa.int64() else Column(
+                    f.name, "INT", pa.int32()
+                )
+            out.append(column)
+        return tuple(out)
 
     # running --------------------------------------------------------------------------------
 
