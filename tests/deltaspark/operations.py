@@ -80,7 +80,7 @@ class RowSpec:
             "d": None if self.cents is None else decimal.Decimal(self.cents).scaleb(-2),
             "ts": TIMESTAMPS[self.ts % len(TIMESTAMPS)],
         }
-        for column in columns[len(BASE_COLUMNS):]:  # evolved columns: a value from the id
+        for column in columns[len(BASE_COLUMNS) :]:  # evolved columns: a value from the id
             if column.ddl == "STRING":
                 row[column.name] = None if row_id % 4 == 0 else f"{column.name}-{row_id % 5}"
             else:
@@ -106,9 +106,7 @@ def select_sql(rows: list[dict[str, Any]], columns: tuple[Column, ...]) -> str:
     if not rows:
         nulls = ", ".join(f"{sql_literal(None, c)} AS `{c.name}`" for c in columns)
         return f"SELECT {nulls} WHERE 1 = 0"
-    values = ", ".join(
-        "(" + ", ".join(sql_literal(row[c.name], c) for c in columns) + ")" for row in rows
-    )
+    values = ", ".join("(" + ", ".join(sql_literal(row[c.name], c) for c in columns) + ")" for row in rows)
     return f"SELECT /*+ COALESCE(1) */ * FROM VALUES {values} AS s({names})"  # one file, as deltaplane
 
 
@@ -251,11 +249,14 @@ class ReplaceWhere:
             rows = run.new_rows(self.rows)  # fresh ids: above every existing one
         query = select_sql(rows, columns)
         if self.sql:
+
             def spark_side(spark, path):
                 spark.sql(f"INSERT INTO delta.`{path}` REPLACE WHERE {predicate} {query}")
         else:
+
             def spark_side(spark, path):
                 spark.write(path, [], "", mode="overwrite", options={"replaceWhere": predicate}, query=query)
+
         return Rendered(
             spark=spark_side,
             engine=lambda path: DeltaTable(path).overwrite(arrow_table(rows, columns), predicate=predicate),
@@ -639,8 +640,10 @@ class Differential:
         for f in schema:
             column = self.known[f.name]
             if column.ddl in ("INT", "BIGINT"):
-                column = Column(f.name, "BIGINT", pa.int64()) if f.type == pa.int64() else Column(
-                    f.name, "INT", pa.int32()
+                column = (
+                    Column(f.name, "BIGINT", pa.int64())
+                    if f.type == pa.int64()
+                    else Column(f.name, "INT", pa.int32())
                 )
             out.append(column)
         return tuple(out)
@@ -670,8 +673,11 @@ class Differential:
             rendered.then()
         self.check_step(step, reread_latest=rendered.reread_latest)
         if TRACE:
-            print(f"[differential] step {len(self.steps) - 1} {time.monotonic() - started:.1f}s {op!r}"
-                  f" {step.versions} {step.errors}", file=sys.stderr)
+            print(
+                f"[differential] step {len(self.steps) - 1} {time.monotonic() - started:.1f}s {op!r}"
+                f" {step.versions} {step.errors}",
+                file=sys.stderr,
+            )
         return step
 
     def mismatch(self, text: str) -> None:
@@ -698,8 +704,10 @@ class Differential:
 
     def check_step(self, step: Step, *, reread_latest: bool = False) -> None:
         if (step.errors[SPARK] is None) != (step.errors[ENGINE] is None):
-            self.mismatch(f"outcome differs: Delta Spark {step.errors[SPARK] or 'succeeded'}; "
-                          f"deltaplane {step.errors[ENGINE] or 'succeeded'}")
+            self.mismatch(
+                f"outcome differs: Delta Spark {step.errors[SPARK] or 'succeeded'}; "
+                f"deltaplane {step.errors[ENGINE] or 'succeeded'}"
+            )
         s, e = step.versions[SPARK], step.versions[ENGINE]
         if len(s) != len(e) and step.compactable is not None:
             # Files are laid out differently (Delta Spark writes a file per task): OPTIMIZE
@@ -710,7 +718,11 @@ class Differential:
                         f"OPTIMIZE on the {side} copy committed {step.versions[side]} with "
                         f"{'' if step.compactable[side] else 'no '}small files to compact"
                     )
-        elif len(s) != len(e):
+        elif len(s) != len(e) and not (isinstance(step.op, Vacuum) and not e and self.vacuum_commits(s)):
+            # A VACUUM with nothing to delete commits nothing here (as delta-rs; Delta Spark still
+            # records VACUUM START/END: a documented departure, docs/architecture.md), and the
+            # copies' files differ (Delta Spark rewrites where deltaplane writes a deletion vector):
+            # whether a file was left to delete is each copy's own.
             self.mismatch(f"Delta Spark committed {s}, deltaplane committed {e}")
         ops = {side: [self.operation(side, v) for v in step.versions[side]] for side in SIDES}
         if len(s) == len(e) and ops[SPARK] != ops[ENGINE]:
@@ -723,6 +735,10 @@ class Differential:
             self.compare_rows(self.latest(SPARK), self.latest(ENGINE))
         self.reread_all(spark_reads=False)  # every earlier version, deltaplane's reads (quick)
         self.raise_findings()
+
+    def vacuum_commits(self, versions: list[int]) -> bool:
+        """Whether Delta Spark's commits are one VACUUM START and one VACUUM END."""
+        return [self.operation(SPARK, v) for v in versions] == ["VACUUM START", "VACUUM END"]
 
     def something_to_compact(self, side: str) -> bool:
         """Whether bin-packing has work in this copy: a partition with two files or more, or a
