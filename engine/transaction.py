@@ -646,16 +646,19 @@ class Transaction:
         adds, domains, tracked = self._with_row_ids(version)
         if tracked:  # every deltaplane command keeps the rows' ids and commit versions
             info["tags"] = {**(info.get("tags") or {}), row_tracking.PRESERVED_TAG: "true"}
+        metadata = self._metadata
         if TableProperties(self.metadata.configuration).enable_in_commit_timestamps:
             previous = self._last_winner_ict
             if previous is None and self.snapshot is not None and version == self.read_version + 1:
                 previous = self.snapshot.timestamp
             info = {"inCommitTimestamp": max(now, (previous or 0) + 1), **info}
+            if metadata is not None:
+                metadata = _with_ict_enablement(metadata, self.snapshot, version, info["inCommitTimestamp"])
         actions: list = [CommitInfo(info)]
         if self._protocol is not None:
             actions.append(self._protocol)
-        if self._metadata is not None:
-            actions.append(self._metadata)
+        if metadata is not None:
+            actions.append(metadata)
         txns = list(self._txns)
         scope = self._scope_txn
         if scope is not None and all(t.app_id != scope.app_id for t in txns):
@@ -687,6 +690,26 @@ def _schema_history_kept(
     if protocol is not None and writer_features(protocol) & {"typeWidening", "typeWidening-preview"}:
         kept = record_type_changes(kept, old)
     return metadata if kept is schema else dataclasses.replace(metadata, schema_string=kept.to_json_string())
+
+
+def _with_ict_enablement(metadata: Metadata, read: Snapshot | None, version: int, ict: int) -> Metadata:
+    """The commit that turns in-commit timestamps on for a table that already has commits records
+    where its timeline switches from file times (``delta.inCommitTimestampEnablementVersion`` and
+    ``...Timestamp``, the protocol's rule), known only now: the version this attempt commits."""
+    enabled_before = (
+        read is not None and TableProperties(read.metadata.configuration).enable_in_commit_timestamps
+    )
+    configuration = metadata.configuration
+    if version == 0 or enabled_before:
+        return metadata  # (a value left from an earlier enablement is replaced: this one counts)
+    return dataclasses.replace(
+        metadata,
+        configuration={
+            **configuration,
+            "delta.inCommitTimestampEnablementVersion": str(version),
+            "delta.inCommitTimestampEnablementTimestamp": str(ict),
+        },
+    )
 
 
 def _param(value: Any) -> str:

@@ -118,3 +118,28 @@ def test_version_and_timestamp_are_exclusive_and_versions_checked():
     with pytest.raises(VersionNotFoundError):
         DeltaTable(uri, version=2)
     assert [DeltaTable(uri, version=v).snapshot.num_files for v in (0, 1)] == [1, 2]
+
+
+def test_turning_in_commit_timestamps_on_records_where_the_timeline_switches(tmp_path):
+    import json
+
+    import pyarrow as pa
+
+    uri = str(tmp_path / "t")
+    table = DeltaTable.create(uri, pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": pa.array([1], pa.int64())}))
+    result = table.alter.set_table_properties({"delta.enableInCommitTimestamps": "true"})
+    config = DeltaTable(uri).metadata.configuration
+    assert config["delta.inCommitTimestampEnablementVersion"] == str(result.version) == "2"
+    lines = table._store.get(f"_delta_log/{result.version:020d}.json").decode().splitlines()
+    ict = json.loads(lines[0])["commitInfo"]["inCommitTimestamp"]
+    assert config["delta.inCommitTimestampEnablementTimestamp"] == str(ict)
+    table.append(pa.table({"id": pa.array([2], pa.int64())}))  # later commits leave them alone
+    assert DeltaTable(uri).metadata.configuration["delta.inCommitTimestampEnablementVersion"] == "2"
+    assert DeltaTable(uri, timestamp=ict).version() == 2
+    fresh = DeltaTable.create(
+        str(tmp_path / "f"),
+        pa.schema([("id", pa.int64())]),
+        properties={"delta.enableInCommitTimestamps": "true"},
+    )
+    assert "delta.inCommitTimestampEnablementVersion" not in fresh.metadata.configuration  # on from v0
