@@ -1172,11 +1172,21 @@ class TableAlterer:
         )
 
     @delta_rs_names(**COMMIT_OPTIONS)
-    def add_columns(self, fields, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
-        """Add nullable columns (pyarrow fields or a schema) at the end of the schema."""
+    def add_columns(
+        self,
+        fields,
+        *,
+        first: bool = False,
+        after: str | None = None,
+        commit_metadata: Mapping[str, Any] | None = None,
+    ) -> CommitResult:
+        """Add nullable columns (pyarrow fields or a schema) at the end of the schema, or first
+        (``first=True``) or after a column (``after="a"``)."""
         from deltaplane.engine.commands import alter as alter_commands
 
-        return self._run(alter_commands.add_columns, fields, commit_metadata=commit_metadata)
+        return self._run(
+            alter_commands.add_columns, fields, first=first, after=after, commit_metadata=commit_metadata
+        )
 
     @delta_rs_names(**COMMIT_OPTIONS)
     def rename_column(

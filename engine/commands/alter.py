@@ -182,9 +182,17 @@ def drop_constraint(
 
 
 def add_columns(
-    store: ObjectStore, snapshot: Snapshot, fields: pa.Schema | Iterable[pa.Field | StructField]
+    store: ObjectStore,
+    snapshot: Snapshot,
+    fields: pa.Schema | Iterable[pa.Field | StructField],
+    *,
+    first: bool = False,
+    after: str | None = None,
 ) -> CommitResult:
-    """Add nullable top-level columns at the end (existing files read them as null)."""
+    """Add nullable top-level columns, at the end or (``first``, ``after="col"``) where asked
+    (``ADD COLUMNS (... FIRST | AFTER col)``); existing files read them as null."""
+    if first and after is not None:
+        raise InvalidArgumentError("give first=True or after=<column>, not both")
     new_fields = _as_struct_fields(fields)
     if not new_fields:
         raise InvalidArgumentError("add_columns() needs at least one field")
@@ -198,7 +206,16 @@ def add_columns(
             )
         taken.add(f.name.lower())
     configuration = dict(snapshot.metadata.configuration)
-    schema = StructType((*snapshot.schema.fields, *new_fields))
+    existing = list(snapshot.schema.fields)
+    at, position = len(existing), None
+    if first:
+        at, position = 0, "FIRST"
+    elif after is not None:
+        anchor = snapshot.schema.find(after) if isinstance(after, str) else None
+        if anchor is None:
+            raise InvalidArgumentError(f"cannot add columns after {after!r}: {store.root} has no such column")
+        at, position = existing.index(anchor) + 1, f"AFTER {anchor.name}"
+    schema = StructType((*existing[:at], *new_fields, *existing[at:]))
     if TableProperties(configuration).column_mapping_mode != "none":
         max_id = int(configuration.get("delta.columnMapping.maxColumnId", "0"))
         schema, max_id = assign_column_mapping(schema, max_id)
@@ -208,7 +225,10 @@ def add_columns(
     )
     parameters = {
         "columns": [
-            {"column": {"name": f.name, "type": f.type.to_json(), "nullable": f.nullable, "metadata": {}}}
+            {
+                "column": {"name": f.name, "type": f.type.to_json(), "nullable": f.nullable, "metadata": {}},
+                **({"position": position} if position else {}),
+            }
             for f in new_fields
         ]
     }

@@ -139,3 +139,15 @@ def test_not_null_dropped_comment_and_positions(table):
     assert got.column_names == ["n", "s", "arr", "m", "d", "a"]
     assert sorted(got.column("a").to_pylist()) == [1, 2]
     assert table.alter.change_column("a", comment=None).version == table.version()  # nothing to do
+
+
+def test_columns_added_first_or_after_a_column(table):
+    table.alter.add_columns(pa.field("z", pa.string()), first=True)
+    table.alter.add_columns([pa.field("p", pa.int32()), pa.field("q", pa.int32())], after="A")
+    assert list(fields(table)) == ["z", "a", "p", "q", "s", "arr", "m", "d", "n"]
+    assert table.history(1)[0]["operationParameters"]["columns"].count('"position": "AFTER a"') == 2
+    got = DeltaTable(table.uri).to_arrow()
+    assert got.column_names == ["z", "a", "p", "q", "s", "arr", "m", "d", "n"]
+    assert got.column("p").to_pylist() == [None] and got.column("a").to_pylist() == [1]
+    with pytest.raises(InvalidArgumentError, match="no such column"):
+        table.alter.add_columns(pa.field("r", pa.int32()), after="nope")
