@@ -75,8 +75,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._snapshots: dict[int, Snapshot] = {}
         self._available_now: int | None = None
         self._initial: dict | None = None
-        self._read_metadata = None  # the metadata the query's schema comes from (latest at start)
-        self._schemas_checked: set[int] = set()  # versions whose schema reads under it
+        self._schema_checked = False  # the start offset's schema against the query's (once)
 
     # The reader is pickled to the tasks that call read(): caches and the store stay behind.
     def __getstate__(self) -> dict[str, Any]:
@@ -245,31 +244,37 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._check_schema_at(start)
 
     def _check_schema_at(self, start: dict) -> None:
-        """A query (re)started from an offset written under an older schema reads those files
-        under today's: a column renamed or dropped since (column mapping), a type widened or a
-        column made NOT NULL would relabel or mistype rows. Refused, naming the versions, as
-        Delta Spark refuses it (without a schema tracking location); checked once per offset."""
+        """A query (re)started from an offset written under an older schema would read those
+        files under today's: a column renamed or dropped since (column mapping), a type widened
+        or a column made NOT NULL would relabel or mistype rows. Refused, naming the version, as
+        Delta Spark refuses it (without a schema tracking location). Checked once per query
+        start (later commits that change the schema fail in ``_follow``), with no listing of the
+        log when the start is the snapshot already loaded or past the availableNow cap."""
         from deltaplane.engine.schema_changes import read_incompatibility
         from deltaplane.engine.snapshot import load_table_config
 
+        if self._schema_checked:
+            return
+        self._schema_checked = True
+        read = self._table_config()[1]
         at = int(start["version"])  # its files (and the later ones) were written under this or newer
-        if at in self._schemas_checked:
-            return
-        if self._read_metadata is None:
-            self._read_metadata = self._table_config()[1]
-        try:
-            written = load_table_config(self.store, at)[1]
-        except DeltaError:  # not committed yet: the commits to come are checked as they come
-            return
-        problem = read_incompatibility(written, self._read_metadata)
+        if start.get("initialSnapshot"):
+            written = self._snapshot(at).metadata
+        elif self._available_now is not None and at > self._available_now:
+            return  # nothing to read
+        else:
+            try:
+                written = load_table_config(self.store, at)[1]
+            except DeltaError:  # not committed yet: the commits to come are checked as they come
+                return
+        problem = read_incompatibility(written, read)
         if problem:
             raise StreamingSourceError(
                 f"this query reads {self.options.uri} under its current schema, but its checkpoint is at "
-                f"version {at}, written under an older schema: since then {problem}. "
-                "Reading on would mislabel or mistype rows. Start a new query (new checkpoint) with a "
-                "startingVersion after that change, and read the versions before it separately"
+                f"version {at}, written under an older schema: since then {problem}. Reading on would "
+                "mislabel or mistype rows. Start a new query (new checkpoint) with a startingVersion "
+                "after that change, and read the versions before it separately"
             )
-        self._schemas_checked.add(at)
 
     def _walk(self, start: dict, end: dict | None):
         """Positions of files from ``start`` (up to ``end``), each with its size; between
