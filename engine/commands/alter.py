@@ -306,7 +306,7 @@ def _mapping_change(
     if wanted == current:
         return None
     if current == "none" and wanted == "name":
-        schema, max_id = _assign_ids_keeping_names(snapshot.schema)
+        schema, max_id = assign_column_mapping(snapshot.schema, 0, keep_names=True)
         return schema.to_json_string(), str(max_id)
     if current == "none":
         raise TableReadOnlyError(
@@ -317,30 +317,6 @@ def _mapping_change(
         f"cannot change delta.columnMapping.mode of {store.root} from {current!r} to {wanted!r}: that "
         "rewrites every data file under new column names, which deltaplane does not do"
     )
-
-
-def _assign_ids_keeping_names(schema: StructType) -> tuple[StructType, int]:
-    counter = [0]
-
-    def field(f: StructField) -> StructField:
-        counter[0] += 1
-        metadata = {
-            **f.metadata,
-            "delta.columnMapping.id": counter[0],
-            "delta.columnMapping.physicalName": f.name,
-        }
-        return StructField(f.name, typ(f.type), f.nullable, metadata)
-
-    def typ(t: Any) -> Any:
-        if isinstance(t, StructType):
-            return StructType(tuple(field(f) for f in t.fields))
-        if isinstance(t, ArrayType):
-            return ArrayType(typ(t.element_type), t.contains_null)
-        if isinstance(t, MapType):
-            return MapType(typ(t.key_type), typ(t.value_type), t.value_contains_null)
-        return t
-
-    return typ(schema), counter[0]
 
 
 def unset_table_properties(

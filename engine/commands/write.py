@@ -279,8 +279,11 @@ def _validate_properties(props: TableProperties) -> None:
         )
 
 
-def assign_column_mapping(schema: StructType, max_id: int) -> tuple[StructType, int]:
-    """Give every field without one a physical name and a field id (column mapping)."""
+def assign_column_mapping(
+    schema: StructType, max_id: int, *, keep_names: bool = False
+) -> tuple[StructType, int]:
+    """Give every field without one a physical name and a field id (column mapping); with
+    ``keep_names`` the physical name is the field's name (turning mapping on for existing files)."""
     counter = [max_id]
 
     def field(f: StructField) -> StructField:
@@ -288,7 +291,7 @@ def assign_column_mapping(schema: StructType, max_id: int) -> tuple[StructType, 
         if "delta.columnMapping.id" not in metadata:
             counter[0] += 1
             metadata["delta.columnMapping.id"] = counter[0]
-            metadata["delta.columnMapping.physicalName"] = f"col-{uuid.uuid4()}"
+            metadata["delta.columnMapping.physicalName"] = f.name if keep_names else f"col-{uuid.uuid4()}"
         return StructField(f.name, typ(f.type), f.nullable, metadata)
 
     def typ(t: DataType) -> DataType:
@@ -391,9 +394,7 @@ def check_declared_schema(snapshot: Snapshot, declared: StructType) -> None:
         if current is None:
             problems.append(f"{f.name} (not in the table)")
         elif current.type != f.type or current.nullable != f.nullable:
-            problems.append(
-                f"{f.name}: {_declared_text(f)} declared, {_declared_text(current)} in the table"
-            )
+            problems.append(f"{f.name}: {_declared_text(f)} declared, {_declared_text(current)} in the table")
     if problems:
         raise TableSettingsMismatchError(
             f"the schema declared for {snapshot.store.root} does not match the table's: "
