@@ -2,7 +2,8 @@
 
 Layout as Delta Spark writes it: one row per action, a struct column per action type (``txn``,
 ``add``, ``remove``, ``metaData``, ``protocol``, ``domainMetadata``, plus ``checkpointMetadata`` for
-tables with V2 checkpoints, which get a classic-named V2 checkpoint). Adds carry ``stats`` as JSON
+tables whose ``delta.checkpointPolicy`` is ``v2``, which get a classic-named V2 checkpoint). Adds
+carry ``stats`` as JSON
 (``delta.checkpoint.writeStatsAsJson``) and typed ``stats_parsed`` / ``partitionValues_parsed``
 (``delta.checkpoint.writeStatsAsStruct``), keyed by physical names. Removes are kept only while
 unexpired (``delta.deletedFileRetentionDuration``), for VACUUM.
@@ -142,7 +143,9 @@ class _CheckpointLayout:
         config = snapshot.metadata.configuration
         self.stats_json = config.get("delta.checkpoint.writeStatsAsJson", "true").lower() != "false"
         self.stats_struct = config.get("delta.checkpoint.writeStatsAsStruct", "true").lower() != "false"
-        self.v2 = "v2Checkpoint" in reader_features(snapshot.protocol)
+        # V2 content when the table asks for it (delta.checkpointPolicy=v2, as Delta Spark decides):
+        # a table dropping the feature has set the policy to classic and gets classic checkpoints.
+        self.v2 = "v2Checkpoint" in reader_features(snapshot.protocol) and props.checkpoint_policy == "v2"
         schema = snapshot.schema
         self.partition_fields = snapshot.partition_fields
         partition_names = {f.name for f in self.partition_fields}

@@ -161,6 +161,18 @@ class ChangeDataSchemaError(DeltaError):
 # --- maintenance -----------------------------------------------------------------------------
 
 
+class FeatureDropError(DeltaError):
+    """DROP FEATURE refused or stopped part way (``error_class`` is Delta Spark's: the feature
+    is not in the protocol, cannot be dropped, another feature needs it, or its traces are still
+    in the table's history). Whatever commits came before the refusal (traces removed) stay, as
+    in Delta Spark: running the drop again continues from there."""
+
+    def __init__(self, message: str, *, error_class: str, feature: str):
+        super().__init__(message)
+        self.error_class = error_class
+        self.feature = feature
+
+
 class RetentionTooShortError(DeltaError):
     """A VACUUM (or log cleanup) retention shorter than the table's, without an explicit override."""
 
@@ -249,6 +261,17 @@ class ConcurrentVacuumError(CommitConflictError):
         self.paths = list(paths or [])
 
 
+class FeatureDropConflictError(CommitConflictError):
+    """A commit made after DROP FEATURE removed a feature's traces used it again (Delta Spark's
+    ``DELTA_FEATURE_DROP_CONFLICT_REVALIDATION_FAIL``): the drop is worth running again."""
+
+    error_class = "DELTA_FEATURE_DROP_CONFLICT_REVALIDATION_FAIL"
+
+    def __init__(self, message: str, *, feature: str):
+        super().__init__(message)
+        self.feature = feature
+
+
 class CommitOutcomeUnknownError(DeltaError):
     """The commit request failed in a way that leaves its outcome unknown even after checking."""
 
@@ -267,4 +290,5 @@ INPUT_ERRORS: tuple[type[DeltaError], ...] = (
     TableReadOnlyError,
     RetentionTooShortError,
     UnsupportedOperationError,
+    FeatureDropError,
 )

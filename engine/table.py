@@ -43,6 +43,7 @@ from deltaplane.engine.table_properties import TableProperties
 
 if TYPE_CHECKING:  # the commands load when first called: opening a table does not pay for them
     from deltaplane.engine.checkpoint_writer import CheckpointInfo
+    from deltaplane.engine.commands.features import DropFeatureResult
     from deltaplane.engine.commands.log_cleanup import LogCleanupMetrics, LogCleanupPlan
     from deltaplane.engine.commands.manifest import ManifestMetrics
     from deltaplane.engine.commands.merge import MergeBuilder
@@ -1124,10 +1125,6 @@ class TableAlterer:
     def __init__(self, table: DeltaTable):
         self._table = table
 
-    add_feature = DeltaRsOnly(
-        "dt.alter.set_table_properties({'delta.feature.<name>': 'supported'}) adds a table feature "
-        "(the protocol is upgraded in the same commit)"
-    )
     drop_column_not_null = DeltaRsOnly(
         "deltaplane's ALTER does not drop NOT NULL; a column's nullability is set when the table is "
         "created (DeltaTable.create) or a column added (dt.alter.add_columns)"
@@ -1267,6 +1264,59 @@ class TableAlterer:
     ) -> CommitResult:
         """``ALTER COLUMN column FIRST`` or ``AFTER other`` (a sibling, for a nested field)."""
         return self.change_column(column, first=first, after=after, commit_metadata=commit_metadata)
+
+    @delta_rs_names(**COMMIT_OPTIONS)
+    def add_feature(
+        self,
+        feature: Any,
+        allow_protocol_versions_increase: bool = False,
+        *,
+        commit_metadata: Mapping[str, Any] | None = None,
+    ) -> CommitResult:
+        """Add table features to the protocol (``ALTER TABLE ... SET TBLPROPERTIES
+        ('delta.feature.<name>' = 'supported')``, Delta Spark's ``addFeatureSupport``): one name, a
+        list, or delta-rs ``TableFeatures`` members. Nothing is committed when the table has them
+        all; raising the protocol's versions needs ``allow_protocol_versions_increase=True``."""
+        from deltaplane.engine.commands import features
+
+        return self._run(
+            features.add_feature,
+            feature,
+            allow_protocol_versions_increase=allow_protocol_versions_increase,
+            commit_metadata=commit_metadata,
+        )
+
+    def drop_feature(
+        self,
+        feature: str,
+        *,
+        truncate_history: bool = False,
+        commit_metadata: Mapping[str, Any] | None = None,
+    ) -> DropFeatureResult:
+        """Take ``feature`` out of the protocol (``ALTER TABLE ... DROP FEATURE f [TRUNCATE
+        HISTORY]``, Delta Spark's ``dropFeatureSupport``), so older readers and writers can use the
+        table again: its traces are removed first (the property unset, deletion vectors purged,
+        files with older Parquet types rewritten, row ids unbackfilled, ...), each step a commit
+        named as Delta Spark names it, then the protocol is downgraded. For deletionVectors,
+        v2Checkpoint, typeWidening and vacuumProtocolCheck the older versions are protected by
+        three checkpoints and the ``checkpointProtection`` feature, or (``truncate_history``) the
+        history must first be free of the feature (a first call removes the traces and raises
+        ``FeatureDropError`` ``DELTA_FEATURE_DROP_WAIT_FOR_RETENTION_PERIOD``; call again after
+        ``delta.dropFeatureTruncateHistory.retentionDuration``, 24 hours). Every refusal is a
+        ``FeatureDropError`` with Delta Spark's error class. Returns every commit it made."""
+        from deltaplane.engine.commands.features import drop_feature
+        from deltaplane.engine.transaction import commit_metadata_scope
+
+        table = self._table
+        with commit_metadata_scope(commit_metadata):
+            read = table._latest_for_write()
+            try:
+                result = drop_feature(table._store, read, feature, truncate_history=truncate_history)
+            except BaseException:
+                table._stale = True  # a refusal may come after commits (traces removed): reload
+                raise
+            table._after_commit(result.commit, read=read, data_write=False)
+        return result
 
     @delta_rs_names(
         raise_if_not_exists=Refused("deltaplane always refuses unknown delta.* property names", only(True)),

@@ -345,7 +345,10 @@ class Transaction:
         self.summary.read_app_ids.add(app_id)
 
     def set_domain_metadata(self, domain: DomainMetadata) -> None:
-        if domain.domain == row_tracking.DOMAIN:
+        dropping = (
+            domain.removed and self._protocol is not None and not row_tracking.is_supported(self._protocol)
+        )
+        if domain.domain == row_tracking.DOMAIN and not dropping:  # (removed with the feature only)
             raise InvalidArgumentError(f"the {domain.domain} domain is maintained by the commits themselves")
         self._domains.append(domain)
         self.summary.domains.add(domain.domain)

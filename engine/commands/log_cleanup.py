@@ -195,13 +195,15 @@ def plan_log_cleanup(
     now_ms: int | None = None,
     retention_ms: int | None = None,
     enforce_retention: bool = True,
+    granularity_ms: int | None = None,
 ) -> LogCleanupPlan:
     """Choose the log files to delete (reads the log listing and the kept checkpoint only).
 
     ``snapshot`` should be the latest version: its properties decide the retention, whether
     cleanup is enabled, and the checkpoint-protection boundary. A ``retention_ms`` shorter than
     ``delta.logRetentionDuration`` raises ``RetentionTooShortError`` unless
-    ``enforce_retention=False``.
+    ``enforce_retention=False``. The cutoff is cut to the start of its UTC day (``granularity_ms``
+    to cut finer: DROP FEATURE's history truncation cuts at the minute, as Delta Spark does).
     """
     props = snapshot.properties
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
@@ -216,7 +218,10 @@ def plan_log_cleanup(
             "the change data feed and VACUUM lite rely on the commits it would delete. Use at least "
             f"{_duration(table_retention)}, or pass enforce_retention=False if you are sure."
         )
-    cutoff = midnight_utc(now - retention)
+    step = DAY_MS if granularity_ms is None else int(granularity_ms)
+    if step <= 0:
+        raise InvalidArgumentError(f"granularity_ms must be positive, got {step}")
+    cutoff = (now - retention) - (now - retention) % step
     plan = LogCleanupPlan(
         table_root=store.root,
         read_version=snapshot.version,

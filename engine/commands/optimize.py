@@ -100,6 +100,7 @@ class OptimizePlan:
     files: pa.Table = field(repr=False, compare=False)  # live-file rows of every file in a bin
     cluster_by: tuple[str, ...] = ()  # liquid clustering columns: each bin becomes one ZCube
     full: bool = False  # OPTIMIZE FULL: files clustered by older columns reclustered too
+    reorg: bool = False  # a REORG: chosen files rewritten whatever their size (Delta Spark's name)
 
     @property
     def num_files(self) -> int:
@@ -183,6 +184,7 @@ def plan_optimize(
     auto: bool = False,
     full: bool = False,
     min_cube_size: int | None = None,
+    reorg: set[str] | frozenset[str] | None = None,
 ) -> OptimizePlan:
     """Choose the bins to rewrite; reads nothing but the snapshot (and, for a clustered table,
     the commits that added its clustered files).
@@ -192,13 +194,17 @@ def plan_optimize(
     an auto-compaction. On a liquid-clustered table the plan clusters incrementally instead
     (``commands/liquid.py``; ``full``: recluster files clustered by older columns too,
     ``min_cube_size``: the size at which a ZCube is finished).
+
+    ``reorg`` makes it a REORG (Delta Spark's ``REORG TABLE``): the files whose paths it holds
+    (and with ``purge``, every file with a deletion vector) are rewritten, whatever their size,
+    and nothing else; a bin of one file is rewritten too.
     """
     target = target_file_size or snapshot.properties.target_file_size or DEFAULT_OPTIMIZE_FILE_SIZE
     if target <= 0:
         raise OptimizeError(f"target_file_size must be positive, got {target}")
     if min_num_files < 1:
         raise OptimizeError(f"min_num_files must be at least 1, got {min_num_files}")
-    cluster = _clustering_of(snapshot, zorder_by, filter, full)
+    cluster = [] if reorg is not None else _clustering_of(snapshot, zorder_by, filter, full)
     if cluster:
         return _plan_clustering(snapshot, cluster, target, full, min_cube_size, auto)
     zorder = tuple(_check_zorder_columns(snapshot, zorder_by or []))
@@ -220,6 +226,9 @@ def plan_optimize(
         ratio = np.where(np.isnan(records.astype(float)), 0.0, deleted / np.maximum(records, 1))
     has_dv = deleted > 0
     purge_file = has_dv & ((ratio > max_deleted_rows_ratio) | purge)
+    if reorg is not None:
+        chosen_paths = set(reorg)
+        purge_file = (has_dv & purge) | np.array([p in chosen_paths for p in paths], dtype=bool)
 
     wanted = None if partitions is None else {tuple(sorted(p.items())) for p in partitions}
     groups: dict[tuple, list[int]] = {}
@@ -235,7 +244,7 @@ def plan_optimize(
             bins.append(members)
             bin_keys.append(key)
             continue
-        candidates = [i for i in members if sizes[i] < target or purge_file[i]]
+        candidates = [i for i in members if (sizes[i] < target and reorg is None) or purge_file[i]]
         candidates.sort(key=lambda i: (sizes[i], paths[i]))
         current: list[int] = []
         current_size = 0
@@ -267,7 +276,8 @@ def plan_optimize(
             )
         )
     selected = files.take(pa.array(chosen, pa.int64())) if chosen else files.slice(0, 0)
-    return _plan(snapshot, target, zorder, filter, out_bins, considered, selected, auto)
+    plan = _plan(snapshot, target, zorder, filter, out_bins, considered, selected, auto)
+    return dataclasses.replace(plan, reorg=True) if reorg is not None else plan
 
 
 def _clustering_of(snapshot: Snapshot, zorder_by, filter, full: bool) -> list[str]:
@@ -562,12 +572,19 @@ def commit_optimize(store: ObjectStore, plan: OptimizePlan, adds: list[Add]) -> 
     """Commit the rewritten files of ``plan``: its files removed, ``adds`` added, no data change."""
     snapshot = plan.snapshot
     params: dict = {"predicate": [plan.filter] if plan.filter else [], "zOrderBy": list(plan.zorder_by)}
-    if not plan.zorder_by:
+    if plan.reorg:  # Delta Spark's REORG TABLE parameters
+        params = {"predicate": params["predicate"], "applyPurge": "true"}
+    elif not plan.zorder_by:
         params["auto"] = plan.auto
     if plan.cluster_by:  # Delta Spark's parameters of a clustering OPTIMIZE
         params.update(clusterBy=list(plan.cluster_by), isFull=plan.full)
     context = WriteContext(
-        store, snapshot, params, target_file_size=None, schema_mode=None, operation="OPTIMIZE"
+        store,
+        snapshot,
+        params,
+        target_file_size=None,
+        schema_mode=None,
+        operation="REORG" if plan.reorg else "OPTIMIZE",
     )
     txn = context.txn
     txn.read_exact_files(plan.files)

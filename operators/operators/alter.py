@@ -26,6 +26,8 @@ ACTIONS = (
     "drop_column_default",
     "cluster_by",
     "set_table_description",
+    "add_feature",
+    "drop_feature",
 )
 
 
@@ -39,7 +41,8 @@ class DeltaAlterOperator(DeltaTableOperator):
     a new DAG run) whose change the table already has commits nothing (``reason`` says so): a
     rename whose old column is gone and new one is there, a drop of columns already gone, an
     added column already there with that type, a constraint already there with that expression,
-    properties already set, a change that leaves the schema as it is. An ALTER the table refuses
+    properties already set, a change that leaves the schema as it is, features already added, a
+    feature no longer in the protocol (a drop that finished). An ALTER the table refuses
     (no column mapping for a rename, a narrowing type change, ...) fails without retries.
 
     XCom: the common keys (``version``, ``operation``), ``action``, ``reason`` when nothing was
@@ -131,12 +134,37 @@ def already_done(table, action: str, arguments: dict[str, Any]) -> str | None:
         properties = arguments.get("properties") or {}
         if properties and all(config.get(k) == str(v) for k, v in properties.items()):
             return "the properties already have these values"
+    elif action == "drop_feature":
+        feature = arguments.get("feature")
+        if isinstance(feature, str) and feature.strip() and _has_feature(table, feature.strip()) is False:
+            return f"feature {feature!r} is not in the table's protocol (already dropped)"
+    elif action == "add_feature":
+        from deltaplane.engine.commands.features import feature_names
+        from deltaplane.engine.errors import InvalidArgumentError
+
+        try:
+            names = feature_names(arguments.get("feature"))
+        except InvalidArgumentError:
+            return None  # the ALTER itself says what is wrong
+        if all(_has_feature(table, n) for n in names):
+            return f"feature(s) {', '.join(names)} already in the table's protocol"
     elif action == "unset_table_properties":
         keys = arguments.get("keys")
         keys = [keys] if isinstance(keys, str) else list(keys or [])
         if keys and all(k not in config for k in keys):
             return "the properties are already unset"
     return None
+
+
+def _has_feature(table, name: str) -> bool | None:
+    """Whether the table's protocol has the feature (None for a name no feature has: the ALTER
+    reports that)."""
+    from deltaplane.engine.table_features import FEATURES, reader_features, writer_features
+
+    if name not in FEATURES:
+        return None
+    protocol = table.protocol()
+    return name in reader_features(protocol) | writer_features(protocol)
 
 
 def _find(schema, parts: list[str]):

@@ -89,6 +89,7 @@ def test_a_refused_alter_fails_without_retries_and_commits_nothing(airflow_db, t
         ("rename_column", {"colum": "a", "new_name": "b"}, "do not fit alter.rename_column"),
         ("drop_columns", {"columns": ["a"], "extra": 1}, "do not fit alter.drop_columns"),
         ("set_table_properties", "not a dict", "a dict of the action's keyword arguments"),
+        ("drop_feature", {"feature": "deletionVectors", "truncate": True}, "do not fit alter.drop_feature"),
     ],
 )
 def test_bad_arguments_fail_when_the_dag_is_parsed(action, arguments, message):
@@ -116,3 +117,56 @@ def test_hostile_names_are_data_not_code(airflow_db, tmp_path):
     assert task_states(run) == {"rename": "success"}
     names = DeltaTable(uri).to_arrow().column_names
     assert names == ["a", payload.replace("{{ 7*7 }}", "49")]  # rendered as a template, stored as a name
+
+
+def test_feature_drops_and_adds_run_once_and_a_wait_fails_without_retries(airflow_db, tmp_path, capfd):
+    """DROP FEATURE from a DAG: its commits land once, a rerun finds the feature gone, and a
+    history-truncating drop that must wait 24 hours fails at once instead of retrying."""
+    uri, other = str(tmp_path / "t"), str(tmp_path / "u")
+    for path in (uri, other):
+        write_table(
+            path, pa.table({"a": list(range(100))}), properties={"delta.enableDeletionVectors": "true"}
+        )
+        DeltaTable(path).delete("a < 10")
+    dag = f"""
+        import pendulum
+        from airflow.sdk import DAG
+        from deltaplane.operators.operators.alter import DeltaAlterOperator
+
+        with DAG("features", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+            drop = DeltaAlterOperator(task_id="drop", table_uri={uri!r}, action="drop_feature",
+                                      arguments={{"feature": "deletionVectors"}}, retries=2)
+            add = DeltaAlterOperator(task_id="add", table_uri={uri!r}, action="add_feature",
+                                     arguments={{"feature": ["changeDataFeed"]}})
+            wait = DeltaAlterOperator(task_id="wait", table_uri={other!r}, action="drop_feature",
+                                      arguments={{"feature": "deletionVectors", "truncate_history": True}},
+                                      retries=3)
+            drop >> add
+        """
+    run = run_dag("features", dag)
+    assert task_states(run) == {"drop": "success", "add": "success", "wait": "failed"}
+    out = capfd.readouterr().out
+    assert "failing without retries" in out and "partially successful" in out
+    t = DeltaTable(uri)
+    ops = [h["operation"] for h in reversed(t.history())]
+    assert ops[-7:] == [
+        "UNSET TBLPROPERTIES",
+        "REORG",
+        *["Empty Commit"] * 3,
+        "DROP FEATURE",
+        "SET TBLPROPERTIES",
+    ]
+    assert xcom(run, "drop")["version"] == t.version() - 1
+    assert sorted(t.to_arrow().column("a").to_pylist()) == list(range(10, 100))
+    # the waiting drop removed the traces once (no retries repeated it) and kept the feature
+    u = DeltaTable(other)
+    assert [h["operation"] for h in u.history()[:3]] == ["Empty Commit", "REORG", "UNSET TBLPROPERTIES"]
+    assert "deletionVectors" in (u.protocol().reader_features or [])
+    version = t.version()
+    again = run_dag("features", dag)
+    assert DeltaTable(uri).version() == version
+    assert (
+        xcom(again, "drop")["reason"]
+        == "feature 'deletionVectors' is not in the table's protocol (already dropped)"
+    )
+    assert "already" in xcom(again, "add")["reason"]
