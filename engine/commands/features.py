@@ -52,14 +52,24 @@ from deltaplane.engine import row_tracking
 from deltaplane.engine.actions import DeletionVectorDescriptor, Metadata, Protocol, Remove
 from deltaplane.engine.checkpoint_writer import write_checkpoint
 from deltaplane.engine.commands.log_cleanup import execute_log_cleanup, plan_log_cleanup
-from deltaplane.engine.commands.optimize import execute_optimize, plan_optimize
+from deltaplane.engine.commands.optimize import NO_SIZE_LIMIT, execute_optimize, plan_optimize
 from deltaplane.engine.commands.restore import add_action
+from deltaplane.engine.commands.write import WriteContext, remove_action
 from deltaplane.engine.deletion_vectors import dv_file_key
 from deltaplane.engine.errors import FeatureDropConflictError, FeatureDropError, InvalidArgumentError
 from deltaplane.engine.log.files import LOG_DIR, LogFileKind, commit_key, parse_log_file_name
 from deltaplane.engine.log.replay import canonical_path
 from deltaplane.engine.log.segment import build_log_segment
-from deltaplane.engine.schema import ArrayType, MapType, StructField, StructType, iter_fields
+from deltaplane.engine.scan import Scan
+from deltaplane.engine.schema import (
+    FIELD_ID_KEY,
+    PHYSICAL_NAME_KEY,
+    ArrayType,
+    MapType,
+    StructField,
+    StructType,
+    iter_fields,
+)
 from deltaplane.engine.schema_changes import TYPE_CHANGES
 from deltaplane.engine.snapshot import Snapshot, load_snapshot
 from deltaplane.engine.storage import resolve_location
@@ -548,6 +558,101 @@ def _cc_remove(store: ObjectStore, snapshot: Snapshot, done: list) -> bool:
     return False
 
 
+# column mapping
+
+_MAPPING_KEYS = (FIELD_ID_KEY, PHYSICAL_NAME_KEY, "delta.columnMapping.nested.ids")
+_INVALID_CHARACTERS = " ,;{}()\n\t="
+
+
+def _without_mapping(t: Any) -> Any:
+    if isinstance(t, StructType):
+        return StructType(
+            tuple(
+                StructField(
+                    f.name,
+                    _without_mapping(f.type),
+                    f.nullable,
+                    {k: v for k, v in f.metadata.items() if k not in _MAPPING_KEYS},
+                )
+                for f in t.fields
+            )
+        )
+    if isinstance(t, ArrayType):
+        return ArrayType(_without_mapping(t.element_type), t.contains_null)
+    if isinstance(t, MapType):
+        return MapType(_without_mapping(t.key_type), _without_mapping(t.value_type), t.value_contains_null)
+    return t
+
+
+def _cm_uses(action: dict) -> bool:
+    if "metaData" not in action:
+        return False
+    mode = (action["metaData"].get("configuration") or {}).get("delta.columnMapping.mode", "none")
+    return str(mode).strip().lower() != "none"
+
+
+def _cm_clean(snapshot: Snapshot) -> bool:
+    if snapshot.column_mapping_mode != "none":
+        return False
+    return not any(k in f.metadata for f in iter_fields(snapshot.schema) for k in _MAPPING_KEYS)
+
+
+def _cm_remove(store: ObjectStore, snapshot: Snapshot, done: list) -> bool:
+    """REMOVE COLUMN MAPPING: one commit rewriting every file under the logical names (Parquet
+    columns, partition values and statistics keyed by them) with the schema and properties
+    stripped of column mapping; refused where a name needs mapping to be stored."""
+    if _cm_clean(snapshot):
+        return False
+    invalid = [f.name for f in iter_fields(snapshot.schema) if any(c in f.name for c in _INVALID_CHARACTERS)]
+    if invalid:
+        raise FeatureDropError(
+            f"cannot drop columnMapping from {store.root}: column names {invalid} contain characters "
+            f"among {_INVALID_CHARACTERS!r} that only column mapping can store; rename them first",
+            error_class="DELTA_INVALID_COLUMN_NAMES_WHEN_REMOVING_COLUMN_MAPPING",
+            feature="columnMapping",
+        )
+    configuration = {
+        k: v
+        for k, v in snapshot.metadata.configuration.items()
+        if k not in ("delta.columnMapping.mode", "delta.columnMapping.maxColumnId")
+    }
+    schema = _without_mapping(snapshot.schema)
+    metadata = dataclasses.replace(
+        snapshot.metadata, configuration=configuration, schema_string=schema.to_json_string()
+    )
+    unmapped = dataclasses.replace(snapshot, metadata=metadata)  # what the new files are written under
+    now = int(time.time() * 1000)
+    txn = Transaction(store, snapshot, operation="REMOVE COLUMN MAPPING", operation_parameters={})
+    txn.read_whole_table()
+    files = snapshot.files
+    adds = _rewrite(store, snapshot, unmapped) if files.num_rows else []
+    txn.update_metadata(metadata)
+    txn.remove_files(
+        [dataclasses.replace(remove_action(row, now), data_change=False) for row in files.to_pylist()]
+    )
+    txn.add_files(adds)
+    _record(done, txn.commit())
+    return True
+
+
+def _rewrite(store: ObjectStore, snapshot: Snapshot, target: Snapshot) -> list:
+    """Every live row of ``snapshot`` written again as ``target`` lays files out (deletion
+    vectors applied, row ids kept), one output file per input file."""
+    kept = row_tracking.materialized_columns(snapshot.protocol, snapshot.metadata)
+    adds = []
+    for i in range(snapshot.files.num_rows):
+        writer = WriteContext(store, target, {}, target_file_size=NO_SIZE_LIMIT, schema_mode=None).writer()
+        try:
+            scan = Scan(snapshot, None, None, files=snapshot.files.slice(i, 1), row_tracking=kept)
+            for batch in scan.to_batches():
+                writer.write(pa.Table.from_batches([batch]))
+            adds += writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+    return [dataclasses.replace(a, data_change=False) for a in adds]
+
+
 # checkpoint protection
 
 
@@ -619,6 +724,7 @@ REMOVABLE: dict[str, _Removal] = {
             *row_tracking.NAME_PROPERTIES,
         ),
     ),
+    "columnMapping": _Removal(True, _cm_clean, _cm_remove, uses=_cm_uses),
     "domainMetadata": _Removal(False, _dm_clean, _dm_remove, needed_by=("rowTracking", "clustering")),
     "checkConstraints": _Removal(
         False,
@@ -631,12 +737,7 @@ REMOVABLE: dict[str, _Removal] = {
 }
 
 # Features Delta Spark can drop that deltaplane cannot yet, and why.
-_NOT_YET = {
-    "columnMapping": (
-        "it rewrites every data file under its logical column names, which deltaplane does not do "
-        "yet; drop it with Delta Spark (ALTER TABLE ... DROP FEATURE columnMapping)"
-    ),
-}
+_NOT_YET: dict[str, str] = {}
 
 
 # --- the command --------------------------------------------------------------------------------

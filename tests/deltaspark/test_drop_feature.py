@@ -57,6 +57,13 @@ SETUPS = {
         "TBLPROPERTIES ('delta.feature.vacuumProtocolCheck'='supported')",
         "INSERT INTO {t} VALUES (1)",
     ],
+    "columnMapping": [
+        "CREATE TABLE {t} (a INT, b STRING, s STRUCT<x: INT>, p STRING) USING delta PARTITIONED BY (p) "
+        "TBLPROPERTIES ('delta.columnMapping.mode'='name')",
+        "INSERT INTO {t} VALUES (1, 'x', named_struct('x', 1), 'one'), (2, 'y', named_struct('x', 2), 'two')",
+        "ALTER TABLE {t} RENAME COLUMN b TO c",
+        "ALTER TABLE {t} RENAME COLUMN s.x TO y",
+    ],
     "domainMetadata": [
         "CREATE TABLE {t} (a INT) USING delta TBLPROPERTIES ('delta.feature.domainMetadata'='supported')",
         "INSERT INTO {t} VALUES (1)",
@@ -123,10 +130,14 @@ def age_log(path, days: float) -> None:
 
 
 def copies(spark, tmp_path, name: str, setup: list[str]) -> tuple[str, str, int]:
+    """Two copies of the table Delta Spark builds with ``setup`` (built once per setup)."""
+    pristine = tmp_path / "pristine" / str(abs(hash(tuple(setup))))
+    if not pristine.exists():
+        for sql in setup:
+            spark.sql(sql.format(t=table(pristine)))
     ours, theirs = str(tmp_path / f"{name}-ours"), str(tmp_path / f"{name}-theirs")
-    for sql in setup:
-        spark.sql(sql.format(t=table(ours)))
-    shutil.copytree(ours, theirs)
+    shutil.copytree(pristine, ours)
+    shutil.copytree(pristine, theirs)
     return ours, theirs, DeltaTable(ours).version()
 
 

@@ -158,7 +158,8 @@ def test_checkpoint_keeps_tags(tmp_path, filler):
 def test_v2_checkpoint_keeps_tags(tmp_path):
     store = LocalStore(str(tmp_path))
     v2 = protocol(3, 7, ["v2Checkpoint"], ["v2Checkpoint"])
-    write_commit(store, 0, [commit_info(), v2, metadata(), *tagged_commit()])
+    policy = metadata(configuration={"delta.checkpointPolicy": "v2"})
+    write_commit(store, 0, [commit_info(), v2, policy, *tagged_commit()])
     DeltaTable(str(tmp_path)).checkpoint()
     checkpoint = pq.read_table(tmp_path / "_delta_log" / f"{0:020d}.checkpoint.parquet")
     assert "checkpointMetadata" in checkpoint.column_names  # a classic-named V2 checkpoint

@@ -311,6 +311,68 @@ def test_drop_vacuum_protocol_check_and_check_constraints(tmp_path):
     assert t.protocol() == Protocol(1, 2)
 
 
+def test_drop_column_mapping_rewrites_every_file_under_its_logical_names(tmp_path):
+    schema = pa.schema(
+        [("id", pa.int64()), ("b", pa.string()), ("s", pa.struct([("x", pa.int64())])), ("p", pa.string())]
+    )
+    DeltaTable.create(
+        str(tmp_path),
+        schema,
+        partition_by=["p"],
+        configuration={"delta.columnMapping.mode": "name", "delta.enableDeletionVectors": "true"},
+    )
+    t = DeltaTable(str(tmp_path))
+    data = pa.table(
+        {
+            "id": list(range(40)),
+            "b": [f"b{i}" for i in range(40)],
+            "s": [{"x": i} for i in range(40)],
+            "p": ["one", "two"] * 20,
+        },
+        schema=schema,
+    )
+    t.append(data)
+    t.alter.rename_column("b", "label")
+    t.alter.rename_column("s.x", "y")
+    t.alter.rename_column("p", "part")
+    t.delete("id = 3")  # a deletion vector: its row stays gone
+    expected = sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"])
+    start = t.version()
+    t.alter.drop_feature("columnMapping")
+    assert [o for o, _ in operations(tmp_path, start)] == [
+        "REMOVE COLUMN MAPPING",
+        *["Empty Commit"] * 3,
+        "DROP FEATURE",
+    ]
+    assert "columnMapping" not in features(t)
+    assert "delta.columnMapping" not in t.metadata.schema_string
+    assert not any(k.startswith("delta.columnMapping") for k in t.metadata.configuration)
+    assert sorted(DeltaTable(str(tmp_path)).to_arrow().to_pylist(), key=lambda r: r["id"]) == expected
+    # the files hold the logical names now, partition values are keyed by them, no DV is left
+    files = t.snapshot.files
+    assert files.column("deletion_vector").null_count == files.num_rows
+    assert {tuple(pv) for pv in files.column("partition_values").to_pylist()} == {("part",)}
+    for path in files.column("path").to_pylist():
+        physical = pq.read_schema(tmp_path / path)
+        assert physical.names == ["id", "label", "s"] and physical.field("s").type.names == ["y"]
+    assert '"label"' in files.column("stats").to_pylist()[0]
+    # the table is an ordinary one: readers without column mapping read it, writers write it
+    theirs = deltalake.DeltaTable(str(tmp_path))
+    got = deltalake.QueryBuilder().register("t", theirs).execute("select id, label, s.y from t").read_all()
+    assert sorted(got.column("id").to_pylist()) == [r["id"] for r in expected]
+    t.append(pa.table({"id": [100], "label": ["new"], "s": [{"y": 1}], "part": ["one"]}, schema=t.schema))
+    assert DeltaTable(str(tmp_path)).count() == len(expected) + 1
+
+
+def test_column_mapping_stays_where_a_name_needs_it(tmp_path):
+    t = _create(tmp_path, {"delta.columnMapping.mode": "name"}, pa.schema([("a b", pa.int64())]))
+    t.append(pa.table({"a b": [1]}))
+    with pytest.raises(FeatureDropError) as e:
+        t.alter.drop_feature("columnMapping")
+    assert e.value.error_class == "DELTA_INVALID_COLUMN_NAMES_WHEN_REMOVING_COLUMN_MAPPING"
+    assert t.version() == 1 == DeltaTable(str(tmp_path)).version()
+
+
 def test_drop_with_truncated_history_waits_for_the_history_to_expire(tmp_path):
     t = _create(tmp_path, {"delta.enableDeletionVectors": "true"})
     t.append(pa.table({"a": list(range(100))}))
@@ -394,7 +456,6 @@ def test_checkpoint_protection_is_dropped_only_with_its_history(tmp_path):
             "DELTA_FEATURE_DROP_HISTORY_TRUNCATION_NOT_ALLOWED",
         ),
         ("domainMetadata", {}, "DELTA_FEATURE_DROP_DEPENDENT_FEATURE"),
-        ("columnMapping", {}, "DELTA_FEATURE_DROP_NONREMOVABLE_FEATURE"),
     ],
 )
 def test_refusals_carry_delta_sparks_error_class_and_commit_nothing(tmp_path, feature, kwargs, error_class):
