@@ -1298,8 +1298,9 @@ class TableAlterer:
         table again: its traces are removed first (the property unset, deletion vectors purged,
         files with older Parquet types rewritten, row ids unbackfilled, ...), each step a commit
         named as Delta Spark names it, then the protocol is downgraded. For deletionVectors,
-        v2Checkpoint, typeWidening and vacuumProtocolCheck the older versions are protected by
-        three checkpoints and the ``checkpointProtection`` feature, or (``truncate_history``) the
+        v2Checkpoint, typeWidening, columnMapping and vacuumProtocolCheck the older versions are
+        protected by three checkpoints and the ``checkpointProtection`` feature, or
+        (``truncate_history``) the
         history must first be free of the feature (a first call removes the traces and raises
         ``FeatureDropError`` ``DELTA_FEATURE_DROP_WAIT_FOR_RETENTION_PERIOD``; call again after
         ``delta.dropFeatureTruncateHistory.retentionDuration``, 24 hours). Every refusal is a

@@ -7,13 +7,14 @@ TBLPROPERTIES``). As Delta Spark 4.4 does it, commit for commit (``ALTER TABLE .
    operation name: the property that turns the feature on is unset first, so no concurrent
    writer adds new traces (``UNSET TBLPROPERTIES`` / ``SET TBLPROPERTIES``), then the data that
    uses it is rewritten (``REORG`` purging deletion vectors or rewriting files whose Parquet types
-   predate a type change, ``ROW TRACKING UNBACKFILL``) and the metadata cleaned (``DROP FEATURE``
-   of the ``delta.typeChanges`` metadata, ``DOMAIN METADATA CLEANUP``, ``Deletion Vector
+   predate a type change, ``REMOVE COLUMN MAPPING`` rewriting every file under its logical names,
+   ``ROW TRACKING UNBACKFILL``) and the metadata cleaned (``DROP FEATURE`` of the
+   ``delta.typeChanges`` metadata, ``DOMAIN METADATA CLEANUP``, ``Deletion Vector
    Tombstones``: removes naming the deletion-vector files of files removed within the retention,
    so that a VACUUM by a client that ignores deletion vectors keeps them until they expire).
 2. For a feature whose traces can remain in older versions (the reader-writer features: deletion
-   vectors, v2 checkpoints, type widening, vacuumProtocolCheck), **three barrier checkpoints**,
-   each on an ``Empty Commit``: a reader never replays older commits than those.
+   vectors, v2 checkpoints, type widening, column mapping, vacuumProtocolCheck), **three barrier
+   checkpoints**, each on an ``Empty Commit``: a reader never replays older commits than those.
 3. **The downgrade commit** (``DROP FEATURE {featureName, truncateHistory}``): the protocol
    without the feature (in its weakest form: legacy versions when the remaining features allow
    it), and for the features of (2) the ``checkpointProtection`` writer feature with
