@@ -16,8 +16,9 @@ import pytest
 
 from deltaplane.engine import DeltaTable
 from deltaplane.engine.actions import Protocol
-from deltaplane.engine.commands.features import normalized_protocol, protocol_without
-from deltaplane.engine.errors import FeatureDropError, InvalidArgumentError
+from deltaplane.engine.commands.features import drop_feature, normalized_protocol, protocol_without
+from deltaplane.engine.errors import CommitConflictError, FeatureDropError, InvalidArgumentError
+from deltaplane.engine.storage import LocalStore
 
 DAY_MS = 86_400_000
 
@@ -526,3 +527,62 @@ def test_add_feature_matches_delta_rs(tmp_path):
     ours, theirs = DeltaTable(str(tmp_path / "ours")), DeltaTable(str(tmp_path / "theirs"))
     assert features(ours) - {"appendOnly", "invariants"} == features(theirs) - {"appendOnly", "invariants"}
     assert ours.protocol().min_reader_version == theirs.protocol().min_reader_version == 3
+
+
+# --- interruptions and concurrent writers ---------------------------------------------------------
+
+
+class _BeforeDowngrade(LocalStore):
+    """A local store that runs ``callback`` once, just before the downgrade commit is written:
+    another writer's commit lands between the traces' removal and the downgrade."""
+
+    def __init__(self, root: str, callback):
+        super().__init__(root)
+        self._callback = callback
+
+    def put(self, key, data, *, mode="overwrite"):
+        if self._callback is not None and key.endswith(".json") and b'"featureName"' in data:
+            callback, self._callback = self._callback, None
+            callback()
+        return super().put(key, data, mode=mode)
+
+
+def test_a_writer_that_uses_the_feature_again_before_the_downgrade_stops_it(tmp_path):
+    t = _create(tmp_path, {"delta.enableDeletionVectors": "true"})
+    t.append(pa.table({"a": list(range(100))}))
+    t.delete("a < 5")
+
+    def concurrent_writer():  # turns DVs back on and deletes with one
+        other = DeltaTable(str(tmp_path))
+        other.alter.set_table_properties({"delta.enableDeletionVectors": "true"})
+        other.delete("a = 50")
+
+    store = _BeforeDowngrade(str(tmp_path), concurrent_writer)
+    with pytest.raises(CommitConflictError):
+        drop_feature(store, DeltaTable(str(tmp_path)).snapshot, "deletionVectors")
+    again = DeltaTable(str(tmp_path))
+    assert "deletionVectors" in features(again)
+    assert again.snapshot.files.column("deletion_vector").null_count < again.snapshot.files.num_rows
+    assert rows(tmp_path) == [a for a in range(5, 100) if a != 50]
+    # run again: the traces the other writer left are removed too, and nothing is lost
+    again.alter.drop_feature("deletionVectors")
+    assert "deletionVectors" not in features(DeltaTable(str(tmp_path)))
+    assert rows(tmp_path) == [a for a in range(5, 100) if a != 50]
+
+
+def test_a_drop_interrupted_between_its_commits_finishes_when_run_again(tmp_path):
+    """A task killed after the REORG (the traces gone, no barrier yet): the rerun does the rest."""
+    t = _create(tmp_path, {"delta.enableDeletionVectors": "true"})
+    t.append(pa.table({"a": list(range(100))}))
+    t.delete("a < 5")
+    t.alter.unset_table_properties(["delta.enableDeletionVectors"])
+    t.optimize(purge=True)
+    start = t.version()
+    result = t.alter.drop_feature("deletionVectors")
+    assert [op for _, op in result.commits] == [
+        "Deletion Vector Tombstones",
+        *["Empty Commit"] * 3,
+        "DROP FEATURE",
+    ]
+    assert result.commits[0][0] == start + 1
+    assert rows(tmp_path) == list(range(5, 100))
