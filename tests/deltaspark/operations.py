@@ -542,6 +542,24 @@ class SetProperty:
         )
 
 
+DROPPABLE = ("deletionVectors", "typeWidening", "columnMapping", "changeDataFeed", "v2Checkpoint")
+
+
+@dataclass(frozen=True)
+class DropFeature:
+    """``ALTER TABLE ... DROP FEATURE`` of one of ``DROPPABLE`` (both refuse a feature the table
+    lacks or that cannot be dropped, such as changeDataFeed)."""
+
+    which: int
+
+    def render(self, run: Differential) -> Rendered:
+        feature = DROPPABLE[self.which % len(DROPPABLE)]
+        return Rendered(
+            spark=lambda spark, path: spark.sql(f"ALTER TABLE delta.`{path}` DROP FEATURE {feature}"),
+            engine=lambda path: DeltaTable(path).alter.drop_feature(feature),
+        )
+
+
 # --- the runner ---------------------------------------------------------------------------------
 
 

@@ -33,6 +33,7 @@ from tests.deltaspark.operations import (
     Delete,
     Differential,
     DropColumn,
+    DropFeature,
     EvolveAppend,
     Merge,
     Optimize,
@@ -83,6 +84,7 @@ operations = st.one_of(  # the first is what Hypothesis's simplest example repea
     st.builds(RenameColumn, st.integers(0, 3)),
     st.builds(DropColumn, st.integers(0, 3)),
     st.builds(WidenColumn, st.integers(0, 3)),
+    st.builds(DropFeature, st.integers(0, 4)),
 )
 sequences = st.tuples(creates, some_rows, st.lists(operations, min_size=4, max_size=9))
 
@@ -154,9 +156,10 @@ def test_replace_where_on_a_data_column_feeds_only_replaced_rows(delta_spark, sq
 def test_renamed_dropped_and_widened_columns_agree(delta_spark):
     """A fixed sequence through the ALTERs a long-lived table needs (the generated ones may not
     reach all of them): columns added, widened, renamed and dropped between writes, a DELETE and
-    a RESTORE across them, with deletion vectors, the change feed, partitions and column mapping."""
+    a RESTORE across them, with deletion vectors, the change feed, partitions and column mapping;
+    then type widening, deletion vectors and column mapping dropped (DROP FEATURE) and written on."""
     widening = PROPERTIES.index(("delta.enableTypeWidening", "true"))
-    assert_agree(
+    run = run_sequence(
         delta_spark,
         EVERYTHING,
         TWO_ROWS,
@@ -172,5 +175,12 @@ def test_renamed_dropped_and_widened_columns_agree(delta_spark):
             DropColumn(0),  # x1
             Restore(back=3),
             Append(TWO_ROWS),
+            DropFeature(1),  # typeWidening: x1's older files rewritten
+            DropFeature(0),  # deletionVectors: purged, then checkpoint protection
+            Delete(predicate=0, k=2),  # copy-on-write now
+            DropFeature(2),  # columnMapping: every file rewritten under its names
+            Append(TWO_ROWS),
         ],
     )
+    drops = [step for step in run.steps if isinstance(step.op, DropFeature)]
+    assert len(drops) == 3 and all(not any(step.errors.values()) for step in drops), drops
