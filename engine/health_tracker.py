@@ -1,0 +1,506 @@
+"""Table health kept current from the commits since the last look: O(new commits), not a re-read
+of the whole snapshot each time.
+
+``table_health`` (``health.py``) computes a table's health from a snapshot; doing that on every
+commit of a streaming table (hundreds of thousands of files, a commit every few seconds) would
+cost a snapshot load each time. A ``HealthTracker`` does it once (``from_snapshot``), then
+``advance`` reads only the commits written since (one listing from its version, one GET per new
+commit) and applies their adds and removes to running sums: per partition, files, bytes, small
+files and their bytes, rows and rows hidden by deletion vectors; the file-size histogram; files
+removed and not yet vacuumed (bytes, count, the oldest); commits since the last checkpoint; the
+last OPTIMIZE and VACUUM. It keeps one small record per live file (its partition, size, rows and
+deleted rows) so that a remove, which need not carry statistics, is subtracted exactly.
+
+Each applied commit also leaves a ``CommitMetrics`` (the per-commit inputs Delta Spark records for
+predictive optimization: files and bytes added and removed, rows written and removed, with their
+file-size histogram), the last ``KEPT_COMMITS`` of them kept for a policy to look at.
+
+``health()`` returns the same ``TableHealth`` as ``table_health`` would for that version (the
+tests hold the two equal on random commit sequences). What makes the running sums unsafe starts
+over from a snapshot instead: the commits it has not seen were cleaned from the log, or a
+``metaData`` action changed the partition columns (or their physical names).
+``to_json``/``from_json`` carry the state between processes (a triggerer's runs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltaplane.engine.actions import Metadata
+from deltaplane.engine.health import (
+    DEFAULT_SMALL_FILE_SIZE,
+    HISTOGRAM_BOUNDS,
+    MaintenanceEvent,
+    PartitionHealth,
+    TableHealth,
+    table_health,
+)
+from deltaplane.engine.log.files import commit_key
+from deltaplane.engine.log.segment import list_log
+from deltaplane.engine.partitions import partition_directory
+from deltaplane.engine.schema import parse_schema
+from deltaplane.engine.snapshot import Snapshot, load_snapshot, partition_fields, read_commit
+from deltaplane.engine.stats import parse_file_stats
+from deltaplane.engine.storage.base import ObjectStore
+
+KEPT_COMMITS = 1000
+_BOUNDS = np.array(HISTOGRAM_BOUNDS[1:])
+
+
+def _bucket(size: int) -> int:
+    return int(np.searchsorted(_BOUNDS, size, side="right"))
+
+
+@dataclass
+class _Sums:
+    """Running sums of one partition."""
+
+    files: int = 0
+    bytes: int = 0
+    small: int = 0
+    small_bytes: int = 0
+    records: int = 0
+    records_missing: int = 0  # files without a row count in their statistics
+    deleted: int = 0
+    dv_files: int = 0
+
+    def add(self, size: int, records: int | None, deleted: int, small: bool, sign: int) -> None:
+        self.files += sign
+        self.bytes += sign * size
+        if small:
+            self.small += sign
+            self.small_bytes += sign * size
+        if records is None:
+            self.records_missing += sign
+        else:
+            self.records += sign * records
+        self.deleted += sign * deleted
+        if deleted:
+            self.dv_files += sign
+
+
+@dataclass(frozen=True)
+class CommitMetrics:
+    """What one commit did to the table's files (every add and remove, data change or not)."""
+
+    version: int
+    timestamp: int
+    operation: str | None
+    files_added: int
+    files_removed: int
+    bytes_added: int
+    bytes_removed: int
+    net_rows: int | None  # live rows after minus before, from statistics (None: a file without)
+    rows_inserted: int | None  # the commit's own operation metrics, as its writer recorded them
+    rows_updated: int | None
+    rows_deleted: int | None
+    added_size_histogram: tuple[int, ...]  # files added per HISTOGRAM_BOUNDS bucket
+
+
+@dataclass
+class HealthTracker:
+    """Health of one table, advanced commit by commit (see the module docstring)."""
+
+    uri: str
+    version: int
+    timestamp: int
+    small_file_size: int
+    partition_names: tuple[str, ...]  # physical partition column names
+    files: dict[str, tuple[str, int, int | None, int]] = field(
+        repr=False
+    )  # key -> (partition, size, rows, deleted)
+    partitions: dict[str, _Sums] = field(repr=False)
+    partition_values: dict[str, dict[str, str | None]] = field(repr=False)
+    histogram_files: list[int] = field(repr=False)
+    histogram_bytes: list[int] = field(repr=False)
+    tombstones: dict[str, tuple[int, int]] = field(repr=False)  # key -> (size, deletion timestamp)
+    last_checkpoint_version: int | None = None
+    last_optimize: MaintenanceEvent | None = None
+    last_vacuum: MaintenanceEvent | None = None
+    commits: deque = field(default_factory=lambda: deque(maxlen=KEPT_COMMITS), repr=False)
+    vacuum_cutoff: int | None = None  # a VACUUM START seen, its END not yet: what it deletes
+    commits_read: int = 0  # commits applied since the last start from a snapshot
+    restarts: int = 0  # starts from a snapshot (the first one included)
+
+    # --- starting ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_snapshot(
+        cls, snapshot: Snapshot, *, small_file_size: int = DEFAULT_SMALL_FILE_SIZE, restarts: int = 0
+    ) -> HealthTracker:
+        """One full pass over ``snapshot`` (the only one while the log allows)."""
+        base = table_health(snapshot, small_file_size=small_file_size)
+        tracker = cls(
+            uri=snapshot.store.root,
+            version=snapshot.version,
+            timestamp=snapshot.timestamp,
+            small_file_size=small_file_size,
+            partition_names=tuple(f.physical_name for f in snapshot.partition_fields),
+            files={},
+            partitions={},
+            partition_values={},
+            histogram_files=[0] * len(HISTOGRAM_BOUNDS),
+            histogram_bytes=[0] * len(HISTOGRAM_BOUNDS),
+            tombstones={},
+            last_checkpoint_version=base.last_checkpoint_version,
+            last_optimize=base.last_optimize,
+            last_vacuum=base.last_vacuum,
+            restarts=restarts + 1,
+        )
+        tracker._apply_files(snapshot.files, sign=1)
+        tracker._apply_tombstones(snapshot.tombstones)
+        return tracker
+
+    # --- advancing ----------------------------------------------------------------------------
+
+    def advance(self, store: ObjectStore, *, until: int | None = None) -> list[int]:
+        """Apply the commits after ``version`` (up to ``until``); returns the versions applied.
+        Starts over from the latest snapshot when the log no longer holds them all."""
+        listing = list_log(store, max(self.version, 0))  # (a checkpoint of this very version too)
+        checkpoints = [v for v in listing.checkpoints if until is None or v <= until]
+        if checkpoints:
+            self.last_checkpoint_version = max([*checkpoints, self.last_checkpoint_version or -1])
+        versions = sorted(v for v in listing.commits if v > self.version and (until is None or v <= until))
+        if versions and versions != list(range(self.version + 1, versions[-1] + 1)):
+            return self._restart(store, until)
+        applied = []
+        for v in versions:
+            actions = read_commit(store, commit_key(v), v)
+            if actions.metadata is not None and self._repartitions(actions.metadata):
+                return [*applied, *self._restart(store, until)]
+            self._apply_commit(v, actions, listing.commits[v].last_modified)
+            applied.append(v)
+        return applied
+
+    def _restart(self, store: ObjectStore, until: int | None) -> list[int]:
+        old = self.version
+        fresh = HealthTracker.from_snapshot(
+            load_snapshot(store, until), small_file_size=self.small_file_size, restarts=self.restarts
+        )
+        kept = self.commits
+        self.__dict__.update(fresh.__dict__)
+        self.commits = kept
+        return list(range(old + 1, self.version + 1))
+
+    def _repartitions(self, metadata: Metadata) -> bool:
+        schema = parse_schema(metadata.schema_string)
+        names = tuple(f.physical_name for f in partition_fields(schema, metadata, self.uri))
+        return names != self.partition_names
+
+    def _apply_commit(self, version: int, actions, file_time: int) -> None:
+        table = actions.file_actions
+        info = actions.commit_info
+        operation = info.operation if info is not None else None
+        # the commit's time as a snapshot has it: the in-commit timestamp, else the file's
+        ict = info.in_commit_timestamp if info is not None else None
+        stamp = int(ict) if ict is not None else int(file_time)
+        metrics = None
+        if table is not None and table.num_rows:
+            is_add = table.column("is_add")
+            adds, removes = table.filter(is_add), table.filter(pc.invert(is_add))
+            # removes first: a file re-added with a new deletion vector replaces its old entry
+            removed = self._apply_files(removes, sign=-1)
+            self._apply_tombstones(removes)
+            added = self._apply_files(adds, sign=1)
+            self._forget_tombstones(adds)
+            metrics = _commit_metrics(version, int(stamp), info, added, removed)
+        else:
+            metrics = _commit_metrics(version, int(stamp), info, [], [])
+        if operation == "OPTIMIZE":
+            self.last_optimize = MaintenanceEvent(version, int(stamp), operation)
+        elif operation is not None and operation.startswith("VACUUM"):
+            self.last_vacuum = MaintenanceEvent(version, int(stamp), operation)
+            self._vacuumed(operation, info.values.get("operationParameters") or {}, int(stamp))
+        self.commits.append(metrics)
+        self.version, self.timestamp = version, int(stamp)
+        self.commits_read += 1
+
+    def _vacuumed(self, operation: str, params: dict, stamp: int) -> None:
+        """A VACUUM that completed deleted the removed files older than its retention: they no
+        longer hold storage (its START says the retention, its END whether it completed)."""
+        if operation == "VACUUM START":
+            retention = params.get("specifiedRetentionMillis", params.get("defaultRetentionMillis"))
+            try:
+                self.vacuum_cutoff = stamp - int(retention)
+            except (TypeError, ValueError):
+                self.vacuum_cutoff = None  # a foreign shape: keep counting them
+        elif operation == "VACUUM END" and self.vacuum_cutoff is not None:
+            if str(params.get("status", "COMPLETED")).upper() == "COMPLETED":
+                cutoff = self.vacuum_cutoff
+                self.tombstones = {k: v for k, v in self.tombstones.items() if v[1] >= cutoff}
+            self.vacuum_cutoff = None
+
+    # --- the running sums ---------------------------------------------------------------------
+
+    def _keys(self, files: pa.Table) -> list[str]:
+        paths = files.column("path").to_pylist()
+        dv = files.column("deletion_vector")
+        if dv.null_count == len(dv):
+            return paths
+        ids = []
+        for d in dv.to_pylist():
+            if not d:
+                ids.append("")
+                continue
+            base = f"{d['storageType']}{d['pathOrInlineDv']}"
+            ids.append(base if d.get("offset") is None else f"{base}@{d['offset']}")
+        return [f"{p}\x00{i}" if i else p for p, i in zip(paths, ids, strict=True)]
+
+    def _partition_keys(self, files: pa.Table) -> list[str]:
+        if not self.partition_names:
+            return [""] * files.num_rows
+        values = files.column("partition_values")
+        columns = [pc.struct_field(values, name).to_pylist() for name in self.partition_names]
+        out = []
+        for row in zip(*columns, strict=True):
+            key = partition_directory(list(self.partition_names), list(row))
+            if key not in self.partition_values:
+                self.partition_values[key] = dict(zip(self.partition_names, row, strict=True))
+            out.append(key)
+        return out
+
+    def _apply_files(self, files: pa.Table, *, sign: int) -> list[tuple[int, int | None, int]]:
+        """Add (``sign=1``) or subtract live files; returns (size, rows, deleted) per file."""
+        if files.num_rows == 0:
+            return []
+        keys = self._keys(files)
+        out = []
+        if sign > 0:
+            parts = self._partition_keys(files)
+            sizes = files.column("size").to_pylist()
+            records = parse_file_stats(files, {}).num_records.to_pylist()
+            dv = files.column("deletion_vector")
+            deleted = (
+                pc.fill_null(pc.struct_field(dv, "cardinality"), 0).to_pylist()
+                if dv.null_count < len(dv)
+                else [0] * files.num_rows
+            )
+            for key, part, size, rows, gone in zip(keys, parts, sizes, records, deleted, strict=True):
+                if key in self.files:  # the same logical file added twice: the newer one counts
+                    self._count(key, self.files.pop(key), -1)
+                entry = (part, int(size or 0), None if rows is None else int(rows), int(gone or 0))
+                self.files[key] = entry
+                self._count(key, entry, 1)
+                out.append(entry[1:])
+        else:
+            for key in keys:
+                entry = self.files.pop(key, None)
+                if entry is not None:
+                    self._count(key, entry, -1)
+                    out.append(entry[1:])
+        return out
+
+    def _count(self, key: str, entry: tuple[str, int, int | None, int], sign: int) -> None:
+        part, size, rows, deleted = entry
+        sums = self.partitions.get(part)
+        if sums is None:
+            sums = self.partitions[part] = _Sums()
+        sums.add(size, rows, deleted, size < self.small_file_size, sign)
+        if sums.files == 0:
+            del self.partitions[part]
+        b = _bucket(size)
+        self.histogram_files[b] += sign
+        self.histogram_bytes[b] += sign * size
+
+    def _apply_tombstones(self, removes: pa.Table) -> None:
+        if removes.num_rows == 0:
+            return
+        stamps = removes.column("deletion_timestamp").to_pylist()
+        sizes = removes.column("size").to_pylist()
+        for key, size, stamp in zip(self._keys(removes), sizes, stamps, strict=True):
+            self.tombstones[key] = (int(size or 0), int(stamp or 0))
+
+    def _forget_tombstones(self, adds: pa.Table) -> None:
+        for key in self._keys(adds):
+            self.tombstones.pop(key, None)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def health(self) -> TableHealth:
+        """``TableHealth`` of the version reached (history and checkpoint as last seen)."""
+        partitions = []
+        for key in sorted(self.partitions):
+            s = self.partitions[key]
+            partitions.append(
+                PartitionHealth(
+                    partition=key,
+                    values=dict(self.partition_values.get(key, {})),
+                    num_files=s.files,
+                    size_bytes=s.bytes,
+                    num_small_files=s.small,
+                    small_files_bytes=s.small_bytes,
+                    num_rows=None if s.records_missing else s.records - s.deleted,
+                    num_deleted_rows=s.deleted,
+                )
+            )
+        total = _Sums()
+        for s in self.partitions.values():
+            for name in vars(total):
+                setattr(total, name, getattr(total, name) + getattr(s, name))
+        checkpoint = self.last_checkpoint_version
+        return TableHealth(
+            uri=self.uri,
+            version=self.version,
+            timestamp=self.timestamp,
+            num_files=total.files,
+            size_bytes=total.bytes,
+            num_rows=None if total.records_missing else total.records - total.deleted,
+            num_deleted_rows=total.deleted,
+            num_files_with_deletion_vectors=total.dv_files,
+            small_file_size=self.small_file_size,
+            num_small_files=total.small,
+            num_partitions=len(self.partitions),
+            file_size_histogram=[
+                {"min_bytes": lower, "num_files": n, "bytes": b}
+                for lower, n, b in zip(
+                    HISTOGRAM_BOUNDS, self.histogram_files, self.histogram_bytes, strict=True
+                )
+            ],
+            last_checkpoint_version=checkpoint,
+            versions_since_checkpoint=self.version - (checkpoint if checkpoint is not None else -1),
+            last_optimize=self.last_optimize,
+            last_vacuum=self.last_vacuum,
+            partitions=tuple(partitions),
+        )
+
+    def removed_files(self, now_ms: int | None = None) -> dict[str, int | None]:
+        """Files removed from the table whose storage no VACUUM has freed yet (the log's
+        tombstones, less those a completed VACUUM was old enough to delete): count, bytes, and
+        the oldest removal's age in ms at ``now_ms`` (default: the version reached)."""
+        if not self.tombstones:
+            return {"num_files": 0, "bytes": 0, "oldest_age_ms": None}
+        oldest = min(stamp for _, stamp in self.tombstones.values())
+        now = int(now_ms) if now_ms is not None else self.timestamp
+        return {
+            "num_files": len(self.tombstones),
+            "bytes": sum(size for size, _ in self.tombstones.values()),
+            "oldest_age_ms": max(0, now - oldest),
+        }
+
+    # --- carrying the state -------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "uri": self.uri,
+                "version": self.version,
+                "timestamp": self.timestamp,
+                "small_file_size": self.small_file_size,
+                "partition_names": list(self.partition_names),
+                "files": self.files,
+                "partition_values": self.partition_values,
+                "tombstones": self.tombstones,
+                "last_checkpoint_version": self.last_checkpoint_version,
+                "last_optimize": _event_json(self.last_optimize),
+                "last_vacuum": _event_json(self.last_vacuum),
+                "vacuum_cutoff": self.vacuum_cutoff,
+                "commits": [
+                    vars(c) | {"added_size_histogram": list(c.added_size_histogram)} for c in self.commits
+                ],
+                "restarts": self.restarts,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> HealthTracker:
+        data = json.loads(text)
+        tracker = cls(
+            uri=data["uri"],
+            version=int(data["version"]),
+            timestamp=int(data["timestamp"]),
+            small_file_size=int(data["small_file_size"]),
+            partition_names=tuple(data["partition_names"]),
+            files={},
+            partitions={},
+            partition_values={k: dict(v) for k, v in data["partition_values"].items()},
+            histogram_files=[0] * len(HISTOGRAM_BOUNDS),
+            histogram_bytes=[0] * len(HISTOGRAM_BOUNDS),
+            tombstones={k: (int(v[0]), int(v[1])) for k, v in data["tombstones"].items()},
+            last_checkpoint_version=data["last_checkpoint_version"],
+            last_optimize=_event(data["last_optimize"]),
+            last_vacuum=_event(data["last_vacuum"]),
+            vacuum_cutoff=data.get("vacuum_cutoff"),
+            restarts=int(data["restarts"]),
+        )
+        for key, (part, size, rows, deleted) in data["files"].items():
+            entry = (part, int(size), None if rows is None else int(rows), int(deleted))
+            tracker.files[key] = entry
+            tracker._count(key, entry, 1)
+        for c in data["commits"]:
+            tracker.commits.append(
+                CommitMetrics(**{**c, "added_size_histogram": tuple(c["added_size_histogram"])})
+            )
+        return tracker
+
+
+def _event_json(event: MaintenanceEvent | None) -> dict | None:
+    return (
+        None
+        if event is None
+        else {"version": event.version, "timestamp": event.timestamp, "operation": event.operation}
+    )
+
+
+def _event(data: dict | None) -> MaintenanceEvent | None:
+    return (
+        None
+        if data is None
+        else MaintenanceEvent(int(data["version"]), int(data["timestamp"]), data["operation"])
+    )
+
+
+# operationMetrics keys, per kind of row change, in the order writers record them
+_INSERTED = ("numTargetRowsInserted", "numOutputRows")
+_UPDATED = ("numTargetRowsUpdated", "numUpdatedRows")
+_DELETED = ("numTargetRowsDeleted", "numDeletedRows")
+
+
+def _metric(metrics: dict, keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = metrics.get(key)
+        if value is not None:
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                return None  # a foreign writer's shape: unknown, not a failure
+    return None
+
+
+def _commit_metrics(version: int, stamp: int, info, added: list, removed: list) -> CommitMetrics:
+    operation = info.operation if info is not None else None
+    metrics = {}
+    if info is not None and isinstance(info.values.get("operationMetrics"), dict):
+        metrics = info.values["operationMetrics"]
+    histogram = [0] * len(HISTOGRAM_BOUNDS)
+    for size, _, _ in added:
+        histogram[_bucket(size)] += 1
+    rows = [*((r, d, 1) for _, r, d in added), *((r, d, -1) for _, r, d in removed)]
+    net = None if any(r is None for r, _, _ in rows) else sum(sign * (r - d) for r, d, sign in rows)
+    updated = _metric(metrics, _UPDATED)
+    inserted = _metric(metrics, _INSERTED)
+    if operation in ("UPDATE",) and updated is not None:
+        inserted = 0  # an UPDATE's output rows are the updated ones
+    return CommitMetrics(
+        version=version,
+        timestamp=stamp,
+        operation=operation,
+        files_added=len(added),
+        files_removed=len(removed),
+        bytes_added=sum(size for size, _, _ in added),
+        bytes_removed=sum(size for size, _, _ in removed),
+        net_rows=net,
+        rows_inserted=inserted,
+        rows_updated=updated,
+        rows_deleted=_metric(metrics, _DELETED),
+        added_size_histogram=tuple(histogram),
+    )
+
+
+__all__ = ["KEPT_COMMITS", "CommitMetrics", "HealthTracker"]

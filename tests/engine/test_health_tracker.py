@@ -1,0 +1,248 @@
+"""The incremental health: after every commit of random sequences it equals the full recompute
+(``table_health`` of a freshly loaded snapshot), survives being carried as JSON, costs one read per
+new commit (at 100,000 files), and starts over when the log no longer holds its position."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.checkpoint_writer import write_checkpoint
+from deltaplane.engine.health import table_health
+from deltaplane.engine.health_tracker import HealthTracker
+from deltaplane.engine.snapshot import load_snapshot
+from deltaplane.engine.storage import LocalStore
+from tests.logbuilder import add, commit_info, metadata, protocol, remove, write_commit
+
+SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.string())])
+SMALL = 600  # bytes: some of the test's files are small, some are not
+
+
+def batch(start: int, n: int, parts: int) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table({"id": ids, "part": [f"p{i % parts}" for i in ids]}, schema=SCHEMA)
+
+
+# operation, argument
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 40)),
+        st.tuples(st.just("delete"), st.integers(2, 7)),
+        st.tuples(st.just("update"), st.integers(2, 7)),
+        st.tuples(st.just("optimize"), st.just(0)),
+        st.tuples(st.just("checkpoint"), st.just(0)),
+        st.tuples(st.just("restore"), st.integers(1, 3)),
+        st.tuples(st.just("carry"), st.just(0)),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def expected_health(path: str):
+    return table_health(load_snapshot(LocalStore(path)), small_file_size=SMALL)
+
+
+@settings(
+    max_examples=15, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    partitioned=st.booleans(),
+    deletion_vectors=st.booleans(),
+    operations=steps,
+)
+def test_incremental_health_equals_the_full_recompute(
+    tmp_path_factory, partitioned, deletion_vectors, operations
+):
+    path = str(tmp_path_factory.mktemp("health"))
+    DeltaTable.create(
+        path,
+        SCHEMA,
+        partition_by=["part"] if partitioned else None,
+        configuration={"delta.enableDeletionVectors": str(deletion_vectors).lower()},
+    )
+    table = DeltaTable(path)
+    table.append(batch(0, 30, 3))
+    store = LocalStore(path)
+    tracker = HealthTracker.from_snapshot(load_snapshot(store), small_file_size=SMALL)
+    next_id = 30
+    for op, arg in operations:
+        if op == "append":
+            table.append(batch(next_id, arg, 3))
+            next_id += arg
+        elif op == "delete":
+            table.delete(f"id % {arg} = 0")
+        elif op == "update":
+            table.update({"id": "id + 1000"}, predicate=f"id % {arg} = 1")
+        elif op == "optimize":
+            table.optimize(purge=True)
+        elif op == "checkpoint":
+            table.checkpoint()
+        elif op == "restore":
+            table.restore(max(0, table.version() - arg))
+        elif op == "carry":  # a new process picks the state up
+            tracker = HealthTracker.from_json(tracker.to_json())
+        before = tracker.version
+        applied = tracker.advance(store)
+        assert applied == list(range(before + 1, table.version() + 1))
+        assert tracker.health() == expected_health(path), (op, arg)
+        snapshot = load_snapshot(store)
+        removed = tracker.removed_files()
+        assert removed["num_files"] == snapshot.tombstones.num_rows
+        assert removed["bytes"] == sum(snapshot.tombstones.column("size").to_pylist())
+    assert tracker.restarts == 1  # never had to start over
+
+
+def test_commit_metrics_are_what_each_commit_did(tmp_path):
+    path = str(tmp_path)
+    DeltaTable.create(path, SCHEMA, configuration={"delta.enableDeletionVectors": "true"})
+    table = DeltaTable(path)
+    tracker = HealthTracker.from_snapshot(load_snapshot(LocalStore(path)), small_file_size=SMALL)
+    table.append(batch(0, 100, 1))
+    table.delete("id < 10")
+    table.optimize(purge=True)
+    tracker.advance(LocalStore(path))
+    write, delete, optimize = list(tracker.commits)
+    assert (write.operation, write.files_added, write.net_rows, write.rows_inserted) == ("WRITE", 1, 100, 100)
+    assert write.bytes_added == table.snapshot.files.column("size").to_pylist()[0] or write.bytes_added > 0
+    assert (delete.operation, delete.net_rows, delete.rows_deleted) == ("DELETE", -10, 10)
+    assert delete.files_added == delete.files_removed == 1  # the same file, with a deletion vector
+    assert (optimize.operation, optimize.net_rows, optimize.files_added) == ("OPTIMIZE", 0, 1)
+    assert sum(optimize.added_size_histogram) == 1
+    assert tracker.last_optimize.version == optimize.version
+
+
+def test_foreign_commit_info_shapes_are_unknowns_not_failures(tmp_path):
+    store = LocalStore(str(tmp_path))
+    write_commit(store, 0, [commit_info(), protocol(), metadata(), add("a.parquet", size=10)])
+    tracker = HealthTracker.from_snapshot(load_snapshot(store))
+    shapes = [
+        commit_info(operation=None, operationMetrics="not a map"),
+        commit_info(operation="MERGE", operationMetrics={"numTargetRowsInserted": "x", "numOutputRows": [1]}),
+        {"commitInfo": {"operation": "WRITE"}},  # no timestamp: the file's time is used
+    ]
+    for v, info in enumerate(shapes, start=1):
+        write_commit(store, v, [info, add(f"f{v}.parquet", size=5)])
+    assert tracker.advance(store) == [1, 2, 3]
+    assert [c.rows_inserted for c in tracker.commits] == [None, None, None]
+    assert tracker.health().num_files == 4
+    assert tracker.commits[-1].timestamp > 1_700_000_000_000
+
+
+class CountingStore(LocalStore):
+    def __init__(self, root: str):
+        super().__init__(root)
+        self.gets: list[str] = []
+
+    def get(self, key):
+        self.gets.append(key)
+        return super().get(key)
+
+    def get_range(self, key, start, length):
+        self.gets.append(key)
+        return super().get_range(key, start, length)
+
+    def open_input(self, key):
+        self.gets.append(key)
+        return super().open_input(key)
+
+
+def test_advancing_reads_only_the_new_commits_at_100k_files(tmp_path):
+    store = LocalStore(str(tmp_path))
+    n = 100_000
+    stats = {"numRecords": 10}
+    lines = [
+        commit_info(),
+        protocol(),
+        metadata(
+            partition_columns=["part"],
+            schema={
+                "type": "struct",
+                "fields": [
+                    {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+                    {"name": "part", "type": "string", "nullable": True, "metadata": {}},
+                ],
+            },
+        ),
+    ]
+    lines += [
+        add(f"part={i % 100}/f{i}.parquet", {"part": str(i % 100)}, size=1000 + i, stats=stats)
+        for i in range(n)
+    ]
+    write_commit(store, 0, lines)
+    write_checkpoint(store, 0)
+    tracker = HealthTracker.from_snapshot(load_snapshot(store), small_file_size=50_000)
+    assert tracker.health().num_files == n and tracker.health().num_partitions == 100
+    counting = CountingStore(str(tmp_path))
+    for v in range(1, 6):
+        write_commit(
+            counting,
+            v,
+            [
+                commit_info(operation="WRITE"),
+                add(f"part=1/new{v}.parquet", {"part": "1"}, size=10, stats=stats),
+                remove(f"part={v}/f{v}.parquet", size=1000 + v, partitionValues={"part": str(v)}),
+            ],
+        )
+    counting.gets.clear()
+    started = time.process_time()
+    assert tracker.advance(counting) == [1, 2, 3, 4, 5]
+    spent = time.process_time() - started
+    assert counting.gets == [f"_delta_log/{v:020d}.json" for v in range(1, 6)]  # no checkpoint, no file
+    health = tracker.health()
+    assert health.num_files == n and health.num_rows == n * 10
+    assert health == table_health(load_snapshot(store), small_file_size=50_000)
+    print(f"advance over 5 commits at {n} files: {spent * 1000:.1f} ms CPU")
+
+
+def test_a_position_cleaned_from_the_log_starts_over_from_the_snapshot(tmp_path):
+    path = str(tmp_path)
+    DeltaTable.create(path, SCHEMA, configuration={"delta.checkpointInterval": "1000"})
+    table = DeltaTable(path)
+    table.append(batch(0, 10, 2))
+    store = LocalStore(path)
+    tracker = HealthTracker.from_snapshot(load_snapshot(store), small_file_size=SMALL)
+    for i in range(3):
+        table.append(batch(100 + i, 5, 2))
+    table.checkpoint()
+    for v in range(0, table.version()):  # the cleanup a long pause missed
+        Path(path, "_delta_log", f"{v:020d}.json").unlink()
+    assert tracker.advance(store) == [2, 3, 4]
+    assert tracker.restarts == 2
+    assert tracker.health() == expected_health(path)
+    # a new partitioning (another writer's REPLACE TABLE ... PARTITIONED BY) starts over too
+    schema = json.loads(table.metadata.schema_string)
+    replace = [
+        commit_info(operation="CREATE OR REPLACE TABLE"),
+        metadata(schema=schema, partition_columns=["part"]),
+        *(remove(p, size=1) for p in table.snapshot.files.column("path").to_pylist()),
+        *(
+            add(f"part=p{i}/r{i}.parquet", {"part": f"p{i}"}, size=10, stats={"numRecords": 1})
+            for i in range(2)
+        ),
+    ]
+    write_commit(store, table.version() + 1, replace)
+    tracker.advance(store)
+    assert tracker.restarts == 3 and tracker.health() == expected_health(path)
+    assert tracker.health().num_partitions == 2
+
+
+def test_maintenance_events_follow_the_log(tmp_path):
+    path = str(tmp_path)
+    DeltaTable.create(path, SCHEMA)
+    table = DeltaTable(path)
+    table.append(batch(0, 10, 2))
+    table.delete("id < 5")  # a file removed: something for VACUUM to delete
+    tracker = HealthTracker.from_snapshot(load_snapshot(LocalStore(path)))
+    assert tracker.removed_files()["num_files"] == 1
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert tracker.advance(LocalStore(path)) == [3, 4]
+    assert tracker.last_vacuum is not None and tracker.last_vacuum.operation == "VACUUM END"
+    assert tracker.health() == table_health(load_snapshot(LocalStore(path)))
+    assert tracker.removed_files() == {"num_files": 0, "bytes": 0, "oldest_age_ms": None}  # freed
