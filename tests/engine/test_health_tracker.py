@@ -50,7 +50,10 @@ def expected_health(path: str):
 
 
 @settings(
-    max_examples=15, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     partitioned=st.booleans(),
