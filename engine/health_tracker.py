@@ -369,19 +369,26 @@ class HealthTracker:
             partitions=tuple(partitions),
         )
 
-    def removed_files(self, now_ms: int | None = None) -> dict[str, int | None]:
+    def removed_files(
+        self, now_ms: int | None = None, retention_ms: int | None = None
+    ) -> dict[str, int | None]:
         """Files removed from the table whose storage no VACUUM has freed yet (the log's
-        tombstones, less those a completed VACUUM was old enough to delete): count, bytes, and
-        the oldest removal's age in ms at ``now_ms`` (default: the version reached)."""
-        if not self.tombstones:
-            return {"num_files": 0, "bytes": 0, "oldest_age_ms": None}
-        oldest = min(stamp for _, stamp in self.tombstones.values())
+        tombstones, less those a completed VACUUM was old enough to delete): count, bytes, the
+        oldest removal's age in ms at ``now_ms`` (default: the version reached), and with
+        ``retention_ms`` those a VACUUM would delete now (``expired_files``, ``expired_bytes``)."""
         now = int(now_ms) if now_ms is not None else self.timestamp
-        return {
+        out: dict[str, int | None] = {
             "num_files": len(self.tombstones),
             "bytes": sum(size for size, _ in self.tombstones.values()),
-            "oldest_age_ms": max(0, now - oldest),
+            "oldest_age_ms": max(0, now - min(stamp for _, stamp in self.tombstones.values()))
+            if self.tombstones
+            else None,
         }
+        if retention_ms is not None:
+            expired = [size for size, stamp in self.tombstones.values() if stamp < now - retention_ms]
+            out["expired_files"] = len(expired)
+            out["expired_bytes"] = sum(expired)
+        return out
 
     # --- carrying the state -------------------------------------------------------------------
 

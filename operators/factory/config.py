@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 DEFAULT_PATH = Path("config") / "tables.yaml"  # relative: to the current directory, when used
 ENV_VAR = "DELTAPLANE_CONFIG"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_TOP_LEVEL = ("tables", "maintenance")
 
 
 class ConfigError(ValueError):
@@ -68,6 +69,30 @@ class AutoOptimize(_Model):
     max_deleted_rows_ratio: float = Field(0.2, ge=0.0, le=1.0)
 
     _size = field_validator("small_file_size", mode="before")(lambda cls, v: parse_size(v))
+
+
+class MaintenanceSettings(_Model):
+    """The health-driven maintenance policy (``deltaplane.engine.maintenance_plan``): a table's
+    ``maintenance`` over the file's ``maintenance.defaults``, over ``auto_optimize``'s thresholds."""
+
+    small_file_size: int | None = None
+    min_small_files: int | None = Field(None, gt=0)
+    max_deleted_rows_ratio: float | None = Field(None, ge=0.0, le=1.0)
+    max_versions_since_checkpoint: int | None = Field(None, gt=0)
+    min_vacuum_bytes: int | None = None
+    max_bytes_rewritten_per_day: int | None = None
+    kinds: list[Literal["compaction", "dv_purge", "checkpoint", "vacuum"]] | None = None
+
+    _sizes = field_validator(
+        "small_file_size", "min_vacuum_bytes", "max_bytes_rewritten_per_day", mode="before"
+    )(lambda cls, v: None if v is None else parse_size(v))
+
+
+class MaintenanceSection(_Model):
+    """The file's top-level ``maintenance``: defaults for every table and the global cap."""
+
+    defaults: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
+    max_concurrent_jobs: int = Field(2, gt=0)
 
 
 class Expectation(_Model):
@@ -143,6 +168,7 @@ class TableConfig(_Model):
     vacuum_dry_run: bool = False
     checkpoint_cleanup_log: bool = True
     auto_optimize: AutoOptimize = Field(default_factory=AutoOptimize)
+    maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
     spark_threshold_bytes: int = 8 << 30
     manifest: bool = False
     ingest: Ingest | None = None
@@ -178,6 +204,7 @@ class TableConfig(_Model):
 
 class PlatformConfig(_Model):
     tables: dict[str, TableConfig]
+    maintenance: MaintenanceSection = Field(default_factory=MaintenanceSection)
 
     @field_validator("tables")
     @classmethod
@@ -360,7 +387,15 @@ def read_config(
             fatal.append(f"{source}: {'.'.join(key_path)}: {_twice(lines)}")
     if not isinstance(raw, dict) or "tables" not in raw:
         raise ConfigError("\n".join([*fatal, f"{source}: expected a mapping with a 'tables' key"]))
-    fatal += [f"{source}: {key}: Extra inputs are not permitted" for key in raw if key != "tables"]
+    fatal += [f"{source}: {key}: Extra inputs are not permitted" for key in raw if key not in _TOP_LEVEL]
+    maintenance = MaintenanceSection()
+    if raw.get("maintenance") is not None:
+        try:
+            maintenance = MaintenanceSection.model_validate(raw["maintenance"])
+        except ValidationError as e:
+            fatal += [
+                line.replace(f"{source}: ", f"{source}: maintenance.", 1) for line in _explain(e, source)
+            ]
     tables = raw["tables"]
     if not isinstance(tables, dict):
         raise ConfigError(
@@ -386,7 +421,9 @@ def read_config(
         valid[name] = table
     if fatal:  # with the tables' own errors: the command line reports everything at once
         raise ConfigError("\n".join([*fatal, *(line for lines in errors.values() for line in lines)]))
-    return ConfigReport(path=path, config=PlatformConfig(tables=valid), errors=errors)
+    return ConfigReport(
+        path=path, config=PlatformConfig(tables=valid, maintenance=maintenance), errors=errors
+    )
 
 
 def load_config(
@@ -446,3 +483,27 @@ def _cmd_validate(args) -> int:
         return 2
     print(f"ok: {len(config.tables)} table(s)")
     return 0
+
+
+def maintenance_policy(table: TableConfig, section: MaintenanceSection | None = None):
+    """The ``MaintenancePolicy`` of ``table``: its ``maintenance`` over the file's defaults, over
+    the thresholds ``auto_optimize`` already sets, with its retention, target size and Spark
+    threshold."""
+    from deltaplane.engine.maintenance_plan import KINDS, MaintenancePolicy
+
+    section = section or MaintenanceSection()
+    chosen: dict[str, Any] = {
+        "small_file_size": table.auto_optimize.small_file_size,
+        "min_small_files": table.auto_optimize.min_small_files,
+        "max_deleted_rows_ratio": table.auto_optimize.max_deleted_rows_ratio,
+    }
+    for layer in (section.defaults, table.maintenance):
+        chosen.update({k: v for k, v in layer.model_dump().items() if v is not None})
+    kinds = chosen.pop("kinds", None)
+    return MaintenancePolicy(
+        **chosen,
+        enabled=tuple(kinds) if kinds is not None else KINDS,
+        retention_hours=table.retention_hours if table.retention_hours is not None else 168.0,
+        target_file_size=table.target_file_size or (128 << 20),
+        spark_threshold_bytes=table.spark_threshold_bytes,
+    )

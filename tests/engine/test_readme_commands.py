@@ -81,6 +81,10 @@ def test_cli_synopsis_flags_exist():
             continue
         verb = subparsers.choices.get(words[1])
         assert verb is not None, f"{line}: no verb {words[1]}"
+        nested = [a for a in verb._actions if a.__class__.__name__ == "_SubParsersAction"]
+        if nested and len(words) > 2:  # a verb with verbs of its own (`config validate`)
+            verb = nested[0].choices.get(words[2])
+            assert verb is not None, f"{line}: no verb {words[1]} {words[2]}"
         known = verb.format_help()
         for flag in re.findall(r"--[a-z][a-z-]*", line):
             assert flag in known, f"{line}: {words[1]} has no {flag}"

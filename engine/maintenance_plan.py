@@ -1,0 +1,309 @@
+"""What maintenance each table needs now, why, and in which order: a policy over table health.
+
+For every table and every kind of work (compaction, deletion-vector purge, checkpoint, VACUUM) the
+planner makes one ``Decision`` from the table's ``TableHealth`` (``health.py``, or kept current by
+``health_tracker.py``) and its ``MaintenancePolicy``: run or skip, with a one-line reason that names
+the numbers it decided on and the threshold they crossed (or did not). Then it ranks what should
+run, across all tables, by benefit over cost, and admits work in that order while each table's
+daily budget (bytes rewritten) and the global cap on concurrent jobs allow; what does not fit is
+skipped with that reason.
+
+The benefit and cost model is deliberately simple and stated here, because operators read it:
+
+- **compaction**: benefit = files a read no longer opens (the small files of the chosen partitions
+  minus the files they become), cost = the bytes rewritten; score = files saved per GiB.
+- **DV purge**: benefit = rows every read decodes only to drop them, cost = the bytes of the files
+  that carry deletion vectors (estimated from their share of the partition); score = hidden rows
+  per MiB rewritten.
+- **checkpoint**: benefit = commits each snapshot load replays, cost = about one action per live
+  file written once; score = commits saved per thousand files.
+- **VACUUM**: benefit = bytes of storage freed (removed files older than the retention), cost = the
+  files to delete (requests); score = MiB freed per file deleted.
+
+Scores of different kinds are made comparable by putting each on "work avoided per unit of work
+done" and normalising to the threshold that would just trigger it (a decision exactly at its
+threshold scores 1).
+
+Heavy work is placed where it fits: below ``spark_threshold_bytes`` in-process, above it a Spark
+job; the reason says which and why. The planner reads nothing but the health it is given: a dry run
+is free, and the same function explains the CLI (``deltaplane maintenance plan``), the ops view and
+the scheduled runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth
+
+KINDS = ("compaction", "dv_purge", "checkpoint", "vacuum")
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class MaintenancePolicy:
+    """Thresholds, retention and budget for one table (``config/tables.yaml``: ``maintenance``,
+    per table over the file's ``maintenance_defaults``)."""
+
+    small_file_size: int = DEFAULT_SMALL_FILE_SIZE
+    min_small_files: int = 50  # per partition (Delta Spark's auto-compaction minNumFiles)
+    max_deleted_rows_ratio: float = 0.2  # per partition
+    max_versions_since_checkpoint: int = 100
+    min_vacuum_bytes: int = 1 * GiB  # freed storage worth a VACUUM
+    retention_hours: float = 168.0
+    target_file_size: int = DEFAULT_SMALL_FILE_SIZE
+    max_bytes_rewritten_per_day: int | None = None  # None: no budget
+    spark_threshold_bytes: int = 8 * GiB
+    enabled: tuple[str, ...] = KINDS
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.enabled if k not in KINDS]
+        if unknown:
+            raise ValueError(f"unknown kind(s) of maintenance {unknown}; known: {', '.join(KINDS)}")
+        if self.min_small_files < 1 or self.max_versions_since_checkpoint < 1:
+            raise ValueError("min_small_files and max_versions_since_checkpoint must be at least 1")
+        if not 0.0 <= self.max_deleted_rows_ratio <= 1.0:
+            raise ValueError("max_deleted_rows_ratio must be between 0 and 1")
+
+
+@dataclass(frozen=True)
+class Decision:
+    table: str
+    kind: str
+    run: bool
+    reason: str  # one line, the numbers and the threshold
+    score: float = 0.0  # benefit over cost, 1.0 at the threshold
+    bytes_rewritten: int = 0
+    partitions: tuple[dict[str, str | None], ...] = ()
+    engine: str | None = None  # "local" or "spark" for rewrites
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        verdict = "run " if self.run else "skip"
+        return f"{self.table:<20} {self.kind:<11} {verdict} {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "kind": self.kind,
+            "run": self.run,
+            "reason": self.reason,
+            "score": round(self.score, 3),
+            "bytes_rewritten": self.bytes_rewritten,
+            "partitions": [dict(p) for p in self.partitions],
+            "engine": self.engine,
+        }
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _engine(policy: MaintenancePolicy, nbytes: int) -> tuple[str, str]:
+    if nbytes >= policy.spark_threshold_bytes:
+        return (
+            "spark",
+            f"Spark job ({_size(nbytes)} >= spark_threshold {_size(policy.spark_threshold_bytes)})",
+        )
+    return "local", f"in-process ({_size(nbytes)} < spark_threshold {_size(policy.spark_threshold_bytes)})"
+
+
+# --- one table ----------------------------------------------------------------------------------
+
+
+def decide(
+    name: str, health: TableHealth, policy: MaintenancePolicy, *, removed: Mapping[str, Any] | None = None
+) -> list[Decision]:
+    """One decision per kind of work for one table. ``removed``: the unvacuumed removed files
+    (``HealthTracker.removed_files``: ``bytes`` and ``num_files`` older than the retention as
+    ``expired_bytes`` / ``expired_files``), when known."""
+    out = []
+    for kind, fn in (
+        ("compaction", _compaction),
+        ("dv_purge", _dv_purge),
+        ("checkpoint", _checkpoint),
+        ("vacuum", _vacuum),
+    ):
+        if kind not in policy.enabled:
+            out.append(Decision(name, kind, False, "disabled by the table's policy"))
+            continue
+        out.append(fn(name, health, policy, removed))
+    return out
+
+
+def _compaction(name, health: TableHealth, policy: MaintenancePolicy, removed) -> Decision:
+    small_size = policy.small_file_size
+    if health.small_file_size != small_size:
+        return Decision(
+            name,
+            "compaction",
+            False,
+            f"health was measured with small files under {_size(health.small_file_size)}, the policy "
+            f"says {_size(small_size)}: measure again",
+        )
+    chosen = [p for p in health.partitions if p.num_small_files >= policy.min_small_files]
+    worst = max((p.num_small_files for p in health.partitions), default=0)
+    if not chosen:
+        return Decision(
+            name,
+            "compaction",
+            False,
+            f"at most {worst} small files (< {_size(small_size)}) in a partition; threshold "
+            f"{policy.min_small_files}",
+        )
+    rewritten = sum(p.small_files_bytes for p in chosen)
+    files = sum(p.num_small_files for p in chosen)
+    after = sum(max(1, -(-p.small_files_bytes // policy.target_file_size)) for p in chosen)
+    saved = max(0, files - after)
+    # files saved per GiB rewritten, against a partition just at the threshold (its small files
+    # half the small size on average, all becoming one)
+    per_gib = saved / max(rewritten / GiB, 1 / 1024)
+    threshold = max(policy.min_small_files - 1, 1) / max(
+        policy.min_small_files * small_size / 2 / GiB, 1 / 1024
+    )
+    score = per_gib / threshold
+    engine, where = _engine(policy, rewritten)
+    return Decision(
+        name,
+        "compaction",
+        True,
+        f"{files} small files (< {_size(small_size)}) in {len(chosen)} partition(s) with >= "
+        f"{policy.min_small_files}; rewrites {_size(rewritten)} into ~{after} files; {where}",
+        score=score,
+        bytes_rewritten=rewritten,
+        partitions=tuple(dict(p.values) for p in chosen),
+        engine=engine,
+        details={"files": files, "files_after": after},
+    )
+
+
+def _dv_purge(name, health: TableHealth, policy: MaintenancePolicy, removed) -> Decision:
+    chosen = [p for p in health.partitions if p.deleted_rows_ratio > policy.max_deleted_rows_ratio]
+    worst = max((p.deleted_rows_ratio for p in health.partitions), default=0.0)
+    if not chosen:
+        return Decision(
+            name,
+            "dv_purge",
+            False,
+            f"deletion vectors hide at most {worst:.0%} of a partition's rows; threshold "
+            f"{policy.max_deleted_rows_ratio:.0%}",
+        )
+    hidden = sum(p.num_deleted_rows for p in chosen)
+    rewritten = sum(p.size_bytes for p in chosen)  # the files with DVs are rewritten: an upper bound
+    rows = sum((p.num_rows or 0) + p.num_deleted_rows for p in chosen)
+    ratio = hidden / rows if rows else 0.0
+    score = ratio / max(policy.max_deleted_rows_ratio, 1e-9)
+    engine, where = _engine(policy, rewritten)
+    return Decision(
+        name,
+        "dv_purge",
+        True,
+        f"deletion vectors hide {hidden} rows ({ratio:.0%}) in {len(chosen)} partition(s) over "
+        f"{policy.max_deleted_rows_ratio:.0%}; rewrites up to {_size(rewritten)}; {where}",
+        score=score,
+        bytes_rewritten=rewritten,
+        partitions=tuple(dict(p.values) for p in chosen),
+        engine=engine,
+    )
+
+
+def _checkpoint(name, health: TableHealth, policy: MaintenancePolicy, removed) -> Decision:
+    lag = health.versions_since_checkpoint
+    limit = policy.max_versions_since_checkpoint
+    if lag < limit:
+        return Decision(
+            name, "checkpoint", False, f"{lag} commits since the last checkpoint; threshold {limit}"
+        )
+    return Decision(
+        name,
+        "checkpoint",
+        True,
+        f"{lag} commits since the last checkpoint (threshold {limit}): every load replays them",
+        score=lag / limit,
+    )
+
+
+def _vacuum(name, health: TableHealth, policy: MaintenancePolicy, removed) -> Decision:
+    if removed is None:
+        return Decision(name, "vacuum", False, "unvacuumed files unknown (no health tracker for this table)")
+    freed = int(removed.get("expired_bytes", 0))
+    files = int(removed.get("expired_files", 0))
+    waiting = int(removed.get("bytes", 0))
+    if freed < policy.min_vacuum_bytes:
+        return Decision(
+            name,
+            "vacuum",
+            False,
+            f"{_size(freed)} removed more than {policy.retention_hours:g} h ago ({_size(waiting)} removed "
+            f"in all); threshold {_size(policy.min_vacuum_bytes)}",
+        )
+    return Decision(
+        name,
+        "vacuum",
+        True,
+        f"frees {_size(freed)} in {files} files removed more than {policy.retention_hours:g} h ago "
+        f"(threshold {_size(policy.min_vacuum_bytes)})",
+        score=freed / max(policy.min_vacuum_bytes, 1),
+    )
+
+
+# --- all tables ---------------------------------------------------------------------------------
+
+
+def rank(
+    decisions: Iterable[Decision],
+    policies: Mapping[str, MaintenancePolicy],
+    *,
+    spent_today: Mapping[str, int] | None = None,
+    max_concurrent_jobs: int | None = None,
+    running: int = 0,
+) -> list[Decision]:
+    """The decisions in the order to run them (highest score first, skips last), with what a
+    table's daily budget or the global job cap leaves out turned into skips that say so."""
+    spent = dict(spent_today or {})
+    wanted = sorted((d for d in decisions if d.run), key=lambda d: (-d.score, d.table, d.kind))
+    skipped = [d for d in decisions if not d.run]
+    slots = None if max_concurrent_jobs is None else max(0, max_concurrent_jobs - running)
+    out = []
+    for d in wanted:
+        budget = policies[d.table].max_bytes_rewritten_per_day if d.table in policies else None
+        used = spent.get(d.table, 0)
+        if budget is not None and d.bytes_rewritten and used + d.bytes_rewritten > budget:
+            out.append(
+                _skip(
+                    d,
+                    f"over budget: {_size(used)} rewritten today + {_size(d.bytes_rewritten)} > "
+                    f"{_size(budget)} a day",
+                )
+            )
+            continue
+        if slots is not None and slots <= 0:
+            out.append(_skip(d, f"waits: {max_concurrent_jobs} maintenance job(s) at once at most"))
+            continue
+        spent[d.table] = used + d.bytes_rewritten
+        if slots is not None:
+            slots -= 1
+        out.append(d)
+    return out + sorted(skipped, key=lambda d: (d.table, KINDS.index(d.kind)))
+
+
+def _skip(d: Decision, why: str) -> Decision:
+    return Decision(
+        d.table,
+        d.kind,
+        False,
+        f"{why} (would: {d.reason})",
+        d.score,
+        d.bytes_rewritten,
+        d.partitions,
+        d.engine,
+    )
+
+
+__all__ = ["KINDS", "Decision", "MaintenancePolicy", "decide", "rank"]

@@ -1,0 +1,89 @@
+"""``deltaplane maintenance plan [PATH]``: what the health-driven policy would run now, for every
+table of the tables file, one line per table and kind of work, with its reason. A dry run: it reads
+each table's log (one full health pass) and changes nothing.
+
+The file is chosen as ``deltaplane config validate`` chooses it (PATH, else ``$DELTAPLANE_CONFIG``,
+else ``./config/tables.yaml``). A table that cannot be read is reported on its own line and does not
+hide the others; the exit code is 2 when the file is invalid or a table could not be read.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from deltaplane.operators.factory.config import ConfigError, maintenance_policy, read_config
+
+
+def plan_tables(config, *, now_ms: int | None = None) -> tuple[list, dict[str, str]]:
+    """Every table's decisions, ranked across tables, and the tables that could not be read."""
+    from deltaplane.engine import DeltaTable
+    from deltaplane.engine.errors import DeltaError, TableNotFoundError
+    from deltaplane.engine.health_tracker import HealthTracker
+    from deltaplane.engine.maintenance_plan import KINDS, Decision, decide, rank
+
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    decisions, policies, failures = [], {}, {}
+    for name, table in config.tables.items():
+        policy = maintenance_policy(table, config.maintenance)
+        policies[name] = policy
+        try:
+            snapshot = DeltaTable(table.uri).snapshot
+            tracker = HealthTracker.from_snapshot(snapshot, small_file_size=policy.small_file_size)
+        except TableNotFoundError:
+            decisions += [
+                Decision(name, kind, False, "no table yet (its first write creates it)") for kind in KINDS
+            ]
+            continue
+        except (DeltaError, OSError) as e:
+            failures[name] = f"{type(e).__name__}: {e}"
+            continue
+        removed = tracker.removed_files(now, retention_ms=int(policy.retention_hours * 3_600_000))
+        decisions += decide(name, tracker.health(), policy, removed=removed)
+    ranked = rank(decisions, policies, max_concurrent_jobs=config.maintenance.max_concurrent_jobs)
+    return ranked, failures
+
+
+def register_cli(sub) -> None:
+    """``deltaplane maintenance plan [PATH]`` (entry point ``deltaplane.cli``)."""
+    p = sub.add_parser("maintenance", help="the health-driven maintenance policy")
+    verbs = p.add_subparsers(dest="maintenance_command", required=True, metavar="VERB")
+    v = verbs.add_parser(
+        "plan",
+        help="what maintenance each table needs now, and why (a dry run)",
+        description="For every table of the tables file (PATH, else $DELTAPLANE_CONFIG, else "
+        "config/tables.yaml in the current directory): one line per table and kind of work "
+        "(compaction, dv_purge, checkpoint, vacuum), run or skip, with the numbers and threshold "
+        "it decided on; what runs is listed first, in the order it would run. Changes nothing.",
+    )
+    v.add_argument("path", nargs="?", help="the tables file")
+    v.add_argument("--json", action="store_true", help="machine-readable output")
+    v.set_defaults(func=_cmd_plan)
+
+
+def _cmd_plan(args) -> int:
+    try:
+        report = read_config(args.path)
+    except ConfigError as e:
+        for line in str(e).splitlines():
+            print(f"deltaplane: error: {line}", file=sys.stderr)
+        return 2
+    ranked, failures = plan_tables(report.config)
+    if args.json:
+        out: dict[str, Any] = {
+            "decisions": [d.to_dict() for d in ranked],
+            "unreadable": failures,
+            "invalid": report.errors,
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        for d in ranked:
+            print(d.line())
+        for name, why in failures.items():
+            print(f"{name:<20} {'(all)':<11} fail cannot read the table: {why}")
+    for lines in report.errors.values():
+        for line in lines:
+            print(f"deltaplane: error: {line}", file=sys.stderr)
+    return 2 if failures or report.errors else 0

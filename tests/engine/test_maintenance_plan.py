@@ -1,0 +1,137 @@
+"""The maintenance planner: a decision per table and kind of work with the numbers behind it, a
+ranking across tables by benefit over cost, budgets and the job cap. Health comes from real
+tables (their shapes: a streaming table's small files, a quiet table, DV deletes, a checkpoint
+lag, removed files past the retention)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from deltaplane.engine import DeltaTable
+from deltaplane.engine.health_tracker import HealthTracker
+from deltaplane.engine.maintenance_plan import MaintenancePolicy, decide, rank
+from deltaplane.engine.snapshot import load_snapshot
+from deltaplane.engine.storage import LocalStore
+
+SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string())])
+SMALL = 1 << 20
+
+
+def tracker_of(path) -> HealthTracker:
+    return HealthTracker.from_snapshot(load_snapshot(LocalStore(str(path))), small_file_size=SMALL)
+
+
+def streaming_table(path, commits: int, day: str = "d1") -> DeltaTable:
+    DeltaTable.create(
+        str(path), SCHEMA, partition_by=["day"], configuration={"delta.checkpointInterval": "1000"}
+    )
+    t = DeltaTable(str(path))
+    for i in range(commits):
+        t.append(pa.table({"id": [i], "day": [day]}))
+    return t
+
+
+def by_kind(decisions):
+    return {d.kind: d for d in decisions}
+
+
+def test_each_kind_runs_past_its_threshold_and_says_why(tmp_path):
+    streaming_table(tmp_path / "s", 12)
+    policy = MaintenancePolicy(small_file_size=SMALL, min_small_files=10, max_versions_since_checkpoint=10)
+    t = tracker_of(tmp_path / "s")
+    d = by_kind(decide("stream", t.health(), policy, removed=t.removed_files(retention_ms=0)))
+    assert d["compaction"].run and d["compaction"].reason.startswith(
+        "12 small files (< 1.0 MiB) in 1 partition"
+    )
+    assert d["compaction"].partitions == ({"day": "d1"},) and d["compaction"].engine == "local"
+    assert "in-process" in d["compaction"].reason
+    assert d["checkpoint"].run and d["checkpoint"].reason.startswith("13 commits since the last checkpoint")
+    assert not d["dv_purge"].run and "hide at most 0%" in d["dv_purge"].reason
+    assert not d["vacuum"].run and d["vacuum"].reason.startswith("0 B removed more than 168 h ago")
+
+    quiet = MaintenancePolicy(small_file_size=SMALL)  # defaults: 50 files, 100 commits
+    d = by_kind(decide("stream", t.health(), quiet))
+    assert not d["compaction"].run and d["compaction"].reason == (
+        "at most 12 small files (< 1.0 MiB) in a partition; threshold 50"
+    )
+    assert (
+        not d["checkpoint"].run
+        and d["checkpoint"].reason == "13 commits since the last checkpoint; threshold 100"
+    )
+    assert "unknown" in d["vacuum"].reason  # no tracker's removed files given
+    # a policy that turns kinds off says so
+    off = MaintenancePolicy(small_file_size=SMALL, enabled=("checkpoint",))
+    assert by_kind(decide("stream", t.health(), off))["compaction"].reason == "disabled by the table's policy"
+
+
+def test_deletion_vectors_and_removed_files(tmp_path):
+    path = tmp_path / "dv"
+    DeltaTable.create(str(path), SCHEMA, configuration={"delta.enableDeletionVectors": "true"})
+    t = DeltaTable(str(path))
+    t.append(pa.table({"id": list(range(100)), "day": ["d"] * 100}))
+    t.delete("id < 30")
+    tracker = tracker_of(path)
+    policy = MaintenancePolicy(small_file_size=SMALL, max_deleted_rows_ratio=0.2, min_vacuum_bytes=1)
+    d = by_kind(decide("dv", tracker.health(), policy, removed=tracker.removed_files(retention_ms=0)))
+    assert d["dv_purge"].run and d["dv_purge"].reason.startswith(
+        "deletion vectors hide 30 rows (30%) in 1 partition"
+    )
+    t.optimize(purge=True)  # the purge removes the file: past a 0-hour retention it is VACUUM's
+    tracker.advance(LocalStore(str(path)))
+    removed = tracker.removed_files(now_ms=tracker.timestamp + 10, retention_ms=0)
+    d = by_kind(decide("dv", tracker.health(), policy, removed=removed))
+    assert not d["dv_purge"].run
+    assert d["vacuum"].run and d["vacuum"].reason.startswith("frees ") and "2 files" in d["vacuum"].reason
+
+
+def test_ranking_budgets_and_the_job_cap(tmp_path):
+    streaming_table(tmp_path / "busy", 30)
+    streaming_table(tmp_path / "some", 12)
+    policy = MaintenancePolicy(small_file_size=SMALL, min_small_files=10, max_versions_since_checkpoint=1000)
+    decisions = []
+    for name in ("some", "busy"):
+        decisions += decide(name, tracker_of(tmp_path / name).health(), policy)
+    policies = {"some": policy, "busy": policy}
+    ranked = rank(decisions, policies)
+    assert [(d.table, d.kind) for d in ranked if d.run] == [("busy", "compaction"), ("some", "compaction")]
+    assert ranked[0].score > ranked[1].score > 0
+    # skips come after, in table order
+    assert all(not d.run for d in ranked[2:]) and [d.table for d in ranked[2:]] == ["busy"] * 3 + ["some"] * 3
+    # a daily budget the busy table already spent
+    tight = {
+        "some": policy,
+        "busy": MaintenancePolicy(small_file_size=SMALL, max_bytes_rewritten_per_day=1000),
+    }
+    ranked = rank(decisions, tight, spent_today={"busy": 900})
+    busy = next(d for d in ranked if d.table == "busy" and d.kind == "compaction")
+    assert not busy.run and busy.reason.startswith("over budget: 900 B rewritten today + ")
+    assert "(would: 30 small files" in busy.reason
+    # one job at a time, one already running: everything waits
+    ranked = rank(decisions, policies, max_concurrent_jobs=1, running=1)
+    assert not any(d.run for d in ranked)
+    assert next(d for d in ranked if d.table == "busy" and d.kind == "compaction").reason.startswith(
+        "waits: 1"
+    )
+    ranked = rank(decisions, policies, max_concurrent_jobs=1)
+    assert [(d.table, d.kind) for d in ranked if d.run] == [("busy", "compaction")]
+
+
+def test_spark_above_the_threshold(tmp_path):
+    streaming_table(tmp_path / "s", 10)
+    policy = MaintenancePolicy(small_file_size=SMALL, min_small_files=10, spark_threshold_bytes=100)
+    d = by_kind(decide("s", tracker_of(tmp_path / "s").health(), policy))["compaction"]
+    assert d.engine == "spark" and "Spark job (" in d.reason and ">= spark_threshold 100 B" in d.reason
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"enabled": ("compaction", "defrag")}, "unknown kind"),
+        ({"max_deleted_rows_ratio": 1.5}, "between 0 and 1"),
+        ({"min_small_files": 0}, "at least 1"),
+    ],
+)
+def test_bad_policies_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MaintenancePolicy(**kwargs)
