@@ -149,9 +149,10 @@ def test_feature_drops_and_adds_run_once_and_a_wait_fails_without_retries(airflo
     assert "failing without retries" in out and "partially successful" in out
     t = DeltaTable(uri)
     ops = [h["operation"] for h in reversed(t.history())]
-    assert ops[-7:] == [
+    assert ops[-8:] == [
         "UNSET TBLPROPERTIES",
         "REORG",
+        "Deletion Vector Tombstones",
         *["Empty Commit"] * 3,
         "DROP FEATURE",
         "SET TBLPROPERTIES",
@@ -160,7 +161,12 @@ def test_feature_drops_and_adds_run_once_and_a_wait_fails_without_retries(airflo
     assert sorted(t.to_arrow().column("a").to_pylist()) == list(range(10, 100))
     # the waiting drop removed the traces once (no retries repeated it) and kept the feature
     u = DeltaTable(other)
-    assert [h["operation"] for h in u.history()[:3]] == ["Empty Commit", "REORG", "UNSET TBLPROPERTIES"]
+    assert [h["operation"] for h in u.history()[:4]] == [
+        "Empty Commit",
+        "Deletion Vector Tombstones",
+        "REORG",
+        "UNSET TBLPROPERTIES",
+    ]
     assert "deletionVectors" in (u.protocol().reader_features or [])
     version = t.version()
     again = run_dag("features", dag)
