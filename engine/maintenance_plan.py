@@ -10,8 +10,10 @@ skipped with that reason.
 
 The benefit and cost model is deliberately simple and stated here, because operators read it:
 
-- **compaction**: benefit = files a read no longer opens (the small files of the chosen partitions
-  minus the files they become), cost = the bytes rewritten; score = files saved per GiB.
+- **compaction**: a partition with ``min_small_files`` small files, or, once the whole table has
+  that many (a full read opens them all), every partition with two or more; only the small files
+  are rewritten (files already compacted past the small size are left alone). Benefit = files a
+  read no longer opens, cost = the bytes rewritten; score = files saved per GiB.
 - **DV purge**: benefit = rows every read decodes only to drop them, cost = the bytes of the files
   that carry deletion vectors (estimated from their share of the partition); score = hidden rows
   per MiB rewritten.
@@ -55,6 +57,7 @@ class MaintenancePolicy:
     min_vacuum_bytes: int = 1 * GiB  # freed storage worth a VACUUM
     retention_hours: float = 168.0
     target_file_size: int = DEFAULT_SMALL_FILE_SIZE
+    max_files_below_target: int | None = None  # a full compaction once this many are (None: never)
     max_bytes_rewritten_per_day: int | None = None  # None: no budget
     spark_threshold_bytes: int = 8 * GiB
     enabled: tuple[str, ...] = KINDS
@@ -138,6 +141,8 @@ def decide(
 
 
 def _compaction(name, health: TableHealth, policy: MaintenancePolicy, removed) -> Decision:
+    """Compact a partition once it holds ``min_small_files`` small files (Delta Spark's rule), or
+    every partition with two or more once the table does (a read opens them all)."""
     small_size = policy.small_file_size
     if health.small_file_size != small_size:
         return Decision(
@@ -147,39 +152,73 @@ def _compaction(name, health: TableHealth, policy: MaintenancePolicy, removed) -
             f"health was measured with small files under {_size(health.small_file_size)}, the policy "
             f"says {_size(small_size)}: measure again",
         )
+    below_target = sum(
+        b["num_files"] for b in health.file_size_histogram if b["min_bytes"] < policy.target_file_size
+    )
+    if policy.max_files_below_target is not None and below_target >= policy.max_files_below_target:
+        return _full_compaction(name, health, policy, below_target)
     chosen = [p for p in health.partitions if p.num_small_files >= policy.min_small_files]
-    worst = max((p.num_small_files for p in health.partitions), default=0)
+    total = health.num_small_files
+    where = f"in {len(chosen)} partition(s) with >= {policy.min_small_files}"
+    if not chosen and total >= policy.min_small_files:
+        chosen = [p for p in health.partitions if p.num_small_files >= 2]
+        where = f"in the table (>= {policy.min_small_files}), {len(chosen)} partition(s) with 2 or more"
     if not chosen:
+        worst = max((p.num_small_files for p in health.partitions), default=0)
+        spread = f", at most {worst} in a partition" if len(health.partitions) > 1 else ""
         return Decision(
             name,
             "compaction",
             False,
-            f"at most {worst} small files (< {_size(small_size)}) in a partition; threshold "
-            f"{policy.min_small_files}",
+            f"{total} small files (< {_size(small_size)}) in the table{spread}; "
+            f"threshold {policy.min_small_files}",
         )
     rewritten = sum(p.small_files_bytes for p in chosen)
     files = sum(p.num_small_files for p in chosen)
     after = sum(max(1, -(-p.small_files_bytes // policy.target_file_size)) for p in chosen)
     saved = max(0, files - after)
-    # files saved per GiB rewritten, against a partition just at the threshold (its small files
-    # half the small size on average, all becoming one)
+    # files saved per GiB rewritten, against a table just at the threshold (its small files half
+    # the small size on average, all becoming one)
     per_gib = saved / max(rewritten / GiB, 1 / 1024)
     threshold = max(policy.min_small_files - 1, 1) / max(
         policy.min_small_files * small_size / 2 / GiB, 1 / 1024
     )
     score = per_gib / threshold
-    engine, where = _engine(policy, rewritten)
+    engine, place = _engine(policy, rewritten)
     return Decision(
         name,
         "compaction",
         True,
-        f"{files} small files (< {_size(small_size)}) in {len(chosen)} partition(s) with >= "
-        f"{policy.min_small_files}; rewrites {_size(rewritten)} into ~{after} files; {where}",
+        f"{files} small files (< {_size(small_size)}) {where}; rewrites {_size(rewritten)} into "
+        f"~{after} files; {place}",
         score=score,
         bytes_rewritten=rewritten,
         partitions=tuple(dict(p.values) for p in chosen),
         engine=engine,
-        details={"files": files, "files_after": after},
+        details={"files": files, "files_after": after, "min_file_size": small_size},
+    )
+
+
+def _full_compaction(name, health: TableHealth, policy: MaintenancePolicy, below_target: int) -> Decision:
+    """Every file under the target size rewritten (what OPTIMIZE does): the compacted files have
+    piled up too, and a read opens each of them."""
+    histogram = [b for b in health.file_size_histogram if b["min_bytes"] < policy.target_file_size]
+    rewritten = sum(b["bytes"] for b in histogram)
+    after = max(1, len(health.partitions), -(-rewritten // policy.target_file_size))
+    saved = max(0, below_target - after)
+    score = saved / max(policy.max_files_below_target - 1, 1)
+    engine, place = _engine(policy, rewritten)
+    return Decision(
+        name,
+        "compaction",
+        True,
+        f"{below_target} files under the target {_size(policy.target_file_size)} in the table (threshold "
+        f"{policy.max_files_below_target}): a full compaction rewrites {_size(rewritten)} into ~{after} "
+        f"files; {place}",
+        score=score,
+        bytes_rewritten=rewritten,
+        engine=engine,
+        details={"files": below_target, "files_after": after, "min_file_size": policy.target_file_size},
     )
 
 

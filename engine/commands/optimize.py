@@ -185,6 +185,7 @@ def plan_optimize(
     full: bool = False,
     min_cube_size: int | None = None,
     reorg: set[str] | frozenset[str] | None = None,
+    min_file_size: int | None = None,
 ) -> OptimizePlan:
     """Choose the bins to rewrite; reads nothing but the snapshot (and, for a clustered table,
     the commits that added its clustered files).
@@ -198,6 +199,10 @@ def plan_optimize(
     ``reorg`` makes it a REORG (Delta Spark's ``REORG TABLE``): the files whose paths it holds
     (and with ``purge``, every file with a deletion vector) are rewritten, whatever their size,
     and nothing else; a bin of one file is rewritten too.
+
+    ``min_file_size`` (Delta Spark's ``optimize.minFileSize``): only files smaller than it are
+    compacted (default: the target size), so files already compacted to a useful size are not
+    rewritten again and again.
     """
     target = target_file_size or snapshot.properties.target_file_size or DEFAULT_OPTIMIZE_FILE_SIZE
     if target <= 0:
@@ -218,6 +223,7 @@ def plan_optimize(
     if considered == 0:
         return _plan(snapshot, target, zorder, filter, [], considered, files.slice(0, 0), auto)
 
+    smaller_than = target if min_file_size is None else min(int(min_file_size), target)
     records, deleted = _row_counts(files)
     sizes = files.column("size").to_numpy()
     paths = files.column("path").to_pylist()
@@ -244,7 +250,7 @@ def plan_optimize(
             bins.append(members)
             bin_keys.append(key)
             continue
-        candidates = [i for i in members if (sizes[i] < target and reorg is None) or purge_file[i]]
+        candidates = [i for i in members if (sizes[i] < smaller_than and reorg is None) or purge_file[i]]
         candidates.sort(key=lambda i: (sizes[i], paths[i]))
         current: list[int] = []
         current_size = 0

@@ -83,3 +83,19 @@ def test_everyday_benchmark_runs(tmp_path):
         "history_200_versions",
     ):
         assert result[case]["deltaplane_ms"] > 0 and result[case]["ratio"] > 0
+
+
+def test_maintenance_policy_benchmark_runs_both_policies_on_the_same_day(tmp_path):
+    """Two simulated hours: both policies replay the same writes (same rows in the end), no user
+    write fails, and each runs maintenance (the fixed one hourly, the health one by its plan)."""
+    from benchmarks.maintenance_policy import main as maintenance
+
+    out = tmp_path / "mp.json"
+    assert maintenance(["--hours", "2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    fixed, health = result["results"]["fixed"], result["results"]["health"]
+    assert fixed["failed_user_writes"] == health["failed_user_writes"] == 0
+    assert fixed["maintenance_runs"]["compaction"] > 0 and fixed["maintenance_runs"]["vacuum"] == 10
+    assert health["tracking_cpu_s"] > 0 and len(fixed["hourly"]) == len(health["hourly"]) == 2
+    assert set(result["health_over_fixed"]) == {"query_p95", "maintenance_cpu", "bytes_rewritten"}
+    assert result["policy"]["min_small_files"] == 12

@@ -53,7 +53,7 @@ def test_each_kind_runs_past_its_threshold_and_says_why(tmp_path):
     quiet = MaintenancePolicy(small_file_size=SMALL)  # defaults: 50 files, 100 commits
     d = by_kind(decide("stream", t.health(), quiet))
     assert not d["compaction"].run and d["compaction"].reason == (
-        "at most 12 small files (< 1.0 MiB) in a partition; threshold 50"
+        "12 small files (< 1.0 MiB) in the table; threshold 50"
     )
     assert (
         not d["checkpoint"].run
@@ -135,3 +135,42 @@ def test_spark_above_the_threshold(tmp_path):
 def test_bad_policies_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         MaintenancePolicy(**kwargs)
+
+
+def test_a_table_full_of_small_files_across_partitions_is_compacted(tmp_path):
+    """Four partitions of 4 small files: no partition reaches 10, the table does (a full read
+    opens all 16); only partitions with two or more are chosen, and only their small files are
+    rewritten (min_file_size)."""
+    path = tmp_path / "t"
+    DeltaTable.create(str(path), SCHEMA, partition_by=["day"])
+    t = DeltaTable(str(path))
+    for i in range(16):
+        t.append(pa.table({"id": [i], "day": [f"d{i % 4}"]}))
+    policy = MaintenancePolicy(small_file_size=SMALL, min_small_files=10)
+    d = by_kind(decide("t", tracker_of(path).health(), policy))["compaction"]
+    assert d.run and d.reason.startswith("16 small files (< 1.0 MiB) in the table (>= 10), 4 partition(s)")
+    assert len(d.partitions) == 4 and d.details["min_file_size"] == SMALL
+    # piled-up files under the target: a full compaction once there are max_files_below_target
+    full = MaintenancePolicy(small_file_size=SMALL, min_small_files=100, max_files_below_target=16)
+    d = by_kind(decide("t", tracker_of(path).health(), full))["compaction"]
+    assert d.run and d.reason.startswith("16 files under the target 128.0 MiB in the table (threshold 16)")
+    assert d.partitions == () and d.details["min_file_size"] == full.target_file_size
+
+
+def test_optimize_leaves_files_past_the_min_file_size_alone(tmp_path):
+    from deltaplane.engine.commands.optimize import plan_optimize
+
+    path = tmp_path / "t"
+    DeltaTable.create(str(path), SCHEMA)
+    t = DeltaTable(str(path))
+    t.append(pa.table({"id": list(range(50_000)), "day": ["d"] * 50_000}))  # one larger file
+    for i in range(3):
+        t.append(pa.table({"id": [i], "day": ["d"]}))
+    sizes = sorted(t.snapshot.files.column("size").to_pylist())
+    big = sizes[-1]
+    everything = plan_optimize(t.snapshot, target_file_size=big * 10)
+    assert everything.num_files == 4  # OPTIMIZE's default: every file under the target
+    small_only = plan_optimize(t.snapshot, target_file_size=big * 10, min_file_size=big)
+    assert small_only.num_files == 3 and big not in [s for b in small_only.bins for s in [b.size]]
+    t.optimize(min_num_files=2)  # the engine call still compacts everything by default
+    assert t.snapshot.num_files == 1

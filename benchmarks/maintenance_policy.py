@@ -1,0 +1,354 @@
+"""Fixed maintenance schedules against the health-driven policy, on the same simulated day.
+
+Ten tables with the shapes teams run (three streaming tables committing every 5 simulated
+minutes, two partitioned daily-batch tables, two tables with frequent deletion-vector deletes and
+updates, a liquid-clustered table, two quiet tables) live through one simulated day, compressed:
+the workload is a deterministic list of events in simulated time, replayed as fast as the machine
+goes. Every simulated hour, at a minute drawn at random (the same for both policies), a query
+suite runs on every table (a full count and a selective filter) and its latency is measured. The
+day is replayed twice on fresh copies:
+
+- **fixed**: OPTIMIZE of every table every hour, VACUUM of every table at the end of the day (what
+  a cron string per table gives today); checkpoints on the default interval;
+- **health**: every 30 simulated minutes each table's ``HealthTracker`` advances over the new
+  commits and the planner (``deltaplane.engine.maintenance_plan``) decides; what it ranks runs
+  (compaction or DV purge of the chosen partitions, a checkpoint, a VACUUM).
+
+Reported for each: query latency p50/p95 over the day, maintenance CPU-seconds (process time of the
+maintenance calls and, for the health policy, its tracking and planning), bytes rewritten, peak
+small-file count, storage held by removed files not yet vacuumed (peak and average of the hourly
+samples), and user writes that failed (must be 0). VACUUM runs with a zero retention in both (the
+day is compressed: a real retention would never expire), so the storage comparison is of *when*
+each policy vacuums.
+
+    python benchmarks/maintenance_policy.py [--hours 24] [--scale 1]
+
+Writes ``benchmarks/results/maintenance_policy.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from deltaplane.engine import DeltaTable  # noqa: E402
+from deltaplane.engine.commands.optimize import execute_optimize, plan_optimize  # noqa: E402
+from deltaplane.engine.health import table_health  # noqa: E402
+from deltaplane.engine.health_tracker import HealthTracker  # noqa: E402
+from deltaplane.engine.maintenance_plan import MaintenancePolicy, decide, rank  # noqa: E402
+from deltaplane.engine.snapshot import load_snapshot  # noqa: E402
+
+SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("v", pa.float64()), ("k", pa.int32())])
+SMALL = 128 << 10  # the simulation's small file and target size, scaled down as its data is
+TARGET = 1 << 20  # (Delta Spark's are 128 MB and 1 GB: the same ratio)
+MINUTES = 60
+POLL_MINUTES = 30  # how often the health policy looks (the health trigger's poll interval)
+
+# name: (kind, properties, partitioned, clustered)
+TABLES = {
+    "stream_a": ("stream", {}, False, False),
+    "stream_b": ("stream", {}, False, False),
+    "stream_c": ("stream", {}, False, False),
+    "batch_a": ("batch", {}, True, False),
+    "batch_b": ("batch", {}, True, False),
+    "dml_a": ("dml", {"delta.enableDeletionVectors": "true"}, False, False),
+    "dml_b": ("dml", {"delta.enableDeletionVectors": "true"}, False, False),
+    "clustered": ("clustered", {}, False, True),
+    "quiet_a": ("quiet", {}, False, False),
+    "quiet_b": ("quiet", {}, False, False),
+}
+
+HEALTH_POLICY = MaintenancePolicy(
+    small_file_size=SMALL,
+    min_small_files=12,
+    max_files_below_target=24,
+    max_deleted_rows_ratio=0.1,
+    max_versions_since_checkpoint=50,
+    min_vacuum_bytes=2 << 20,
+    retention_hours=0,
+    target_file_size=TARGET,
+)
+
+
+def rows(start: int, n: int, day: str, rng: np.random.Generator) -> pa.Table:
+    ids = np.arange(start, start + n, dtype=np.int64)
+    return pa.table(
+        {"id": ids, "day": [day] * n, "v": rng.normal(0, 1, n), "k": rng.integers(0, 100, n, dtype=np.int32)},
+        schema=SCHEMA,
+    )
+
+
+def workload(hours: int, scale: int) -> list[tuple[int, str, str, int]]:
+    """(minute, table, action, n) in simulated time order; deterministic."""
+    events = []
+    for name, (kind, _, _, _) in TABLES.items():
+        if kind == "stream":
+            events += [(m, name, "append", 200 * scale) for m in range(0, hours * MINUTES, 5)]
+        elif kind == "batch":
+            events += [(h * MINUTES + 1, name, "batch", 5000 * scale) for h in range(0, hours, 6)]
+        elif kind == "dml":
+            events += [(h * MINUTES + 2, name, "append", 2000 * scale) for h in range(hours)]
+            events += [(m + 7, name, "delete", 0) for m in range(0, hours * MINUTES, 30)]
+            events += [(m + 17, name, "update", 0) for m in range(0, hours * MINUTES, 60)]
+        elif kind == "clustered":
+            events += [(h * MINUTES + 3, name, "append", 1000 * scale) for h in range(hours)]
+        elif kind == "quiet":
+            events += [(4, name, "append", 3000 * scale)]
+    return sorted(events)
+
+
+@dataclass
+class Run:
+    policy: str
+    latencies: list[float] = field(default_factory=list)
+    by_table: dict[str, list[float]] = field(default_factory=dict)
+    maintenance_cpu: float = 0.0
+    tracking_cpu: float = 0.0  # of which: keeping health current and planning (health policy)
+    bytes_rewritten: int = 0
+    small_files: list[int] = field(default_factory=list)
+    unvacuumed: list[int] = field(default_factory=list)
+    failed_writes: int = 0
+    maintenance_runs: dict[str, int] = field(default_factory=dict)
+    hourly: list[dict] = field(default_factory=list)
+
+    def count(self, kind: str) -> None:
+        self.maintenance_runs[kind] = self.maintenance_runs.get(kind, 0) + 1
+
+    def summary(self) -> dict:
+        lat = sorted(self.latencies)
+        return {
+            "policy": self.policy,
+            "query_p50_ms": round(1000 * statistics.median(lat), 2),
+            "query_p95_ms": round(1000 * lat[int(0.95 * (len(lat) - 1))], 2),
+            "maintenance_cpu_s": round(self.maintenance_cpu, 2),
+            "tracking_cpu_s": round(self.tracking_cpu, 2),
+            "bytes_rewritten": self.bytes_rewritten,
+            "peak_small_files": max(self.small_files),
+            "peak_unvacuumed_bytes": max(self.unvacuumed),
+            "mean_unvacuumed_bytes": int(statistics.mean(self.unvacuumed)),
+            "failed_user_writes": self.failed_writes,
+            "maintenance_runs": dict(sorted(self.maintenance_runs.items())),
+            "query_p95_ms_by_table": {
+                name: round(1000 * sorted(v)[int(0.95 * (len(v) - 1))], 2)
+                for name, v in self.by_table.items()
+            },
+        }
+
+
+def create_tables(root: Path) -> None:
+    for name, (_, props, partitioned, clustered) in TABLES.items():
+        DeltaTable.create(
+            str(root / name),
+            SCHEMA,
+            partition_by=["day"] if partitioned else None,
+            cluster_by=["k"] if clustered else None,
+            configuration=dict(props),
+        )
+
+
+def user_write(table: DeltaTable, action: str, n: int, minute: int, next_id: dict, rng) -> None:
+    name = Path(table.uri).name
+    day = f"2026-11-{1 + minute // (6 * MINUTES):02d}"
+    if action in ("append", "batch"):
+        start = next_id.get(name, 0)
+        data = rows(start, n, day, rng)
+        if action == "batch":  # a batch lands as several files
+            for part in range(4):
+                table.append(data.slice(part * n // 4, n // 4))
+        else:
+            table.append(data)
+        next_id[name] = start + n
+    elif action == "delete":
+        table.delete(f"k = {int(rng.integers(0, 100))}")
+    elif action == "update":
+        table.update({"v": "v + 1"}, predicate=f"k = {int(rng.integers(0, 100))}")
+
+
+def query_suite(table: DeltaTable) -> list[float]:
+    out = []
+    for predicate in (None, "k = 42"):
+        started = time.perf_counter()
+        DeltaTable(table.uri).count(filter=predicate)
+        out.append(time.perf_counter() - started)
+    return out
+
+
+def optimize(table: DeltaTable, run: Run, partitions=None, purge=False, min_file_size=None) -> None:
+    snapshot = table._latest_for_write()
+    plan = plan_optimize(
+        snapshot, target_file_size=TARGET, partitions=partitions, purge=purge, min_file_size=min_file_size
+    )
+    metrics = execute_optimize(table._store, plan)
+    if metrics.commit is not None:
+        run.bytes_rewritten += int(metrics.commit.operation_metrics.get("numAddedBytes", 0))
+        run.count("purge" if purge else "compaction")
+
+
+def sample(root: Path, run: Run, hour: int) -> None:
+    small = unvacuumed = 0
+    for name in TABLES:
+        snapshot = load_snapshot(DeltaTable(str(root / name))._store)
+        small += table_health(snapshot, small_file_size=SMALL, include_history=False).num_small_files
+        unvacuumed += (
+            sum(snapshot.tombstones.column("size").to_pylist()) if snapshot.tombstones.num_rows else 0
+        )
+    run.small_files.append(small)
+    run.unvacuumed.append(unvacuumed)
+    run.hourly.append({"hour": hour, "small_files": small, "unvacuumed_bytes": unvacuumed})
+
+
+def replay(root: Path, policy: str, hours: int, scale: int) -> Run:
+    run = Run(policy)
+    rng = np.random.default_rng(7)
+    tables = {name: DeltaTable(str(root / name)) for name in TABLES}
+    trackers: dict[str, HealthTracker] = {}
+    vacuumed_before: dict[str, int] = {}
+    if policy == "health":
+        started = time.process_time()
+        for name, t in tables.items():
+            trackers[name] = HealthTracker.from_snapshot(t.snapshot, small_file_size=SMALL)
+        run.maintenance_cpu += time.process_time() - started
+    next_id: dict[str, int] = {}
+    events = workload(hours, scale)
+    # each hour's queries at a minute drawn once for both policies: not tied to either's schedule
+    query_minute = np.random.default_rng(11).integers(0, MINUTES, hours + 1)
+    i = 0
+    for minute in range(hours * MINUTES + 1):
+        while i < len(events) and events[i][0] == minute:
+            _, name, action, n = events[i]
+            try:
+                user_write(tables[name], action, n, minute, next_id, rng)
+            except Exception:  # a user's write that maintenance broke: counted, never hidden
+                run.failed_writes += 1
+            i += 1
+        if policy == "fixed" and minute % MINUTES == 59:
+            started = time.process_time()
+            for t in tables.values():
+                optimize(t, run)
+            run.maintenance_cpu += time.process_time() - started
+        if policy == "fixed" and minute == hours * MINUTES - 1:
+            started = time.process_time()
+            for t in tables.values():
+                t.vacuum(retention_hours=0, dry_run=False, enforce_retention=False)
+                run.count("vacuum")
+            run.maintenance_cpu += time.process_time() - started
+        if policy == "health" and minute % POLL_MINUTES == POLL_MINUTES - 1:
+            started = time.process_time()
+            health_step(tables, trackers, run, vacuumed_before)
+            run.maintenance_cpu += time.process_time() - started
+        if minute % MINUTES == query_minute[minute // MINUTES]:
+            for name, t in tables.items():
+                took = query_suite(t)
+                run.latencies += took
+                run.by_table.setdefault(name, []).extend(took)
+            sample(root, run, minute // MINUTES)
+    return run
+
+
+def health_step(tables, trackers, run: Run, vacuumed_before) -> None:
+    started = time.process_time()
+    decisions, policies = [], {}
+    for name, t in tables.items():
+        tracker = trackers[name]
+        tracker.advance(t._store)
+        policies[name] = HEALTH_POLICY
+        removed = tracker.removed_files(now_ms=int(time.time() * 1000) + 1, retention_ms=0)
+        decisions += decide(name, tracker.health(), HEALTH_POLICY, removed=removed)
+    ranked = rank(decisions, policies)
+    run.tracking_cpu += time.process_time() - started
+    for d in ranked:
+        if not d.run:
+            continue
+        t = tables[d.table]
+        if d.kind in ("compaction", "dv_purge"):
+            small = d.details.get("min_file_size") if d.kind == "compaction" else None
+            optimize(
+                t, run, partitions=list(d.partitions) or None, purge=d.kind == "dv_purge", min_file_size=small
+            )
+        elif d.kind == "checkpoint":
+            t.checkpoint()
+            run.count("checkpoint")
+        elif d.kind == "vacuum":
+            t.vacuum(retention_hours=0, dry_run=False, enforce_retention=False)
+            run.count("vacuum")
+
+
+def configure(poll_minutes: int, min_small_files: int, max_files_below_target: int) -> None:
+    global POLL_MINUTES, HEALTH_POLICY
+    POLL_MINUTES = poll_minutes
+    HEALTH_POLICY = dataclasses.replace(
+        HEALTH_POLICY, min_small_files=min_small_files, max_files_below_target=max_files_below_target
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hours", type=int, default=24)
+    parser.add_argument("--scale", type=int, default=1)
+    parser.add_argument("--out", default=str(HERE / "results" / "maintenance_policy.json"))
+    parser.add_argument("--poll-minutes", type=int, default=POLL_MINUTES)
+    parser.add_argument("--min-small-files", type=int, default=HEALTH_POLICY.min_small_files)
+    parser.add_argument("--max-files-below-target", type=int, default=HEALTH_POLICY.max_files_below_target)
+    args = parser.parse_args(argv)
+    configure(args.poll_minutes, args.min_small_files, args.max_files_below_target)
+    with tempfile.TemporaryDirectory(prefix="maintenance-policy-") as tmp:
+        base = Path(tmp) / "base"
+        create_tables(base)
+        results = {}
+        for policy in ("fixed", "health"):
+            root = Path(tmp) / policy
+            shutil.copytree(base, root)
+            started = time.perf_counter()
+            run = replay(root, policy, args.hours, args.scale)
+            results[policy] = {
+                **run.summary(),
+                "wall_s": round(time.perf_counter() - started, 1),
+                "hourly": run.hourly,
+            }
+    fixed, health = results["fixed"], results["health"]
+    ratios = {
+        "query_p95": round(health["query_p95_ms"] / fixed["query_p95_ms"], 3),
+        "maintenance_cpu": round(health["maintenance_cpu_s"] / max(fixed["maintenance_cpu_s"], 1e-9), 3),
+        "bytes_rewritten": round(health["bytes_rewritten"] / max(fixed["bytes_rewritten"], 1), 3),
+    }
+    out = {
+        "policy": {
+            "poll_minutes": POLL_MINUTES,
+            **{k: v for k, v in dataclasses.asdict(HEALTH_POLICY).items() if k != "enabled"},
+        },
+        "hours": args.hours,
+        "scale": args.scale,
+        "tables": len(TABLES),
+        "results": results,
+        "health_over_fixed": ratios,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    keys = [k for k in fixed if k not in ("policy", "hourly", "maintenance_runs", "query_p95_ms_by_table")]
+    print(f"{'':24}{'fixed':>16}{'health':>16}")
+    for k in keys:
+        print(f"{k:<24}{fixed[k]!s:>16}{health[k]!s:>16}")
+    print(f"{'maintenance runs':<24} fixed {fixed['maintenance_runs']}  health {health['maintenance_runs']}")
+    for name in TABLES:
+        f, h = fixed["query_p95_ms_by_table"][name], health["query_p95_ms_by_table"][name]
+        print(f"  p95 {name:<20}{f:>16}{h:>16}")
+    print("health / fixed:", ratios)
+    return 0 if fixed["failed_user_writes"] == health["failed_user_writes"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
