@@ -23,7 +23,8 @@ each policy vacuums.
 
     python benchmarks/maintenance_policy.py [--hours 24] [--scale 1]
 
-Writes ``benchmarks/results/maintenance_policy.json``.
+Writes ``benchmarks/results/maintenance_policy.json`` (and with ``--plot PNG`` the hourly small files
+and query latency of both, as in the README: ``docs/images/maintenance_policy.png``).
 """
 
 from __future__ import annotations
@@ -251,11 +252,14 @@ def replay(root: Path, policy: str, hours: int, scale: int) -> Run:
             health_step(tables, trackers, run, vacuumed_before)
             run.maintenance_cpu += time.process_time() - started
         if minute % MINUTES == query_minute[minute // MINUTES]:
+            hour_latencies = []
             for name, t in tables.items():
                 took = query_suite(t)
                 run.latencies += took
+                hour_latencies += took
                 run.by_table.setdefault(name, []).extend(took)
             sample(root, run, minute // MINUTES)
+            run.hourly[-1]["query_mean_ms"] = round(1000 * statistics.mean(hour_latencies), 2)
     return run
 
 
@@ -287,6 +291,30 @@ def health_step(tables, trackers, run: Run, vacuumed_before) -> None:
             run.count("vacuum")
 
 
+def plot(results: dict, path: str) -> None:
+    """Small files (all tables) and mean query latency, hour by hour, for both policies (needs
+    ``matplotlib==3.11.2``, installed by hand: the plot is not a dependency of the project)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (files, latency) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for policy, style in (("fixed", "-o"), ("health", "-s")):
+        hourly = results[policy]["hourly"]
+        hours = [h["hour"] for h in hourly]
+        files.plot(hours, [h["small_files"] for h in hourly], style, label=policy, markersize=3)
+        latency.plot(hours, [h["query_mean_ms"] for h in hourly], style, label=policy, markersize=3)
+    files.set_ylabel("small files, all tables")
+    latency.set_ylabel("mean query latency (ms)")
+    latency.set_xlabel("simulated hour")
+    files.set_title("Fixed schedules (hourly OPTIMIZE, daily VACUUM) vs the health-driven planner")
+    files.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def configure(poll_minutes: int, min_small_files: int, max_files_below_target: int) -> None:
     global POLL_MINUTES, HEALTH_POLICY
     POLL_MINUTES = poll_minutes
@@ -303,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-minutes", type=int, default=POLL_MINUTES)
     parser.add_argument("--min-small-files", type=int, default=HEALTH_POLICY.min_small_files)
     parser.add_argument("--max-files-below-target", type=int, default=HEALTH_POLICY.max_files_below_target)
+    parser.add_argument(
+        "--plot", help="also draw small files and query latency over the day (PNG; needs matplotlib)"
+    )
     args = parser.parse_args(argv)
     configure(args.poll_minutes, args.min_small_files, args.max_files_below_target)
     with tempfile.TemporaryDirectory(prefix="maintenance-policy-") as tmp:
@@ -347,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         f, h = fixed["query_p95_ms_by_table"][name], health["query_p95_ms_by_table"][name]
         print(f"  p95 {name:<20}{f:>16}{h:>16}")
     print("health / fixed:", ratios)
+    if args.plot:
+        plot(results, args.plot)
     return 0 if fixed["failed_user_writes"] == health["failed_user_writes"] == 0 else 1
 
 
