@@ -35,6 +35,7 @@ _PUBLIC = {
     "DeltaWatermarkOperator": "sensors.log_tail",
     "DeltaCommitTrigger": "triggers.commits",
     "DeltaCommitEventTrigger": "triggers.commits",
+    "DeltaHealthEventTrigger": "triggers.health",
     "SparkJobError": "exceptions",
     "SparkJobInputError": "exceptions",
     "BatchRejected": "exceptions",

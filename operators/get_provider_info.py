@@ -34,7 +34,13 @@ def get_provider_info() -> dict:
             {"integration-name": "Deltaplane", "python-modules": ["deltaplane.operators.sensors.log_tail"]}
         ],
         "triggers": [
-            {"integration-name": "Deltaplane", "python-modules": ["deltaplane.operators.triggers.commits"]}
+            {
+                "integration-name": "Deltaplane",
+                "python-modules": [
+                    "deltaplane.operators.triggers.commits",
+                    "deltaplane.operators.triggers.health",
+                ],
+            }
         ],
         "hooks": [
             {
