@@ -58,9 +58,9 @@ from deltaplane.engine.commands.restore import add_action
 from deltaplane.engine.commands.write import WriteContext, remove_action
 from deltaplane.engine.deletion_vectors import dv_file_key
 from deltaplane.engine.errors import FeatureDropConflictError, FeatureDropError, InvalidArgumentError
-from deltaplane.engine.log.files import LOG_DIR, LogFileKind, commit_key, parse_log_file_name
+from deltaplane.engine.log.files import LogFileKind, commit_key
 from deltaplane.engine.log.replay import canonical_path
-from deltaplane.engine.log.segment import build_log_segment
+from deltaplane.engine.log.segment import build_log_segment, list_log
 from deltaplane.engine.scan import Scan
 from deltaplane.engine.schema import (
     FIELD_ID_KEY,
@@ -685,27 +685,14 @@ def _history_truncated_before(store: ObjectStore, snapshot: Snapshot) -> bool:
     boundary = _protected_version(snapshot)
     if boundary <= 0:
         return True
-    earliest_commit = min(
-        (f.version for f in _log_files(store) if f.kind is LogFileKind.COMMIT), default=None
-    )
-    earliest_checkpoint = _earliest_checkpoint(store)
+    listing = list_log(store)  # one listing: the earliest commit and the earliest checkpoint
+    earliest_commit = min(listing.commits, default=None)
+    earliest_checkpoint = min(listing.checkpoints, default=None)
     return (
         earliest_checkpoint is not None
         and earliest_checkpoint >= boundary
         and (earliest_commit is None or earliest_commit >= boundary)
     )
-
-
-def _log_files(store: ObjectStore):
-    for m in store.list(f"{LOG_DIR}/"):
-        parsed = parse_log_file_name(m.key, m.size, m.last_modified)
-        if parsed is not None:
-            yield parsed
-
-
-def _earliest_checkpoint(store: ObjectStore) -> int | None:
-    kinds = {LogFileKind.CHECKPOINT, LogFileKind.MULTIPART_CHECKPOINT, LogFileKind.V2_CHECKPOINT}
-    return min((f.version for f in _log_files(store) if f.kind in kinds), default=None)
 
 
 REMOVABLE: dict[str, _Removal] = {
@@ -790,13 +777,13 @@ def drop_feature(
                 error_class="DELTA_FEATURE_DROP_HISTORICAL_VERSIONS_EXIST",
                 feature=feature,
             )
-    result = _downgrade(store, latest, feature, removal, truncate_history, done)
+    result, protocol = _downgrade(store, latest, feature, removal, truncate_history, done)
     if removal.history and not truncate_history:
-        checkpoints.append(write_checkpoint(store, result.version).version)
+        checkpoints.append(write_checkpoint(store, result.version, result.snapshot).version)
     return DropFeatureResult(
         feature=feature,
         version=result.version,
-        protocol=load_snapshot(store, result.version).protocol,
+        protocol=protocol,
         truncate_history=truncate_history,
         commits=tuple(done),
         checkpoints=tuple(checkpoints),
@@ -884,7 +871,7 @@ def _downgrade(
     removal: _Removal,
     truncate_history: bool,
     done: list,
-) -> CommitResult:
+) -> tuple[CommitResult, Protocol]:
     protocol = protocol_without(snapshot.protocol, feature)
     configuration = {
         k: v for k, v in snapshot.metadata.configuration.items() if k not in removal.properties_at_downgrade
@@ -909,7 +896,7 @@ def _downgrade(
         txn.set_domain_metadata(dataclasses.replace(snapshot.domains[row_tracking.DOMAIN], removed=True))
     result = txn.commit()
     _record(done, result)
-    return result
+    return result, protocol
 
 
 def _truncate_retention_ms(snapshot: Snapshot) -> int:
@@ -935,8 +922,8 @@ def _clean_log(store: ObjectStore, snapshot: Snapshot) -> None:
 def _history_use(store: ObjectStore, snapshot: Snapshot, removal: _Removal) -> int | None:
     """The first version left in the log whose commit (or the earliest checkpoint's state) uses
     the feature, or None."""
-    files = list(_log_files(store))
-    earliest_checkpoint = _earliest_checkpoint(store)
+    listing = list_log(store)
+    earliest_checkpoint = min(listing.checkpoints, default=None)
     if earliest_checkpoint is not None:
         old = load_snapshot(store, earliest_checkpoint)
         metadata = {
@@ -947,11 +934,10 @@ def _history_use(store: ObjectStore, snapshot: Snapshot, removal: _Removal) -> i
         }
         if removal.uses(metadata) or (removal is REMOVABLE["deletionVectors"] and _has_dvs(old)):
             return earliest_checkpoint
-        segment = build_log_segment(store, earliest_checkpoint)
         v2 = removal is REMOVABLE["v2Checkpoint"]
-        if v2 and segment.checkpoint is not None and _is_v2_checkpoint(store, segment.checkpoint):
+        if v2 and any(_is_v2_checkpoint(store, c) for c in listing.checkpoints[earliest_checkpoint]):
             return earliest_checkpoint
-    for version in sorted(f.version for f in files if f.kind is LogFileKind.COMMIT):
+    for version in sorted(listing.commits):
         if version > snapshot.version:
             break
         for line in store.get(commit_key(version)).splitlines():

@@ -457,12 +457,24 @@ def register_cli(sub) -> None:
     v.set_defaults(func=_cmd_validate)
 
 
-def _cmd_validate(args) -> int:
+def cli_report(path: str | None) -> ConfigReport | None:
+    """``read_config`` for a command-line verb: the file's own errors printed (``None`` then;
+    the verb exits 2)."""
     try:
-        report = read_config(args.path)
+        return read_config(path)
     except ConfigError as e:
-        for line in str(e).splitlines():
-            print(f"deltaplane: error: {line}", file=sys.stderr)
+        print_errors(str(e).splitlines())
+        return None
+
+
+def print_errors(lines) -> None:
+    for line in lines:
+        print(f"deltaplane: error: {line}", file=sys.stderr)
+
+
+def _cmd_validate(args) -> int:
+    report = cli_report(args.path)
+    if report is None:
         return 2
     config = report.config
     for name, table in config.tables.items():
@@ -475,9 +487,7 @@ def _cmd_validate(args) -> int:
             parts.append(f"consumer -> {table.consumer.target}")
         print(f"{name}: " + "; ".join(parts))
     if report.errors:
-        for lines in report.errors.values():
-            for line in lines:
-                print(f"deltaplane: error: {line}", file=sys.stderr)
+        print_errors(line for lines in report.errors.values() for line in lines)
         counts = f"{len(report.errors)} of {len(config.tables) + len(report.errors)} table(s)"
         print(f"deltaplane: error: {counts} invalid: {', '.join(report.errors)}", file=sys.stderr)
         return 2

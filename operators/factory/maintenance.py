@@ -10,11 +10,10 @@ hide the others; the exit code is 2 when the file is invalid or a table could no
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import Any
 
-from deltaplane.operators.factory.config import ConfigError, maintenance_policy, read_config
+from deltaplane.operators.factory.config import cli_report, maintenance_policy, print_errors
 
 
 def plan_tables(config, *, now_ms: int | None = None) -> tuple[list, dict[str, str]]:
@@ -64,11 +63,8 @@ def register_cli(sub) -> None:
 
 
 def _cmd_plan(args) -> int:
-    try:
-        report = read_config(args.path)
-    except ConfigError as e:
-        for line in str(e).splitlines():
-            print(f"deltaplane: error: {line}", file=sys.stderr)
+    report = cli_report(args.path)
+    if report is None:
         return 2
     ranked, failures = plan_tables(report.config)
     if args.json:
@@ -83,7 +79,5 @@ def _cmd_plan(args) -> int:
             print(d.line())
         for name, why in failures.items():
             print(f"{name:<20} {'(all)':<11} fail cannot read the table: {why}")
-    for lines in report.errors.values():
-        for line in lines:
-            print(f"deltaplane: error: {line}", file=sys.stderr)
+    print_errors(line for lines in report.errors.values() for line in lines)
     return 2 if failures or report.errors else 0
