@@ -140,8 +140,12 @@ def check_conflicts(
     removed_keys = set(canonical_paths(removed.column("path"), table_root).to_pylist())
     both = removed_keys & ours.removed_file_keys
     if both:
+        changed = removed.filter(pc.fill_null(removed.column("data_change"), True))
+        rearranged = not (set(canonical_paths(changed.column("path"), table_root).to_pylist()) & both)
         raise ConcurrentDeleteDeleteError(
-            f"{where} removed files this transaction also removes: {', '.join(sorted(both)[:3])}"
+            f"{where} {'rewrote (without changing their rows)' if rearranged else 'removed'} files "
+            f"this transaction also removes: {', '.join(sorted(both)[:3])}",
+            rearranged=rearranged,
         )
     removed_data = removed.filter(pc.fill_null(removed.column("data_change"), True))
     if removed_data.num_rows:

@@ -232,7 +232,14 @@ class ConcurrentDeleteReadError(CommitConflictError):
 
 
 class ConcurrentDeleteDeleteError(CommitConflictError):
-    """A file this transaction removes was removed concurrently."""
+    """A file this transaction removes was removed concurrently. ``rearranged``: the winner only
+    rearranged those files without changing their rows (OPTIMIZE, a deletion-vector purge,
+    auto-compaction: ``dataChange=false``), so the same change planned again on the latest
+    version means the same thing (``transaction.rerun_past_rearrangements``)."""
+
+    def __init__(self, message: str, *, rearranged: bool = False):
+        super().__init__(message)
+        self.rearranged = rearranged
 
 
 class MetadataChangedError(CommitConflictError):

@@ -654,12 +654,14 @@ class DeltaTable:
         rewritten either way. Metrics use Delta Spark's names (``numDeletedRows``, ...).
         """
         from deltaplane.engine.commands.dml import execute_delete
-        from deltaplane.engine.transaction import commit_metadata_scope
+        from deltaplane.engine.transaction import commit_metadata_scope, rerun_past_rearrangements
 
         with commit_metadata_scope(commit_metadata):
-            read = self._latest_for_write()
-            result = execute_delete(
-                self._store, read, predicate, strategy=strategy, threshold=rewrite_threshold
+            result, read = rerun_past_rearrangements(
+                lambda read: execute_delete(
+                    self._store, read, predicate, strategy=strategy, threshold=rewrite_threshold
+                ),
+                self._latest_for_write(),
             )
             self._after_commit(result, read=read)
         return result
@@ -685,7 +687,7 @@ class DeltaTable:
         mapping in the second place is ``new_values``. Returns the ``CommitResult`` (delta-rs
         returns a dict of metrics: ``result.operation_metrics`` has Delta Spark's)."""
         from deltaplane.engine.commands.dml import execute_update
-        from deltaplane.engine.transaction import commit_metadata_scope
+        from deltaplane.engine.transaction import commit_metadata_scope, rerun_past_rearrangements
 
         if isinstance(predicate, Mapping):  # delta-rs: update(updates, new_values, predicate)
             if new_values is not None:
@@ -704,9 +706,11 @@ class DeltaTable:
             )
         updates = _assignments(updates, new_values, self.snapshot.schema)
         with commit_metadata_scope(commit_metadata):
-            read = self._latest_for_write()
-            result = execute_update(
-                self._store, read, updates, predicate, strategy=strategy, threshold=rewrite_threshold
+            result, read = rerun_past_rearrangements(
+                lambda read: execute_update(
+                    self._store, read, updates, predicate, strategy=strategy, threshold=rewrite_threshold
+                ),
+                self._latest_for_write(),
             )
             self._after_commit(result, read=read)
         return result

@@ -23,7 +23,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,7 @@ from deltaplane.engine.conflicts import (
 from deltaplane.engine.deletion_vectors import dv_file_key
 from deltaplane.engine.errors import (
     CommitConflictError,
+    ConcurrentDeleteDeleteError,
     ConcurrentTransactionError,
     ConcurrentVacuumError,
     DeltaError,
@@ -78,6 +79,8 @@ ENGINE_INFO = f"deltaplane/{ENGINE_VERSION}"
 # Appends cannot conflict, so losing a race only costs a retry; many writers on a slow store can
 # lose often. Delta Spark effectively never gives up on them either.
 MAX_ATTEMPTS = 500
+# A DELETE/UPDATE/MERGE that loses only to OPTIMIZE-like rewrites is planned again this many times.
+MAX_RERUNS = 10
 # Clocks of the writer and of a VACUUM on another machine may differ by this much.
 _CLOCK_SKEW_MS = 5 * 60 * 1000
 
@@ -185,6 +188,27 @@ def current_app_transaction() -> tuple[str, int] | None:
     (for code that hands the commit to another process, e.g. a Spark job)."""
     scope = _APP_TRANSACTION.get()
     return None if scope is None or scope.committed else (scope.app_id, scope.version)
+
+
+def rerun_past_rearrangements(
+    run: Callable[[Snapshot], CommitResult], read: Snapshot, *, reruns: int = MAX_RERUNS
+) -> tuple[CommitResult, Snapshot]:
+    """Run a change planned on ``read`` (``run(snapshot)`` plans and commits it); when it loses
+    only because a concurrent commit rewrote files it also rewrites *without changing their rows*
+    (OPTIMIZE, a deletion-vector purge, auto-compaction: ``dataChange=false``), plan it again on
+    the latest version, up to ``reruns`` times. The rows the change sees are the same, so the
+    outcome is the one it would have had a moment later: table maintenance never fails a user's
+    DELETE, UPDATE or MERGE. A conflict with a commit that changed data is raised as before.
+    Returns the result and the snapshot the committed plan was made on."""
+    for attempt in range(reruns + 1):
+        try:
+            return run(read), read
+        except ConcurrentDeleteDeleteError as e:
+            if not e.rearranged or attempt == reruns:
+                raise
+            log.info("%s: lost to a rewrite that changed no rows (%s); planning again", read.store.root, e)
+            read = update_snapshot(read)
+    raise AssertionError("unreachable")
 
 
 @dataclass

@@ -65,7 +65,12 @@ from deltaplane.engine.scan import Scan, file_keep_mask
 from deltaplane.engine.schema import DataType, StructField, StructType, to_arrow_type
 from deltaplane.engine.snapshot import Snapshot
 from deltaplane.engine.storage.base import ObjectStore
-from deltaplane.engine.transaction import CommitResult, check_commit_metadata, commit_metadata_scope
+from deltaplane.engine.transaction import (
+    CommitResult,
+    check_commit_metadata,
+    commit_metadata_scope,
+    rerun_past_rearrangements,
+)
 
 MAX_IN_LIST = 1000  # above this many distinct source keys, pruning uses their range
 
@@ -151,17 +156,19 @@ class MergeBuilder:
         if not self._clauses:
             raise MergeError("MERGE needs at least one WHEN clause")
         with commit_metadata_scope({**self._commit_metadata, **check_commit_metadata(commit_metadata)}):
-            read = self._table._latest_for_write()
-            result = execute_merge(
-                self._table._store,
-                read,
-                self._source,
-                self._predicate,
-                self._clauses,
-                source_alias=self._source_alias,
-                target_alias=self._target_alias,
-                strategy=self._strategy,
-                threshold=self._threshold,
+            result, read = rerun_past_rearrangements(
+                lambda read: execute_merge(
+                    self._table._store,
+                    read,
+                    self._source,
+                    self._predicate,
+                    self._clauses,
+                    source_alias=self._source_alias,
+                    target_alias=self._target_alias,
+                    strategy=self._strategy,
+                    threshold=self._threshold,
+                ),
+                self._table._latest_for_write(),
             )
             self._table._after_commit(result, read=read)
         return result
