@@ -35,7 +35,7 @@ the scheduled runs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth
@@ -61,6 +61,27 @@ class MaintenancePolicy:
     max_bytes_rewritten_per_day: int | None = None  # None: no budget
     spark_threshold_bytes: int = 8 * GiB
     enabled: tuple[str, ...] = KINDS
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None, *, owner: str = "policy") -> MaintenancePolicy:
+        """A policy from JSON-able settings (a trigger's or an operator's ``policy``): unknown
+        keys are an error that names the known ones; ``enabled`` may be a list."""
+        from deltaplane.engine.errors import InvalidArgumentError
+
+        values = dict(values or {})
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise InvalidArgumentError(f"{owner}: unknown policy key(s) {unknown}; known: {known}")
+        if "enabled" in values:
+            values["enabled"] = tuple(values["enabled"])
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"{owner}: {e}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.enabled if k not in KINDS]
@@ -98,6 +119,7 @@ class Decision:
             "bytes_rewritten": self.bytes_rewritten,
             "partitions": [dict(p) for p in self.partitions],
             "engine": self.engine,
+            "details": dict(self.details),
         }
 
 
@@ -292,6 +314,55 @@ def _vacuum(name, health: TableHealth, policy: MaintenancePolicy, removed) -> De
     )
 
 
+# --- writers first ----------------------------------------------------------------------------
+
+
+def yield_to_writers(
+    decisions: Iterable[Decision], busy: Iterable[tuple[Mapping[str, str | None], str]]
+) -> list[Decision]:
+    """The decisions with the partitions concurrent DML is working in left out of compaction and
+    DV purge. ``busy`` pairs a partition (physical names, serialized values) with what changed it
+    (``"DELETE v12, 3 min ago"``). A rewrite of a partition a DML is about to commit in would make
+    one of the two plan again (the DML, past a rewrite that changed no rows: ``transaction.
+    rerun_past_rearrangements``; the maintenance, on its next run) for nothing. A table without
+    partitions, and a full compaction, do not yield: there is no other place to work, and the
+    writer's commit still wins."""
+    touched: dict[tuple, str] = {}
+    for values, what in busy:
+        if values:
+            touched.setdefault(tuple(sorted(values.items())), what)
+    out = []
+    for d in decisions:
+        if not (d.run and d.kind in ("compaction", "dv_purge") and d.partitions and touched):
+            out.append(d)
+            continue
+        keys = [tuple(sorted(p.items())) for p in d.partitions]
+        keep = [p for p, k in zip(d.partitions, keys, strict=True) if k not in touched]
+        left = [touched[k] for k in dict.fromkeys(keys) if k in touched]
+        if len(keep) == len(d.partitions):
+            out.append(d)
+            continue
+        why = f"{len(left)} partition(s) left to concurrent DML ({'; '.join(sorted(set(left))[:3])})"
+        if not keep:
+            out.append(_skip(d, f"yields to writers: {why}"))
+            continue
+        share = len(keep) / len(d.partitions)
+        out.append(
+            Decision(
+                d.table,
+                d.kind,
+                True,
+                f"{d.reason}; {why}",
+                d.score,
+                int(d.bytes_rewritten * share),
+                tuple(keep),
+                d.engine,
+                d.details,
+            )
+        )
+    return out
+
+
 # --- all tables ---------------------------------------------------------------------------------
 
 
@@ -345,4 +416,4 @@ def _skip(d: Decision, why: str) -> Decision:
     )
 
 
-__all__ = ["KINDS", "Decision", "MaintenancePolicy", "decide", "rank"]
+__all__ = ["KINDS", "Decision", "MaintenancePolicy", "decide", "rank", "yield_to_writers"]

@@ -582,6 +582,35 @@ def find_new_commits(
     }
 
 
+def recent_row_changes(
+    store: ObjectStore, snapshot, *, since_ms: int, max_commits: int = 200
+) -> list[CommitChanges]:
+    """The commits of the last moments that changed rows in place (``delete`` and ``update``:
+    DELETE, UPDATE, MERGE, replaceWhere), newest first: those at or after ``since_ms``, among the
+    ``max_commits`` latest of ``snapshot``. Table maintenance plans around the partitions they
+    removed files from (``maintenance_plan.yield_to_writers``): a DML working there now is
+    likely to commit again soon."""
+    out: list[CommitChanges] = []
+    for version in range(snapshot.version, max(-1, snapshot.version - max_commits), -1):
+        change = commit_changes(store, version, snapshot.metadata)
+        if change.timestamp < since_ms:
+            break
+        if change.kind in (DELETE, UPDATE):
+            out.append(change)
+    return out
+
+
+def partitions_of(change: CommitChanges) -> list[dict[str, str | None]]:
+    """The partitions (physical names, serialized values) ``change`` removed files from."""
+    removed = change.removed
+    if removed.num_rows == 0 or removed.column("partition_values").type.num_fields == 0:
+        return [{}] if removed.num_rows else []
+    seen = {}
+    for values in removed.column("partition_values").to_pylist():
+        seen.setdefault(tuple(sorted(values.items())), dict(values))
+    return list(seen.values())
+
+
 def _files(table: pa.Table) -> pa.Table:
     return table.select(list(FILE_COLUMNS))
 

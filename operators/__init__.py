@@ -45,6 +45,7 @@ _PUBLIC = {
     "build_dags": "factory.dags",
     "table_asset": "operators.base",
     "maintenance_asset": "operators.base",
+    "health_asset": "operators.base",
 }
 
 __all__ = sorted(_PUBLIC)

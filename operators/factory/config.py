@@ -58,8 +58,11 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+HEALTH = "health"  # schedules.maintenance: run when the table's health says so
+
+
 class Schedules(_Model):
-    maintenance: str | None = "@daily"
+    maintenance: str | None = "@daily"  # a cron string, "health", or null
     ingest: str | None = None
 
 
@@ -82,6 +85,9 @@ class MaintenanceSettings(_Model):
     min_vacuum_bytes: int | None = None
     max_bytes_rewritten_per_day: int | None = None
     kinds: list[Literal["compaction", "dv_purge", "checkpoint", "vacuum"]] | None = None
+    # how the health-scheduled DAG (schedules.maintenance: health) runs, not the policy itself
+    poll_seconds: float | None = Field(None, gt=0)
+    yield_minutes: float | None = Field(None, ge=0)
 
     _sizes = field_validator(
         "small_file_size", "min_vacuum_bytes", "max_bytes_rewritten_per_day", mode="before"
@@ -495,6 +501,19 @@ def _cmd_validate(args) -> int:
     return 0
 
 
+SCHEDULING = {"poll_seconds": 60.0, "yield_minutes": 10.0}  # settings of the health DAG, defaults
+
+
+def maintenance_scheduling(table: TableConfig, section: MaintenanceSection | None = None) -> dict[str, float]:
+    """``poll_seconds`` (how often the health trigger looks at the log) and ``yield_minutes``
+    (how recent a DML keeps maintenance out of its partitions) of ``table``."""
+    section = section or MaintenanceSection()
+    out = dict(SCHEDULING)
+    for layer in (section.defaults, table.maintenance):
+        out.update({k: getattr(layer, k) for k in SCHEDULING if getattr(layer, k) is not None})
+    return out
+
+
 def maintenance_policy(table: TableConfig, section: MaintenanceSection | None = None):
     """The ``MaintenancePolicy`` of ``table``: its ``maintenance`` over the file's defaults, over
     the thresholds ``auto_optimize`` already sets, with its retention, target size and Spark
@@ -510,6 +529,8 @@ def maintenance_policy(table: TableConfig, section: MaintenanceSection | None = 
     for layer in (section.defaults, table.maintenance):
         chosen.update({k: v for k, v in layer.model_dump().items() if v is not None})
     kinds = chosen.pop("kinds", None)
+    for key in SCHEDULING:
+        chosen.pop(key, None)
     return MaintenancePolicy(
         **chosen,
         enabled=tuple(kinds) if kinds is not None else KINDS,

@@ -11,8 +11,16 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Asset, AssetWatcher
 
-from deltaplane.operators.factory.config import PlatformConfig, TableConfig, read_config
-from deltaplane.operators.operators.base import table_asset
+from deltaplane.operators.factory.config import (
+    HEALTH,
+    MaintenanceSection,
+    PlatformConfig,
+    TableConfig,
+    maintenance_policy,
+    maintenance_scheduling,
+    read_config,
+)
+from deltaplane.operators.operators.base import health_asset, table_asset
 from deltaplane.operators.operators.commit import DeltaCommitOperator
 from deltaplane.operators.operators.consume import DeltaConsumeOperator
 from deltaplane.operators.operators.ingest import DeltaStageOperator, batch_id
@@ -20,6 +28,7 @@ from deltaplane.operators.operators.maintenance import (
     DeltaAutoOptimizeOperator,
     DeltaCheckpointOperator,
     DeltaCompactionOperator,
+    DeltaMaintenancePlanOperator,
     DeltaManifestOperator,
     DeltaVacuumOperator,
 )
@@ -27,6 +36,7 @@ from deltaplane.operators.operators.quality import DeltaQualityGateOperator
 from deltaplane.operators.operators.spark import DeltaSparkJobOperator
 from deltaplane.operators.sensors.log_tail import DeltaLogTailSensor, DeltaWatermarkOperator
 from deltaplane.operators.triggers.commits import DeltaCommitEventTrigger
+from deltaplane.operators.triggers.health import DeltaHealthEventTrigger
 from deltaplane.operators.utils.runs import asset_uri
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -55,7 +65,9 @@ def _common(name: str, table: TableConfig, kind: str) -> dict[str, Any]:
     }
 
 
-def maintenance_dag(name: str, table: TableConfig) -> DAG:
+def maintenance_dag(name: str, table: TableConfig, section: MaintenanceSection | None = None) -> DAG:
+    if table.schedules.maintenance == HEALTH:
+        return health_maintenance_dag(name, table, section)
     conn = {"deltaplane_conn_id": table.conn_id}
     with DAG(
         schedule=table.schedules.maintenance,
@@ -108,6 +120,90 @@ cleans up expired log files; **vacuum** deletes unreferenced files older than th
             **conn,
         )
         decide >> compact >> checkpoint >> vacuum
+        if table.manifest:
+            vacuum >> DeltaManifestOperator(task_id="manifest", table_uri=table.uri, **conn)
+    return dag
+
+
+def health_maintenance_dag(name: str, table: TableConfig, section: MaintenanceSection | None = None) -> DAG:
+    """The maintenance DAG of ``schedules.maintenance: health``: scheduled on the table's health
+    Asset, which a ``DeltaHealthEventTrigger`` (in the triggerer) fires when the policy says some
+    maintenance is due; the run plans again and does only what the plan says."""
+    conn = {"deltaplane_conn_id": table.conn_id}
+    policy = maintenance_policy(table, section)
+    scheduling = maintenance_scheduling(table, section)
+    common = _common(name, table, "maintenance")
+    dag_id = common["dag_id"]
+    # A rewrite that lost to a user's DML is tried again later, backing off (the user's write won).
+    common["default_args"] = {
+        "retries": 4,
+        "retry_delay": pendulum.duration(minutes=1),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": pendulum.duration(minutes=30),
+    }
+    watcher = AssetWatcher(
+        name=f"{dag_id}_watcher",
+        trigger=DeltaHealthEventTrigger(
+            table_uri=table.uri,
+            policy=policy.to_dict(),
+            watermark_key=dag_id,
+            poke_interval=scheduling["poll_seconds"],
+            **conn,
+        ),
+    )
+    kinds = ", ".join(policy.enabled)
+    with DAG(
+        schedule=[health_asset(table.uri, watchers=[watcher])],
+        doc_md=f"""### Maintenance of `{name}`, driven by its health
+
+{table.description or ""}
+
+Table: `{table.uri}`. No cron string: a health trigger in the triggerer follows the table's log
+(every {scheduling["poll_seconds"]:g} s, reading only the new commits) and fires this DAG when the
+policy wants one of: {kinds} (`deltaplane maintenance plan` prints the same decisions).
+**plan** decides again, with a one-line reason per kind, leaving out partitions a DELETE, UPDATE
+or MERGE changed in the last {scheduling["yield_minutes"]:g} minutes; **compact** rewrites only what
+the plan chose (small files, rows hidden by deletion vectors; Spark above
+{table.spark_threshold_bytes >> 20} MiB); **checkpoint** and **vacuum** run only when the plan says
+so (retention {policy.retention_hours:g} h{", dry run" if table.vacuum_dry_run else ""}), and otherwise
+succeed with the plan's reason. A rewrite that loses to a user's write is retried with backoff;
+the user's write is never failed by it.
+""",
+        **common,
+    ) as dag:
+        plan = DeltaMaintenancePlanOperator(
+            task_id="plan",
+            table_uri=table.uri,
+            policy=policy.to_dict(),
+            yield_minutes=scheduling["yield_minutes"],
+            **conn,
+        )
+        compact = DeltaCompactionOperator(
+            task_id="compact",
+            table_uri=table.uri,
+            decision_task_id="plan",
+            target_file_size=table.target_file_size,
+            zorder_by=table.zorder_by,
+            spark_threshold_bytes=table.spark_threshold_bytes,
+            **conn,
+        )
+        checkpoint = DeltaCheckpointOperator(
+            task_id="checkpoint",
+            table_uri=table.uri,
+            cleanup_log=table.checkpoint_cleanup_log,
+            decision_task_id="plan",
+            **conn,
+        )
+        vacuum = DeltaVacuumOperator(
+            task_id="vacuum",
+            table_uri=table.uri,
+            dry_run=table.vacuum_dry_run,
+            retention_hours=table.retention_hours,
+            enforce_retention=table.enforce_retention,
+            decision_task_id="plan",
+            **conn,
+        )
+        plan >> compact >> checkpoint >> vacuum
         if table.manifest:
             vacuum >> DeltaManifestOperator(task_id="manifest", table_uri=table.uri, **conn)
     return dag
@@ -255,7 +351,7 @@ def build_dags(config: PlatformConfig | None = None, *, fileloc: str | None = No
                 continue
             if build is consumer_dag and table.consumer is None:
                 continue
-            dag = build(name, table)
+            dag = build(name, table, config.maintenance) if build is maintenance_dag else build(name, table)
             if fileloc is not None:
                 dag.fileloc = fileloc
             dags[dag.dag_id] = dag

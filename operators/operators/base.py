@@ -61,6 +61,14 @@ def maintenance_asset(table_uri: str, **asset_kwargs: Any) -> Asset:
     return Asset(name=uri, uri=uri, **asset_kwargs)
 
 
+def health_asset(table_uri: str, **asset_kwargs: Any) -> Asset:
+    """The Asset a ``DeltaHealthEventTrigger`` announces a table's maintenance needs on: a
+    maintenance DAG scheduled on it (``health_asset(uri, watchers=[AssetWatcher(...)])``) runs
+    when the table's health says so."""
+    uri = f"{asset_uri(table_uri)}/_deltaplane/health"
+    return Asset(name=uri, uri=uri, **asset_kwargs)
+
+
 def commit_alias(table_uri: str) -> AssetAlias:
     """The outlet a writing operator declares: events reach the table's Asset through it only
     when the task really committed (a declared Asset outlet gets an event on every success,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow.sdk import BaseOperator
+
 from deltaplane.operators.operators.base import DeltaTableOperator
 from deltaplane.operators.utils.arguments import Arguments, templated
 
@@ -102,6 +104,104 @@ class DeltaAutoOptimizeOperator(DeltaTableOperator):
         return out
 
 
+class DeltaMaintenancePlanOperator(DeltaTableOperator):
+    """Decide, with the table's health-driven policy (``deltaplane.engine.maintenance_plan``),
+    which maintenance to run now (compaction, DV purge, checkpoint, VACUUM) and why, one reason
+    per kind. Partitions a DELETE/UPDATE/MERGE changed in the last ``yield_minutes`` are left out
+    of compaction and DV purge (``yield_to_writers``): maintenance works where the writers are not.
+
+    The XCom is the plan: ``decisions`` (one per kind: ``run``, ``reason``, ``partitions``,
+    ``engine``...), ``run`` (the kinds to run), ``reasons`` (one line each), and the keys a
+    ``DeltaCompactionOperator`` follows (``compact``, ``partitions``, ``purge``). The tasks
+    downstream that name this task in ``decision_task_id`` do what it decided and succeed with
+    "nothing to do" (and its reason) otherwise; this task never skips anything."""
+
+    writes = False
+    operation_name = "MAINTENANCE PLAN"
+    ui_color = "#e8f4ff"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        policy: dict[str, Any] | None = None,
+        yield_minutes: float = 10.0,
+        **kwargs,
+    ):
+        from deltaplane.engine.maintenance_plan import MaintenancePolicy
+
+        check = Arguments(type(self), kwargs)
+        check.table_uri(table_uri)
+        check.common(kwargs)
+        yield_minutes = check.number("yield_minutes", yield_minutes, minimum=0)
+        MaintenancePolicy.from_dict(policy, owner=check.where)  # a wrong key fails at parse time
+        super().__init__(table_uri=table_uri, **kwargs)
+        self.policy = dict(policy or {})
+        self.yield_minutes = yield_minutes
+
+    def run(self, context, hook, table, stamp) -> dict[str, Any]:
+        import time
+
+        from deltaplane.engine.health_tracker import HealthTracker
+        from deltaplane.engine.maintenance_plan import MaintenancePolicy, decide, yield_to_writers
+        from deltaplane.engine.tail import partitions_of, recent_row_changes
+
+        policy = MaintenancePolicy.from_dict(self.policy)
+        snapshot = table.snapshot
+        tracker = HealthTracker.from_snapshot(snapshot, small_file_size=policy.small_file_size)
+        now = int(time.time() * 1000)
+        removed = tracker.removed_files(now_ms=now, retention_ms=int(policy.retention_hours * 3_600_000))
+        health = tracker.health()
+        decisions = decide(self.table_uri, health, policy, removed=removed)
+        busy = []
+        if self.yield_minutes > 0:
+            since = now - int(self.yield_minutes * 60_000)
+            for change in recent_row_changes(snapshot.store, snapshot, since_ms=since):
+                ago = max(0, (now - change.timestamp) // 60_000)
+                what = f"{change.operation} v{change.version}, {ago} min ago"
+                busy += [(p, what) for p in partitions_of(change)]
+        decisions = yield_to_writers(decisions, busy)
+        wanted = [d for d in decisions if d.run]
+        rewrites = [d for d in wanted if d.kind in ("compaction", "dv_purge")]
+        for d in decisions:
+            self.log.info("%s", d.line())
+        return {
+            "version": None,
+            "read_version": snapshot.version,
+            "decisions": [d.to_dict() for d in decisions],
+            "run": [d.kind for d in wanted],
+            "reasons": [f"{d.kind}: {'run' if d.run else 'skip'}: {d.reason}" for d in decisions],
+            "reason": "; ".join(f"{d.kind}: {d.reason}" for d in wanted) or "nothing needs maintenance",
+            "compact": bool(rewrites),
+            "partitions": [p for d in rewrites for p in d.partitions],
+            "purge": any(d.kind == "dv_purge" for d in rewrites),
+            "health": {
+                "num_files": health.num_files,
+                "num_small_files": health.num_small_files,
+                "size_bytes": health.size_bytes,
+                "deleted_rows_ratio": round(health.deleted_rows_ratio, 4),
+                "versions_since_checkpoint": health.versions_since_checkpoint,
+                "removed_bytes": removed.get("bytes") if removed else None,
+            },
+        }
+
+
+def planned(operator: BaseOperator, context, kind: str) -> dict[str, Any] | None:
+    """What the ``DeltaMaintenancePlanOperator`` named by ``operator.decision_task_id`` decided
+    about ``kind``: ``None`` to go ahead (no plan to follow, or it says run), else the task's
+    "nothing to do" result with the plan's reason."""
+    task_id = getattr(operator, "decision_task_id", None)
+    if not task_id:
+        return None
+    plan = context["ti"].xcom_pull(task_ids=task_id) or {}
+    decision = next((d for d in plan.get("decisions") or [] if d.get("kind") == kind), None)
+    if decision is None or decision.get("run"):
+        return None
+    reason = f"{task_id}: {kind} not needed: {decision.get('reason')}"
+    operator.log.info("%s: nothing to do, %s", operator.table_uri, reason)
+    return {"version": None, "nothing_to_do": True, "decision_task_id": task_id, "reason": reason}
+
+
 class DeltaCompactionOperator(DeltaTableOperator):
     """OPTIMIZE with ``dataChange=false``: bin-packing, or Z-order with ``zorder_by``.
 
@@ -164,7 +264,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
         found = sorted(
             t.task_id
             for t in self.upstream_list
-            if isinstance(t, DeltaAutoOptimizeOperator)
+            if isinstance(t, (DeltaAutoOptimizeOperator, DeltaMaintenancePlanOperator))
             and (t.table_uri == self.table_uri or templated(t.table_uri))
         )
         if len(found) > 1:
@@ -177,44 +277,72 @@ class DeltaCompactionOperator(DeltaTableOperator):
         return found[0] if found else None
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from deltaplane.engine.commands.optimize import execute_optimize, plan_optimize
-
-        partitions, purge, target = None, False, self.target_file_size
+        jobs: list[dict[str, Any]] = [{"partitions": None, "purge": False, "min_file_size": None}]
         decision_task = self.decision_task()
+        follows = {"decision_task_id": decision_task} if decision_task else {}
         if decision_task:
             decision = context["ti"].xcom_pull(task_ids=decision_task)
             if not decision or not decision.get("compact"):
                 why = "; ".join((decision or {}).get("reasons") or ["it returned no decision"])
                 self.log.info("%s: nothing to do, as %s decided: %s", self.table_uri, decision_task, why)
-                return {
-                    "version": None,
-                    "nothing_to_do": True,
-                    "decision_task_id": decision_task,
-                    "reason": f"{decision_task}: {why}",
-                }
-            partitions = decision.get("partitions") or None
-            purge = bool(decision.get("purge"))
+                reason = f"{decision_task}: {why}"
+                return {"version": None, "nothing_to_do": True, **follows, "reason": reason}
+            if decision.get("decisions") is not None:  # a DeltaMaintenancePlanOperator's plan
+                jobs = [
+                    {
+                        "kind": d["kind"],
+                        "partitions": d.get("partitions") or None,
+                        "purge": d["kind"] == "dv_purge",
+                        "min_file_size": (d.get("details") or {}).get("min_file_size"),
+                    }
+                    for d in decision["decisions"]
+                    if d.get("run") and d["kind"] in ("compaction", "dv_purge")
+                ]
+            else:  # a DeltaAutoOptimizeOperator's decision
+                jobs = [
+                    {
+                        "partitions": decision.get("partitions") or None,
+                        "purge": bool(decision.get("purge")),
+                        "min_file_size": None,
+                    }
+                ]
             reasons = "; ".join(decision.get("reasons") or [])
             self.log.info("%s: following %s: %s", self.table_uri, decision_task, reasons)
-        snapshot = table.snapshot
+        results = [self._rewrite(table, job, hook, stamp) for job in jobs]
+        done = [r for r in results if not r.get("nothing_to_do")]
+        if not done:
+            return {**results[-1], **follows}
+        out = dict(done[-1])
+        if len(done) > 1:  # compaction, then DV purge: the counts of both
+            for key in ("num_files_added", "num_files_removed", "bytes_added", "bytes_removed"):
+                if all(isinstance(r.get(key), int) for r in done):
+                    out[key] = sum(r[key] for r in done)
+            out["runs"] = done
+        return {**out, **follows}
+
+    def _rewrite(self, table, job: dict[str, Any], hook, stamp) -> dict[str, Any]:
+        from deltaplane.engine.commands.optimize import execute_optimize, plan_optimize
+
+        snapshot = table.refresh().snapshot if job.get("kind") == "dv_purge" else table.snapshot
         plan = plan_optimize(
             snapshot,
-            target_file_size=target,
+            target_file_size=self.target_file_size,
             zorder_by=self.zorder_by or None,
             filter=self.partition_filter,
-            partitions=partitions,
-            purge=purge,
+            partitions=job["partitions"],
+            purge=job["purge"],
+            min_file_size=job["min_file_size"],
         )
-        follows = {"decision_task_id": decision_task} if decision_task else {}
+        kind = {"kind": job["kind"]} if job.get("kind") else {}
         if not plan.bins:
             self.log.info(
                 "%s: nothing to rewrite (%d files considered)", self.table_uri, plan.total_considered_files
             )
-            out = {**plan.describe(), "version": None, "nothing_to_do": True, **follows}
+            out = {**plan.describe(), "version": None, "nothing_to_do": True, **kind}
             out["reason"] = f"nothing to rewrite ({plan.total_considered_files} files considered)"
             return out
         if plan.num_bytes > self.spark_threshold_bytes:
-            return {**self._with_spark(plan, hook, stamp), "nothing_to_do": False, **follows}
+            return {**self._with_spark(plan, hook, stamp), "nothing_to_do": False, **kind}
         metrics = execute_optimize(snapshot.store, plan)
         out = metrics.to_dict()
         out["engine"] = "in-process"
@@ -222,7 +350,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
         self.log.info(
             "%s: %d files -> %d files", self.table_uri, out["num_files_removed"], out["num_files_added"]
         )
-        return {**out, **follows}
+        return {**out, **kind}
 
     def _with_spark(self, plan, hook, stamp) -> dict[str, Any]:
         """Hand ``plan`` itself to ``deltaplane.spark_jobs.compact`` (a file beside the table, under
@@ -258,20 +386,29 @@ class DeltaCompactionOperator(DeltaTableOperator):
 class DeltaCheckpointOperator(DeltaTableOperator):
     """Write a checkpoint of the latest version, then (``cleanup_log``) delete expired log files.
     Commits nothing: ``version`` is null, ``read_version`` and ``checkpoint.version`` name the
-    version checkpointed; ``log_cleanup`` says what was deleted."""
+    version checkpointed; ``log_cleanup`` says what was deleted. With ``decision_task_id`` (a
+    ``DeltaMaintenancePlanOperator``), only when that plan says a checkpoint is needed."""
 
     operation_name = "CHECKPOINT"
 
-    def __init__(self, *, table_uri: str, cleanup_log: bool = True, **kwargs):
+    def __init__(
+        self, *, table_uri: str, cleanup_log: bool = True, decision_task_id: str | None = None, **kwargs
+    ):
         check = Arguments(type(self), kwargs)
         check.table_uri(table_uri)
         check.common(kwargs)
         check.boolean("cleanup_log", cleanup_log)
+        decision_task_id = check.text("decision_task_id", decision_task_id, optional=True)
         super().__init__(table_uri=table_uri, emit_asset=False, idempotent=False, **kwargs)
         self.cleanup_log = cleanup_log
+        self.decision_task_id = decision_task_id
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         import dataclasses
+
+        skip = planned(self, context, "checkpoint")
+        if skip is not None:
+            return skip
 
         info = table.checkpoint()
         out: dict[str, Any] = {"version": None, "checkpoint": dataclasses.asdict(info)}
@@ -289,7 +426,8 @@ class DeltaVacuumOperator(DeltaTableOperator):
     would be deleted; ``False`` deletes. ``version`` is the ``VACUUM END`` commit (null for a dry
     run, or when there was nothing to delete); XCom keys ``dry_run``, ``files`` (how many),
     ``sample`` (up to 20 of them), ``vacuum`` (the engine's counts: ``num_deleted_files``,
-    ``size_of_deleted_data``, ``start_version``, ``end_version`` ...)."""
+    ``size_of_deleted_data``, ``start_version``, ``end_version`` ...). With ``decision_task_id``
+    (a ``DeltaMaintenancePlanOperator``), only when that plan says a VACUUM is worth it."""
 
     operation_name = "VACUUM"
 
@@ -301,6 +439,7 @@ class DeltaVacuumOperator(DeltaTableOperator):
         retention_hours: float | None = None,
         enforce_retention: bool = True,
         mode: str = "full",
+        decision_task_id: str | None = None,
         **kwargs,
     ):
         check = Arguments(type(self), kwargs)
@@ -312,13 +451,18 @@ class DeltaVacuumOperator(DeltaTableOperator):
         retention_hours = check.number("retention_hours", retention_hours, minimum=0, optional=True)
         check.boolean("enforce_retention", enforce_retention)
         mode = check.choice("mode", mode, VACUUM_MODES)
+        decision_task_id = check.text("decision_task_id", decision_task_id, optional=True)
         super().__init__(table_uri=table_uri, **kwargs)
+        self.decision_task_id = decision_task_id
         self.dry_run = dry_run
         self.retention_hours = retention_hours
         self.enforce_retention = enforce_retention
         self.mode = mode
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
+        skip = planned(self, context, "vacuum")
+        if skip is not None:
+            return skip
         files = table.vacuum(
             self.retention_hours,
             dry_run=self.dry_run,

@@ -8,8 +8,10 @@ commits at each poll) and asks the planner (``deltaplane.engine.maintenance_plan
 under the trigger's policy. When something should, it announces one event, ``{"status":
 "needs_maintenance", "table", "version", "decisions": [...], "reasons": [...]}``, and stays quiet
 about that need: one announcement per need, not one per poll. A need is new again once
-maintenance has run since the last announcement (an OPTIMIZE, a VACUUM, a checkpoint after it) or
-when a kind of work not announced before is wanted.
+maintenance has run since the last announcement (an OPTIMIZE, a VACUUM, a checkpoint after it),
+when a kind of work not announced before is wanted, or when ``reannounce_after`` seconds (an hour)
+have passed with the need still there (a run that yielded to writers, or failed, is not the end of
+it).
 
 Like the commit trigger it runs in *ack mode*: the version of an announcement Airflow stored is
 written beside the table (``deltaplane.engine.watermarks``, key ``health-<watermark_key>``), and an
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,32 +39,11 @@ from deltaplane.operators.utils.arguments import location
 
 log = logging.getLogger(__name__)
 
-_POLICY_FIELDS = (
-    "small_file_size",
-    "min_small_files",
-    "max_deleted_rows_ratio",
-    "max_versions_since_checkpoint",
-    "min_vacuum_bytes",
-    "retention_hours",
-    "target_file_size",
-    "max_files_below_target",
-    "spark_threshold_bytes",
-    "enabled",
-)
-
 
 def _policy(values: dict[str, Any] | None):
     from deltaplane.engine.maintenance_plan import MaintenancePolicy
 
-    values = dict(values or {})
-    unknown = sorted(set(values) - set(_POLICY_FIELDS))
-    if unknown:
-        raise ValueError(
-            f"DeltaHealthEventTrigger: unknown policy key(s) {unknown}; known: {list(_POLICY_FIELDS)}"
-        )
-    if "enabled" in values:
-        values["enabled"] = tuple(values["enabled"])
-    return MaintenancePolicy(**values)
+    return MaintenancePolicy.from_dict(values, owner="DeltaHealthEventTrigger")
 
 
 class DeltaHealthEventTrigger(BaseEventTrigger):
@@ -76,6 +58,7 @@ class DeltaHealthEventTrigger(BaseEventTrigger):
         policy: dict[str, Any] | None = None,
         watermark_key: str | None = None,
         poke_interval: float = 60.0,
+        reannounce_after: float = 3600.0,
     ):
         super().__init__()
         self.table_uri = location(table_uri)
@@ -84,6 +67,7 @@ class DeltaHealthEventTrigger(BaseEventTrigger):
         self.policy = {k: list(v) if isinstance(v, tuple) else v for k, v in (policy or {}).items()}
         self.watermark_key = watermark_key or "maintenance"
         self.poke_interval = float(poke_interval)
+        self.reannounce_after = float(reannounce_after)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return _classpath(self), {
@@ -92,6 +76,7 @@ class DeltaHealthEventTrigger(BaseEventTrigger):
             "policy": self.policy,
             "watermark_key": self.watermark_key,
             "poke_interval": self.poke_interval,
+            "reannounce_after": self.reannounce_after,
         }
 
     def shared_stream_key(self):
@@ -133,6 +118,8 @@ class HealthProducer(SharedStreamProducer):
         self.policy = _policy(kwargs.get("policy"))
         self.key = "health-" + (kwargs.get("watermark_key") or "maintenance")
         self.poke_interval = float(kwargs.get("poke_interval", 60.0))
+        self.reannounce_after = float(kwargs.get("reannounce_after", 3600.0))
+        self._announced_at = 0.0  # time.monotonic() of the last announcement (or of adopting one)
         self._options: dict[str, str] | None = None
         self._tracker = None
         self._announced: tuple[int, frozenset[str]] | None = None  # version, kinds (this process)
@@ -173,10 +160,17 @@ class HealthProducer(SharedStreamProducer):
         elif last is None and self._stored is not None and not self._maintained_since(self._stored):
             # stored before a restart and nothing done since: its run is still coming
             self._announced = (self._stored, kinds)
+            self._announced_at = time.monotonic()
             return None
-        elif last is not None and not self._maintained_since(last[0]) and kinds <= last[1]:
+        elif (
+            last is not None
+            and not self._maintained_since(last[0])
+            and kinds <= last[1]
+            and time.monotonic() - self._announced_at < self.reannounce_after
+        ):
             return None
         self._announced = (tracker.version, kinds)
+        self._announced_at = time.monotonic()
         return {
             "version": tracker.version,
             "decisions": [d.to_dict() for d in wanted],

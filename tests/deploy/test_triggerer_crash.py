@@ -1,5 +1,5 @@
 """A real triggerer killed with SIGKILL again and again while commits land: every data commit still
-reaches a consumer DAG run.
+reaches a consumer DAG run, and a table's health-scheduled maintenance DAG still fires by itself.
 
 Airflow's api-server (127.0.0.1), dag-processor, scheduler (LocalExecutor) and triggerer run as
 separate processes on a temporary SQLite home (the scheduler and triggerer skip their log
@@ -16,6 +16,14 @@ already queued (``max_active_runs`` holding it back) wake that run but are not l
 consumed events. The run still starts after them, and the consumer reads every commit since its
 own watermark, so the data-level check is the one that must hold; the number of such unlisted
 events is reported.
+
+Beside it, a second table (``events``, partitioned, deletion vectors) is configured with
+``schedules: {maintenance: health}`` in a ``tables.yaml`` and its DAGs come from the factory, as a
+user's would. The same writer streams small appends into it and runs a DELETE every few commits;
+nothing runs its maintenance but its ``DeltaHealthEventTrigger`` (in the triggerer being killed).
+The maintenance DAG must fire by itself and compact the table, every DELETE must succeed (one that
+loses to the compaction is planned again: a user's write never fails because of maintenance), and
+the table must hold exactly the rows written and not deleted.
 """
 
 from __future__ import annotations
@@ -150,6 +158,24 @@ def _consumed_versions(db: Path) -> set[int]:
     return out
 
 
+def _maintenance_runs(db: Path) -> list[tuple[str, str, dict | None]]:
+    """(run type, state, compact XCom) of each run of the health-scheduled maintenance DAG."""
+    with sqlite3.connect(db, timeout=30) as con:
+        runs = con.execute(
+            "SELECT run_id, run_type, state FROM dag_run WHERE dag_id = 'deltaplane_events_maintenance'"
+        ).fetchall()
+        out = []
+        for run_id, run_type, state in runs:
+            row = con.execute(
+                "SELECT value FROM xcom WHERE dag_id = 'deltaplane_events_maintenance' AND run_id = ? "
+                "AND task_id = 'compact' AND key = 'return_value'",
+                (run_id,),
+            ).fetchone()
+            value = None if row is None else row[0]
+            out.append((run_type, state, json.loads(value) if isinstance(value, str | bytes) else value))
+    return out
+
+
 def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(tmp_path):
     home, dags, logs = tmp_path / "airflow", tmp_path / "dags", tmp_path / "logs"
     for d in (home, dags, logs):
@@ -175,6 +201,37 @@ def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(
             """
         )
     )
+    events = str(tmp_path / "events")
+    events_schema = pa.schema([("id", pa.int64()), ("p", pa.string())])
+    DeltaTable.create(
+        events, events_schema, partition_by=["p"], properties={"delta.enableDeletionVectors": "true"}
+    )
+    (tmp_path / "tables.yaml").write_text(
+        textwrap.dedent(
+            f"""
+            tables:
+              events:
+                uri: {events}
+                schedules: {{maintenance: health}}
+                maintenance: {{min_small_files: 8, kinds: [compaction], poll_seconds: 0.5, yield_minutes: 0}}
+            """
+        )
+    )
+    (dags / "deltaplane_tables.py").write_text(
+        textwrap.dedent(
+            f"""
+            # An Airflow DAG file: the factory's DAGs, as dags/deltaplane_tables.py makes them.
+            from deltaplane.operators.factory.config import read_config
+            from deltaplane.operators.factory.dags import build_dags
+
+            for _id, _dag in build_dags(read_config({str(tmp_path / "tables.yaml")!r}).config,
+                                        fileloc=__file__).items():
+                globals()[_id] = _dag
+            """
+        )
+    )
+    events_ids: set[int] = set()
+    dml_failures: list[str] = []
     port = free_port()
     env = _env(home, dags, port)
     db = home / "airflow.db"
@@ -193,6 +250,17 @@ def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(
                 for i in range(1, DATA_COMMITS + 1):
                     result = DeltaTable(uri).append(pa.table({"id": pa.array([i], pa.int64())}))
                     data_versions.append(result.version)
+                    part = "ab"[i % 2]
+                    DeltaTable(events).append(
+                        pa.table({"id": [i, 1000 + i], "p": [part, part]}, events_schema)
+                    )
+                    events_ids.update((i, 1000 + i))
+                    if i % 4 == 0:  # a user's DELETE, racing the maintenance DAG's compaction
+                        try:
+                            DeltaTable(events).delete(f"id = {1000 + i - 2} OR id = {1000 + i - 1}")
+                            events_ids.difference_update((1000 + i - 2, 1000 + i - 1))
+                        except Exception as e:  # counted, never hidden
+                            dml_failures.append(repr(e))
                     if i % 10 == 0:
                         DeltaTable(uri).optimize(min_num_files=2)  # not news
                     time.sleep(rng.uniform(0.5, 2.0))
@@ -228,6 +296,12 @@ def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(
                 f"{sorted(set(range(1, DATA_COMMITS + 1)) - set(copied))}"
             )
             time.sleep(2)
+        deadline = time.time() + 300
+        while not any(
+            s == "success" and (x or {}).get("num_files_removed") for _, s, x in _maintenance_runs(db)
+        ):
+            assert time.time() < deadline, f"the maintenance DAG never compacted: {_maintenance_runs(db)}"
+            time.sleep(2)
     finally:
         _kill(triggerer, signal.SIGTERM)
         for process in processes.values():
@@ -238,6 +312,11 @@ def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(
     copied = DeltaTable(target).to_arrow()["id"].to_pylist()
     assert len(copied) == len(set(copied))  # repeated events never copy a row twice
     assert kills >= 5
+    assert dml_failures == []
+    runs = _maintenance_runs(db)
+    assert {t for t, _, _ in runs} == {"asset_triggered"}, runs  # it fired by itself, only
+    assert "OPTIMIZE" in [h["operation"] for h in DeltaTable(events).history()]
+    assert sorted(DeltaTable(events).to_arrow()["id"].to_pylist()) == sorted(events_ids)
     print(
         json.dumps(
             {
@@ -247,6 +326,7 @@ def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(
                 "repeats": len(announced) - len(set(announced)),
                 "lost": len(set(data_versions) - set(announced)),
                 "events_not_listed_by_a_run": len(set(data_versions) - consumed),
+                "maintenance_runs": [(t, s, (x or {}).get("num_files_removed")) for t, s, x in runs],
             }
         )
     )

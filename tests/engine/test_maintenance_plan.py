@@ -10,7 +10,7 @@ import pytest
 
 from deltaplane.engine import DeltaTable
 from deltaplane.engine.health_tracker import HealthTracker
-from deltaplane.engine.maintenance_plan import MaintenancePolicy, decide, rank
+from deltaplane.engine.maintenance_plan import Decision, MaintenancePolicy, decide, rank
 from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage import LocalStore
 
@@ -174,3 +174,67 @@ def test_optimize_leaves_files_past_the_min_file_size_alone(tmp_path):
     assert small_only.num_files == 3 and big not in [s for b in small_only.bins for s in [b.size]]
     t.optimize(min_num_files=2)  # the engine call still compacts everything by default
     assert t.snapshot.num_files == 1
+
+
+# --- yielding to writers ----------------------------------------------------------------------
+
+
+def _partitioned(tmp_path, name="yield") -> DeltaTable:
+    schema = pa.schema([("id", pa.int64()), ("p", pa.string())])
+    t = DeltaTable.create(
+        str(tmp_path / name), schema, partition_by=["p"], properties={"delta.enableDeletionVectors": "true"}
+    )
+    for b in range(3):
+        t.append(pa.table({"id": [3 * b, 3 * b + 1, 3 * b + 2], "p": ["a", "b", "c"]}, schema=schema))
+    return t
+
+
+def test_recent_row_changes_name_the_partitions_a_dml_touched(tmp_path):
+    from deltaplane.engine.tail import partitions_of, recent_row_changes
+
+    t = _partitioned(tmp_path)
+    t.delete("id = 1")  # partition b (a DV)
+    t.update({"id": "id + 100"}, "id = 2")  # partition c
+    t.optimize()  # not a row change
+    t.append(pa.table({"id": [9], "p": ["a"]}, schema=t.schema))  # an append: not a row change
+    snapshot = load_snapshot(t._store)
+    changes = recent_row_changes(t._store, snapshot, since_ms=0)
+    assert [(c.version, c.operation) for c in changes] == [(5, "UPDATE"), (4, "DELETE")]
+    assert [partitions_of(c) for c in changes] == [[{"p": "c"}], [{"p": "b"}]]
+    # the window: nothing older than since_ms, and at most max_commits looked at
+    assert recent_row_changes(t._store, snapshot, since_ms=snapshot.timestamp + 1) == []
+    assert recent_row_changes(t._store, snapshot, since_ms=0, max_commits=2) == []
+
+
+def _compaction(partitions, bytes_rewritten=300) -> Decision:
+    return Decision(
+        "t", "compaction", True, "3 small files", 2.0, bytes_rewritten, tuple(partitions), "local"
+    )
+
+
+def test_yield_to_writers_leaves_busy_partitions_out_and_says_so():
+    from deltaplane.engine.maintenance_plan import yield_to_writers
+
+    wanted = [_compaction([{"p": "a"}, {"p": "b"}, {"p": "c"}]), Decision("t", "checkpoint", True, "lag")]
+    busy = [({"p": "b"}, "DELETE v4, 1 min ago")]
+    out = yield_to_writers(wanted, busy)
+    assert out[0].run and out[0].partitions == ({"p": "a"}, {"p": "c"}) and out[0].bytes_rewritten == 200
+    assert out[0].reason.endswith("1 partition(s) left to concurrent DML (DELETE v4, 1 min ago)")
+    assert out[1] == wanted[1]  # other kinds are not rewrites: untouched
+    every = yield_to_writers(wanted, [*busy, ({"p": "a"}, "MERGE v5, 0 min ago"), ({"p": "c"}, "x")])
+    assert not every[0].run and every[0].reason.startswith("yields to writers: 3 partition(s) left")
+    # no partitions (an unpartitioned table's {}), or a full compaction (no partition list): no yield
+    assert yield_to_writers([_compaction([{}])], [({}, "DELETE v1")])[0].run
+    assert yield_to_writers([_compaction([])], busy)[0].partitions == ()
+    assert yield_to_writers(wanted, []) == wanted
+
+
+def test_a_policy_from_settings_names_a_wrong_key():
+    from deltaplane.engine.errors import InvalidArgumentError
+
+    policy = MaintenancePolicy.from_dict({"min_small_files": 4, "enabled": ["vacuum"]})
+    assert policy.enabled == ("vacuum",) and MaintenancePolicy.from_dict(policy.to_dict()) == policy
+    with pytest.raises(InvalidArgumentError, match=r"unknown policy key\(s\) \['min_smal_files'\]"):
+        MaintenancePolicy.from_dict({"min_smal_files": 4})
+    with pytest.raises(InvalidArgumentError, match="must be at least 1"):
+        MaintenancePolicy.from_dict({"min_small_files": 0})

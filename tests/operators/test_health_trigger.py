@@ -67,6 +67,28 @@ def test_one_event_per_need_and_again_after_maintenance_or_a_new_kind(tmp_path):
     asyncio.run(scenario())
 
 
+def test_a_need_still_there_after_reannounce_after_is_announced_again(tmp_path):
+    """A maintenance run that yielded to writers (or failed) did nothing: the need is not
+    forgotten, it comes back once ``reannounce_after`` has passed, and not before."""
+    uri = make(tmp_path)
+    appends(uri, 6)
+    producer = HealthProducer(trigger(uri, watermark_key="r", reannounce_after=0.5).serialize()[1])
+
+    async def scenario():
+        stream = producer.open_stream()
+        first, _ = await anext(stream)
+        assert first["announce"]["version"] == 6
+        assert (await anext(stream))[0] == {"tick": True}  # at once: quiet
+        await asyncio.sleep(0.6)
+        again, _ = await anext(stream)
+        assert again["announce"]["version"] == 6
+        assert (await anext(stream))[0] == {"tick": True}
+        await stream.aclose()
+
+    asyncio.run(scenario())
+    assert trigger(uri).serialize()[1]["reannounce_after"] == 3600.0
+
+
 def test_ack_mode_stores_the_need_and_a_restart_neither_loses_nor_repeats_it(tmp_path):
     from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 

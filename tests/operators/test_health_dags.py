@@ -1,0 +1,151 @@
+"""``schedules.maintenance: health``: the factory's maintenance DAG scheduled on the table's health
+Asset (a ``DeltaHealthEventTrigger`` watcher), run with ``dag.test()``: the plan decides with a
+reason per kind, leaves partitions a recent DML changed to the writers, and the tasks after it do
+exactly what it decided (and succeed with its reason otherwise)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from deltaplane.engine import DeltaTable
+from tests.operators.conftest import run_dag, task_states, xcom
+from tests.operators.test_dags import dag_file, write_config
+
+pytestmark = pytest.mark.airflow
+
+SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
+
+
+def config_for(tmp_path, *, yield_minutes: float = 10, extra: str = ""):
+    return write_config(
+        tmp_path,
+        f"""
+        maintenance:
+          defaults: {{min_vacuum_bytes: 1GB}}
+        tables:
+          events:
+            uri: lake/events
+            schedules: {{maintenance: health}}
+            retention_hours: 0
+            enforce_retention: false
+            maintenance:
+              min_small_files: 3
+              max_versions_since_checkpoint: 5
+              yield_minutes: {yield_minutes}
+              poll_seconds: 5
+            {extra}
+        """,
+    )
+
+
+def small_appends(uri: str, batches: int) -> list[int]:
+    """Each batch one small file in each of partitions a and b; the ids written."""
+    t = DeltaTable(uri)
+    ids = []
+    for b in range(batches):
+        rows = [10 * b + i for i in range(4)]
+        t.append(pa.table({"id": rows, "p": ["a", "b", "a", "b"]}, schema=SCHEMA))
+        ids += rows
+    return ids
+
+
+def files_in(uri: str, part: str) -> int:
+    return sum(
+        1 for f in DeltaTable(uri).get_add_actions(flatten=True).to_pylist() if f["partition.p"] == part
+    )
+
+
+def make_table(tmp_path) -> str:
+    uri = str(tmp_path / "lake" / "events")
+    DeltaTable.create(uri, SCHEMA, partition_by=["p"], properties={"delta.enableDeletionVectors": "true"})
+    return uri
+
+
+def test_the_health_dag_is_scheduled_on_the_health_asset_with_the_tables_policy(tmp_path):
+    from deltaplane.operators.factory.config import load_config
+    from deltaplane.operators.factory.dags import build_dags
+    from deltaplane.operators.triggers.health import DeltaHealthEventTrigger
+
+    config = load_config(config_for(tmp_path))
+    dags = build_dags(config)
+    dag = dags["deltaplane_events_maintenance"]
+    (asset,) = dag.timetable.asset_condition.objects
+    assert asset.uri == f"file://{tmp_path}/lake/events/_deltaplane/health"
+    (watcher,) = asset.watchers
+    trigger = watcher.trigger
+    assert isinstance(trigger, DeltaHealthEventTrigger)
+    assert trigger.policy["min_small_files"] == 3 and trigger.policy["max_versions_since_checkpoint"] == 5
+    assert trigger.policy["min_vacuum_bytes"] == 1 << 30 and trigger.poke_interval == 5
+    assert trigger.watermark_key == "deltaplane_events_maintenance"
+    assert [t.task_id for t in dag.topological_sort()] == ["plan", "compact", "checkpoint", "vacuum"]
+    plan = dag.get_task("plan")
+    assert plan.policy == trigger.policy and plan.yield_minutes == 10
+    assert dag.default_args["retry_exponential_backoff"] is True
+    # the poll and yield settings are the DAG's, not the policy's
+    assert "poll_seconds" not in trigger.policy and "yield_minutes" not in trigger.policy
+
+
+def test_a_cron_table_keeps_its_cron_maintenance_dag(tmp_path):
+    from deltaplane.operators.factory.config import load_config
+    from deltaplane.operators.factory.dags import build_dags
+
+    path = write_config(
+        tmp_path,
+        """
+        tables:
+          events:
+            uri: lake/events
+            schedules: {maintenance: "@hourly"}
+        """,
+    )
+    dag = build_dags(load_config(path))["deltaplane_events_maintenance"]
+    assert [t.task_id for t in dag.topological_sort()] == ["auto_optimize", "compact", "checkpoint", "vacuum"]
+
+
+def test_the_plan_leaves_a_busy_partition_to_its_writer_and_the_tasks_follow_it(airflow_db, tmp_path):
+    uri = make_table(tmp_path)
+    ids = small_appends(uri, 4)  # 4 small files in each partition, 5 commits
+    DeltaTable(uri).delete("id = 1")  # a user's DELETE in partition b, just now
+    expected = sorted(i for i in ids if i != 1)
+    config = config_for(tmp_path)
+
+    run = run_dag("health_maintain", dag_file("deltaplane_events_maintenance", config))
+    assert set(task_states(run).values()) == {"success"}, task_states(run)
+    plan = xcom(run, "plan")
+    assert plan["run"] == ["compaction", "checkpoint"], plan["reasons"]
+    compaction = next(d for d in plan["decisions"] if d["kind"] == "compaction")
+    assert compaction["partitions"] == [{"p": "a"}]
+    assert "left to concurrent DML (DELETE v5" in compaction["reason"]
+    vacuum = next(d for d in plan["decisions"] if d["kind"] == "vacuum")
+    assert not vacuum["run"]
+    compact = xcom(run, "compact")
+    assert compact["num_files_removed"] == 4 and compact["num_files_added"] == 1
+    assert files_in(uri, "a") == 1 and files_in(uri, "b") == 4  # b left alone
+    assert xcom(run, "checkpoint")["checkpoint"]["version"] == 6
+    skipped = xcom(run, "vacuum")
+    assert skipped["nothing_to_do"] and skipped["reason"].startswith("plan: vacuum not needed: ")
+    assert sorted(r["id"] for r in DeltaTable(uri).to_arrow().to_pylist()) == expected
+    ops = [h["operation"] for h in DeltaTable(uri).history(2)]
+    assert ops == ["OPTIMIZE", "DELETE"]  # the checkpoint commits nothing; no VACUUM
+
+    # Run again (a second event, a clear, a rerun): partition a is done, b still yields.
+    again = run_dag("health_maintain_again", dag_file("deltaplane_events_maintenance", config))
+    assert set(task_states(again).values()) == {"success"}
+    plan = xcom(again, "plan")
+    assert "compaction" not in plan["run"], plan["reasons"]
+    assert xcom(again, "compact")["nothing_to_do"] and DeltaTable(uri).version == 6
+    assert sorted(r["id"] for r in DeltaTable(uri).to_arrow().to_pylist()) == expected
+
+
+def test_without_yielding_the_busy_partition_is_compacted_too(airflow_db, tmp_path):
+    uri = make_table(tmp_path)
+    ids = small_appends(uri, 4)
+    DeltaTable(uri).delete("id = 1")
+    config = config_for(tmp_path, yield_minutes=0)
+    run = run_dag("health_no_yield", dag_file("deltaplane_events_maintenance", config))
+    assert set(task_states(run).values()) == {"success"}, task_states(run)
+    compaction = next(d for d in xcom(run, "plan")["decisions"] if d["kind"] == "compaction")
+    assert sorted(p["p"] for p in compaction["partitions"]) == ["a", "b"]
+    assert files_in(uri, "a") == 1 and files_in(uri, "b") == 1
+    assert sorted(r["id"] for r in DeltaTable(uri).to_arrow().to_pylist()) == sorted(i for i in ids if i != 1)
