@@ -205,6 +205,20 @@ class CheckpointMetadata(_JsonAction):
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
+def _long(value) -> int | None:
+    """A commitInfo time as an int (ms), whatever JSON shape it came in: an integer, or a
+    string or float holding one; anything else (text, bool, infinity, NaN) is ``None``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number == number and abs(number) != float("inf") else None
+
+
 @dataclass(frozen=True)
 class CommitInfo:
     """commitInfo is free-form; the whole object is kept, with accessors for what we use."""
@@ -222,15 +236,20 @@ class CommitInfo:
 
     @property
     def timestamp(self) -> int | None:
-        return self.values.get("timestamp")
+        return _long(self.values.get("timestamp"))
 
     @property
     def in_commit_timestamp(self) -> int | None:
-        return self.values.get("inCommitTimestamp")
+        """The in-commit timestamp (ms); ``None`` when missing or not a number a writer could
+        have meant (a foreign shape: the readers fall back to the file's time)."""
+        return _long(self.values.get("inCommitTimestamp"))
 
     @property
     def operation(self) -> str | None:
-        return self.values.get("operation")
+        """The operation's name; ``None`` when missing or not a string (a foreign writer's
+        shape), so no reader has to check its type again."""
+        operation = self.values.get("operation")
+        return operation if isinstance(operation, str) else None
 
     @property
     def txn_id(self) -> str | None:

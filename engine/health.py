@@ -89,6 +89,29 @@ class TableHealth:
         return out
 
 
+def removed_files(
+    snapshot: Snapshot, *, now_ms: int | None = None, retention_ms: int | None = None
+) -> dict[str, int | None]:
+    """The removed files ``snapshot`` still lists (its tombstones), as
+    ``HealthTracker.removed_files`` counts them for a tracker started from this snapshot: count,
+    bytes, the oldest removal's age at ``now_ms`` (default: the snapshot's time), and with
+    ``retention_ms`` those a VACUUM would delete now (``expired_files``, ``expired_bytes``)."""
+    tomb = snapshot.tombstones
+    now = int(now_ms) if now_ms is not None else snapshot.timestamp
+    sizes = pc.fill_null(tomb.column("size"), 0) if tomb.num_rows else pa.array([], pa.int64())
+    stamps = pc.fill_null(tomb.column("deletion_timestamp"), 0) if tomb.num_rows else pa.array([], pa.int64())
+    out: dict[str, int | None] = {
+        "num_files": tomb.num_rows,
+        "bytes": int(pc.sum(sizes).as_py() or 0),
+        "oldest_age_ms": max(0, now - int(pc.min(stamps).as_py())) if tomb.num_rows else None,
+    }
+    if retention_ms is not None:
+        expired = pc.less(stamps, now - retention_ms)
+        out["expired_files"] = int(pc.sum(expired.cast(pa.int64())).as_py() or 0)
+        out["expired_bytes"] = int(pc.sum(pc.filter(sizes, expired)).as_py() or 0)
+    return out
+
+
 def table_health(
     snapshot: Snapshot, *, small_file_size: int = DEFAULT_SMALL_FILE_SIZE, include_history: bool = True
 ) -> TableHealth:

@@ -216,7 +216,8 @@ class HealthTracker:
             self.last_optimize = MaintenanceEvent(version, int(stamp), operation)
         elif operation is not None and operation.startswith("VACUUM"):
             self.last_vacuum = MaintenanceEvent(version, int(stamp), operation)
-            self._vacuumed(operation, info.values.get("operationParameters") or {}, int(stamp))
+            params = info.values.get("operationParameters")
+            self._vacuumed(operation, params if isinstance(params, dict) else {}, int(stamp))
         self.commits.append(metrics)
         self.version, self.timestamp = version, int(stamp)
         self.commits_read += 1
@@ -475,7 +476,7 @@ def _metric(metrics: dict, keys: tuple[str, ...]) -> int | None:
         if value is not None:
             try:
                 return int(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 return None  # a foreign writer's shape: unknown, not a failure
     return None
 
@@ -510,4 +511,62 @@ def _commit_metrics(version: int, stamp: int, info, added: list, removed: list) 
     )
 
 
-__all__ = ["KEPT_COMMITS", "CommitMetrics", "HealthTracker"]
+MAINTENANCE_OPERATIONS = ("OPTIMIZE", "REORG", "VACUUM END")  # what the health-over-time marks
+
+
+def health_history(
+    store: ObjectStore,
+    *,
+    commits: int = 100,
+    until: int | None = None,
+    small_file_size: int = DEFAULT_SMALL_FILE_SIZE,
+) -> list[dict]:
+    """The table's health after each of its last ``commits`` commits (oldest first): version,
+    time, operation, files, small files, bytes, the share of rows hidden by deletion vectors and
+    the versions since the checkpoint then, and ``maintenance`` for OPTIMIZE, REORG and a
+    completed VACUUM. One full pass at the first version, then one GET per commit (the tracker's
+    own arithmetic), so an ops page can draw it without a store of its own. When the log no
+    longer reaches that far back it starts at the oldest version it can still load."""
+    latest = load_snapshot(store, until)
+    first = max(0, latest.version - commits)
+    try:
+        start = load_snapshot(store, first) if first < latest.version else latest
+    except Exception:  # cleaned up: the oldest version left with a checkpoint
+        start = latest
+        listing = list_log(store, 0)
+        for v in sorted(listing.checkpoints):
+            if v >= first:
+                start = load_snapshot(store, v)
+                break
+    tracker = HealthTracker.from_snapshot(start, small_file_size=small_file_size)
+    listing = list_log(store, start.version)
+    checkpoints = sorted(listing.checkpoints)
+
+    def point(operation: str | None) -> dict:
+        h = tracker.health()
+        done = [c for c in checkpoints if c <= tracker.version]
+        maintenance = operation is not None and any(operation.startswith(op) for op in MAINTENANCE_OPERATIONS)
+        return {
+            "version": tracker.version,
+            "timestamp": tracker.timestamp,
+            "operation": operation,
+            "maintenance": maintenance,
+            "num_files": h.num_files,
+            "num_small_files": h.num_small_files,
+            "size_bytes": h.size_bytes,
+            "deleted_rows_ratio": h.deleted_rows_ratio,
+            "versions_since_checkpoint": tracker.version - (done[-1] if done else -1),
+        }
+
+    out = [point(None)]
+    for v in sorted(k for k in listing.commits if start.version < k <= latest.version):
+        actions = read_commit(store, commit_key(v), v)
+        if actions.metadata is not None and tracker._repartitions(actions.metadata):
+            tracker = HealthTracker.from_snapshot(load_snapshot(store, v), small_file_size=small_file_size)
+        else:
+            tracker._apply_commit(v, actions, listing.commits[v].last_modified)
+        out.append(point(actions.commit_info.operation if actions.commit_info is not None else None))
+    return out
+
+
+__all__ = ["KEPT_COMMITS", "CommitMetrics", "HealthTracker", "health_history"]

@@ -36,7 +36,9 @@ FACTORY_GATE_TASKS = (("quality_gate", False), ("stage", True))
 URI_FIELDS = ("table_uri", "source_uri")  # the fields of a deltaplane task that name tables
 GATE_TYPES = frozenset({"DeltaQualityGateOperator"})  # tasks whose XCom is a gate result
 STAGE_TYPES = frozenset({"DeltaStageOperator"})  # tasks whose XCom may report a rejected batch
-MAINTENANCE_TYPES = frozenset({"DeltaAutoOptimizeOperator", "DeltaCompactionOperator"})
+MAINTENANCE_TYPES = frozenset(
+    {"DeltaAutoOptimizeOperator", "DeltaCompactionOperator", "DeltaMaintenancePlanOperator"}
+)
 RENDERED_RUNS = 30  # rendered values read per templated task (Airflow keeps about that many)
 
 
@@ -63,6 +65,7 @@ class Entry:
     configured: bool = True
     gate_tasks: tuple[GateTask, ...] = ()
     maintained: bool = True
+    maintenance: Any = None  # the tables file's MaintenanceSection (defaults, job cap), if any
 
     @property
     def label(self) -> str:
@@ -97,6 +100,7 @@ class Catalog:
     errors: dict[str, list[str]] = field(default_factory=dict)  # invalid tables of the tables file
     notices: list[str] = field(default_factory=list)  # a source that could not be read
     dag_tables: dict[str, list[str]] = field(default_factory=dict)  # DAG id -> names, its tab's tables
+    latest_runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # DAG id -> its newest run
 
     def configured(self, name: str) -> Entry | None:
         entry = self.entries.get(name)
@@ -157,7 +161,46 @@ def load() -> Catalog:
     for name in sorted(found):
         catalog.entries[name] = found[name]
     catalog.dag_tables = {**event_tabs, **tabs}  # a DAG's tasks, when they name tables, decide its tab
+    dag_ids = sorted({d for e in catalog.entries.values() for d in e.dags})
+    catalog.latest_runs = _latest_runs(dag_ids, catalog.notices) if touches or dag_ids else {}
     return catalog
+
+
+def _latest_runs(dag_ids: list[str], notices: list[str]) -> dict[str, dict[str, Any]]:
+    """The newest run of each DAG (``state``, ``run_id``, ``when`` in ms): a table whose DAG's
+    latest run failed is "failing" in the list. Nothing when Airflow cannot be read (the notice
+    for that is ``_read_airflow``'s)."""
+    if not dag_ids:
+        return {}
+    try:
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.session import create_session
+        from sqlalchemy import func, select
+
+        with create_session() as session:
+            newest = (
+                select(DagRun.dag_id, func.max(DagRun.id).label("id"))
+                .where(DagRun.dag_id.in_(dag_ids))
+                .group_by(DagRun.dag_id)
+                .subquery()
+            )
+            rows = session.execute(
+                select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.end_date, DagRun.start_date).join(
+                    newest, DagRun.id == newest.c.id
+                )
+            ).all()
+    except Exception:
+        log.warning("ops view: cannot read the DAGs' latest runs", exc_info=True)
+        return {}
+    out = {}
+    for dag_id, run_id, state, end, start in rows:
+        when = end or start
+        out[dag_id] = {
+            "run_id": run_id,
+            "state": str(getattr(state, "value", state)) if state is not None else None,
+            "when": int(when.timestamp() * 1000) if when is not None else None,
+        }
+    return out
 
 
 def _configured(catalog: Catalog) -> None:
@@ -174,7 +217,11 @@ def _configured(catalog: Catalog) -> None:
         ingest = f"deltaplane_{name}_ingest"
         gates = tuple(GateTask(ingest, task, stage) for task, stage in FACTORY_GATE_TASKS)
         catalog.entries[name] = Entry(
-            name, config, tuple(f"deltaplane_{name}_{kind}" for kind in kinds), gate_tasks=gates
+            name,
+            config,
+            tuple(f"deltaplane_{name}_{kind}" for kind in kinds),
+            gate_tasks=gates,
+            maintenance=report.config.maintenance,
         )
     for name, config in report.config.tables.items():
         if config.consumer is not None:

@@ -1,4 +1,4 @@
-"""Chart geometry for the ops view: titled bar charts with labelled axes, units and ticks.
+"""Chart geometry for the ops view: titled bar and line charts with labelled axes, units and ticks.
 
 The geometry is computed here (plain numbers and strings); ``templates/charts.html`` draws it as
 SVG on the server, escaping every label like every other value. No script, no request leaves
@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-Unit = Literal["count", "bytes"]
+Unit = Literal["count", "bytes", "percent"]
 _BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
@@ -115,6 +115,89 @@ def bar_chart(
         "y_ticks": [{"y": f"{top_margin + height - t / y_max * height:.1f}", "label": fmt(t)} for t in ticks],
         "bars": drawn,
         "empty": not bars,
+    }
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A vertical line at point ``index`` of a line chart (a maintenance run), with its tip."""
+
+    index: int
+    tip: str
+
+
+def line_chart(
+    values: list[float | None],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    unit: Unit = "count",
+    x_ticks: list[tuple[int, str, str | None]] = (),
+    markers: list[Marker] = (),
+    tips: list[str] | None = None,
+    color: str = "#0072b2",
+    width: int = 760,
+    height: int = 140,
+) -> dict:
+    """One line over points evenly spaced on x (one per commit), ``None`` a gap; ``unit`` percent
+    takes ratios (0.25 is 25%). ``x_ticks``: (index, label, second line); ``markers``: vertical
+    lines (maintenance runs) with tips; ``tips``: one per point (shown on its dot)."""
+    left, right, top_margin, bottom = 70, 12, 30, 54
+    plot_w = width - left - right
+    scale = 100.0 if unit == "percent" else 1.0
+    shown = [None if v is None else max(float(v), 0.0) * scale for v in values]
+    ticks = nice_ticks(
+        max((v for v in shown if v is not None), default=0), "bytes" if unit == "bytes" else "count"
+    )
+    y_max = ticks[-1] or 1
+    if unit == "bytes":
+        fmt = size_label
+    elif unit == "percent":
+        fmt = lambda t: f"{t:g}%"  # noqa: E731
+    else:
+        fmt = count_label
+    n = len(values)
+
+    def x_of(i: int) -> float:
+        return left + (plot_w * (i / (n - 1)) if n > 1 else plot_w / 2)
+
+    def y_of(v: float) -> float:
+        return top_margin + height - v / y_max * height
+
+    segments, current = [], []
+    dots = []
+    for i, v in enumerate(shown):
+        if v is None:
+            if current:
+                segments.append(" ".join(current))
+            current = []
+            continue
+        current.append(f"{x_of(i):.1f},{y_of(v):.1f}")
+        dots.append({"x": f"{x_of(i):.1f}", "y": f"{y_of(v):.1f}", "tip": (tips or [""] * n)[i]})
+    if current:
+        segments.append(" ".join(current))
+    return {
+        "title": title,
+        "x_label": x_label,
+        "y_label": y_label,
+        "width": width,
+        "total_height": top_margin + height + bottom,
+        "left": left,
+        "right": width - right,
+        "top": top_margin,
+        "bottom": top_margin + height,
+        "x_label_x": f"{left + plot_w / 2:.1f}",
+        "x_label_y": top_margin + height + 46,
+        "y_label_y": f"{top_margin + height / 2:.1f}",
+        "tick_label_y": top_margin + height + 14,
+        "y_ticks": [{"y": f"{y_of(t):.1f}", "label": fmt(t)} for t in ticks],
+        "x_ticks": [{"x": f"{x_of(i):.1f}", "label": label, "sublabel": sub} for i, label, sub in x_ticks],
+        "lines": segments,
+        "dots": dots if n <= 200 else [],
+        "markers": [{"x": f"{x_of(m.index):.1f}", "tip": m.tip} for m in markers if 0 <= m.index < n],
+        "color": color,
+        "empty": not dots,
     }
 
 

@@ -33,6 +33,7 @@ cannot read is a row with an error.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -47,7 +48,14 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from deltaplane.operators.plugins import catalog
 from deltaplane.operators.plugins.catalog import Entry, GateTask
-from deltaplane.operators.plugins.charts import Bar, bar_chart, log_size_buckets, size_label
+from deltaplane.operators.plugins.charts import (
+    Bar,
+    Marker,
+    bar_chart,
+    line_chart,
+    log_size_buckets,
+    size_label,
+)
 
 RECENT_COMMITS = 50
 MAX_TEXT = 1000  # characters kept of any string from a commit, an XCom or an error
@@ -91,7 +99,14 @@ def _auth():
 
 
 def _invalid(name: str, lines: list[str]) -> dict[str, Any]:
-    return {"name": name, "uri": "", "error": "invalid configuration: " + "; ".join(lines)}
+    return {
+        "name": name,
+        "uri": "",
+        "error": "invalid configuration: " + "; ".join(lines),
+        "status": "error",
+        "status_label": "invalid",
+        "urgency": 4,
+    }
 
 
 def _open(config):
@@ -404,19 +419,118 @@ def _identity(entry: Entry) -> dict[str, Any]:
 
 
 def _error_row(entry: Entry, error: Exception) -> dict[str, Any]:
-    return {**_identity(entry), "error": _text(f"{type(error).__name__}: {error}")}
+    label, urgency = STATUSES["error"]
+    return {
+        **_identity(entry),
+        "error": _text(f"{type(error).__name__}: {error}"),
+        "status": "error",
+        "status_label": label,
+        "urgency": urgency,
+    }
 
 
-def table_summary(entry: Entry) -> dict[str, Any]:
+def _policy(entry: Entry):
+    from deltaplane.operators.factory.config import maintenance_policy
+
+    return maintenance_policy(entry.config, entry.maintenance)
+
+
+def table_summary(entry: Entry, runs: Mapping[str, dict] | None = None) -> dict[str, Any]:
     try:
         table = _open(entry.config)
-        health = table.health(small_file_size=entry.config.auto_optimize.small_file_size)
+        health = table.health(small_file_size=_policy(entry).small_file_size)
     except Exception as e:  # missing, unreachable or unreadable: a row with an error, not a 500
         return _error_row(entry, e)
-    return _summary(entry, table, health)
+    return _summary(entry, table, health, runs)
 
 
-def _summary(entry: Entry, table, health) -> dict[str, Any]:
+STATUSES = {  # status -> (label, urgency: the list puts the highest first)
+    "error": ("unreadable", 4),
+    "failing": ("failing", 3),
+    "over_budget": ("over budget", 2),
+    "needs_maintenance": ("needs maintenance", 1),
+    "healthy": ("healthy", 0),
+}
+REWRITES = ("OPTIMIZE", "REORG")  # the commits that spend a table's daily budget of bytes rewritten
+DAY_MS = 86_400_000
+
+
+def _rewritten_today(table, now_ms: int) -> int:
+    """Bytes maintenance rewrote in the last 24 hours, from the newest commits' metrics."""
+    spent = 0
+    for info in table.history(RECENT_COMMITS):
+        row = commit_row(info)
+        if row["timestamp"] is not None and row["timestamp"] < now_ms - DAY_MS:
+            break
+        if row["operation"] is not None and row["operation"].startswith(REWRITES):
+            spent += row["bytes_added"]
+    return spent
+
+
+def maintenance_status(entry: Entry, table, health, runs: Mapping[str, dict] | None) -> dict[str, Any]:
+    """The table's place in the "what needs attention" list: its status (failing: the newest run
+    of one of its DAGs failed; over budget: work is due but its daily budget is spent; needs
+    maintenance: the health-driven plan wants a run; healthy), the next action with its reason,
+    and every decision of the plan (``deltaplane maintenance plan`` says the same)."""
+    import time
+
+    from deltaplane.engine.health import removed_files
+    from deltaplane.engine.maintenance_plan import decide, rank
+
+    policy = _policy(entry)
+    now = int(time.time() * 1000)
+    removed = removed_files(table.snapshot, now_ms=now, retention_ms=int(policy.retention_hours * 3_600_000))
+    decisions = decide(entry.name, health, policy, removed=removed)
+    spent = _rewritten_today(table, now) if policy.max_bytes_rewritten_per_day is not None else 0
+    ranked = rank(decisions, {entry.name: policy}, spent_today={entry.name: spent})
+    failed = [
+        (dag_id, run)
+        for dag_id in entry.dags
+        if (run := (runs or {}).get(dag_id)) and run["state"] == "failed"
+    ]
+    due = [d for d in ranked if d.run]
+    over = [d for d in ranked if not d.run and d.reason.startswith("over budget")]
+    if failed:
+        status = "failing"
+        dag_id, run = failed[0]
+        next_action = {"kind": None, "reason": f"the newest run of {dag_id} failed ({run['run_id']})"}
+    elif over:
+        status = "over_budget"
+        next_action = {"kind": over[0].kind, "reason": over[0].reason}
+    elif due:
+        status = "needs_maintenance"
+        next_action = {"kind": due[0].kind, "reason": due[0].reason}
+    else:
+        status = "healthy"
+        compaction = next((d for d in ranked if d.kind == "compaction"), None)
+        why = compaction.reason if compaction is not None else "nothing is due"
+        next_action = {"kind": None, "reason": f"nothing due ({why})"}
+    label, urgency = STATUSES[status]
+    return {
+        "status": status,
+        "status_label": label,
+        "urgency": urgency,
+        "score": round(max((d.score for d in due), default=0.0), 3),
+        "next_action": next_action,
+        "plan": [d.to_dict() for d in ranked],
+        "failed_runs": [{"dag_id": d, **r} for d, r in failed],
+        "rewritten_today": spent,
+        "schedule": entry.config.schedules.maintenance if entry.configured else None,
+    }
+
+
+def urgency_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The list's order: most urgent first (unreadable, failing, over budget, needs maintenance
+    by the plan's score, healthy), then by name."""
+
+    def key(row):
+        urgency = row.get("urgency", STATUSES["error"][1] if "error" in row else 0)
+        return (-urgency, -(row.get("score") or 0.0), str(row.get("label", row.get("name", ""))))
+
+    return sorted(rows, key=key)
+
+
+def _summary(entry: Entry, table, health, runs: Mapping[str, dict] | None = None) -> dict[str, Any]:
     from deltaplane.engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
 
     config = entry.config
@@ -454,6 +568,7 @@ def _summary(entry: Entry, table, health) -> dict[str, Any]:
         },
         "quality_gate": history[0] if history else None,  # the newest result
         "gate": {k: v for k, v in gate.items() if k not in ("history", "rejections")},
+        **maintenance_status(entry, table, health, runs),
     }
 
 
@@ -538,17 +653,54 @@ def _shape(table) -> dict[str, Any]:
     }
 
 
-def table_detail(entry: Entry) -> dict[str, Any]:
+HEALTH_HISTORY = 100  # commits drawn in the health-over-time charts
+
+
+def maintenance_effects(points: list[dict], commits: list[dict]) -> list[dict[str, Any]]:
+    """What each maintenance run in ``points`` (``health_history``) bought: files, small files,
+    rows hidden by deletion vectors and checkpoint lag just before and just after it, the bytes it
+    wrote, and the DAG run that made it (from the commit rows, newest first)."""
+    by_version = {c["version"]: c for c in commits}
+    out = []
+    for before, after in itertools.pairwise(points):
+        if not after["maintenance"]:
+            continue
+        row = by_version.get(after["version"]) or {}
+        out.append(
+            {
+                "version": after["version"],
+                "timestamp": after["timestamp"],
+                "operation": _text(after["operation"]),
+                "files": [before["num_files"], after["num_files"]],
+                "small_files": [before["num_small_files"], after["num_small_files"]],
+                "deleted_rows_ratio": [before["deleted_rows_ratio"], after["deleted_rows_ratio"]],
+                "bytes_written": row.get("bytes_added"),
+                "dag_run": row.get("dag_run"),
+            }
+        )
+    return list(reversed(out))  # newest first, as the commits
+
+
+def table_detail(entry: Entry, runs: Mapping[str, dict] | None = None) -> dict[str, Any]:
+    from deltaplane.engine.health_tracker import health_history
+
     try:
         table = _open(entry.config)
-        health = table.health(small_file_size=entry.config.auto_optimize.small_file_size)
+        health = table.health(small_file_size=_policy(entry).small_file_size)
         history = table.history(RECENT_COMMITS)
+        points = health_history(
+            table.snapshot.store,
+            commits=HEALTH_HISTORY,
+            until=table.version,
+            small_file_size=health.small_file_size,
+        )
         files = table.snapshot.files
         sizes = files.column("size").to_pylist() if files.num_rows else []
         shape = _shape(table)
     except Exception as e:
         return _error_row(entry, e)
-    detail = _summary(entry, table, health)
+    detail = _summary(entry, table, health, runs)
+    detail["health_history"] = points
     detail["gate_history"] = gate_history(entry, table.storage_options)["history"]
     detail.update(shape)
     detail["partitions"] = [
@@ -567,6 +719,7 @@ def table_detail(entry: Entry) -> dict[str, Any]:
     detail["file_size_histogram"] = health.file_size_histogram
     detail["file_size_buckets"] = log_size_buckets(sizes)
     detail["commits"] = [commit_row(info) for info in history]
+    detail["maintenance_runs"] = maintenance_effects(points, detail["commits"])
     return detail
 
 
@@ -682,14 +835,82 @@ def _histogram_chart(buckets: list[dict]) -> dict:
     )
 
 
+def _short(text: str | None, limit: int = 40) -> str:
+    """An operation's name in a tooltip: a foreign writer's may be any length."""
+    text = text or "?"
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _health_charts(points: list[dict]) -> list[dict]:
+    """Small files, the share of rows hidden by deletion vectors and the checkpoint lag after
+    each of the last commits, maintenance runs marked."""
+    points = [{**p, "operation": _short(p["operation"])} for p in points]
+    every = max(1, -(-len(points) // 12))
+    ticks = [
+        (i, f"v{p['version']}", _when(p["timestamp"])[11:16])
+        for i, p in enumerate(points)
+        if i % every == 0 or i == len(points) - 1
+    ]
+    markers = [
+        Marker(i, f"v{p['version']} {p['operation']} at {_when(p['timestamp'])}")
+        for i, p in enumerate(points)
+        if p["maintenance"]
+    ]
+    x_label = "commit version (time of day, UTC), oldest to newest; dashed: maintenance runs"
+
+    def chart(key, title, y_label, unit, fmt, color):
+        return line_chart(
+            [p[key] for p in points],
+            title=title,
+            x_label=x_label,
+            y_label=y_label,
+            unit=unit,
+            x_ticks=ticks,
+            markers=markers,
+            tips=[
+                f"v{p['version']} {p['operation'] or ''} at {_when(p['timestamp'])}: {fmt(p[key])}"
+                for p in points
+            ],
+            color=color,
+        )
+
+    return [
+        chart(
+            "num_small_files",
+            "Small files",
+            "small files",
+            "count",
+            lambda n: f"{n:,} small files",
+            "#d55e00",
+        ),
+        chart(
+            "deleted_rows_ratio",
+            "Rows hidden by deletion vectors",
+            "share of rows",
+            "percent",
+            lambda r: f"{r:.1%} of rows hidden",
+            "#cc79a7",
+        ),
+        chart(
+            "versions_since_checkpoint",
+            "Checkpoint lag",
+            "versions since checkpoint",
+            "count",
+            lambda n: f"{n:,} versions since the checkpoint",
+            "#0072b2",
+        ),
+    ]
+
+
 def detail_page(d: dict, root: str = "/deltaplane") -> HTMLResponse:
     if "error" in d:
-        return _render("table.html", root, d=d, charts=[], histogram=None, legend=[])
+        return _render("table.html", root, d=d, charts=[], histogram=None, legend=[], health_charts=[])
     colors = operation_colors(c["operation"] for c in reversed(d["commits"]))
     return _render(
         "table.html",
         root,
         d=d,
+        health_charts=_health_charts(d["health_history"]),
         charts=_commit_charts(d["commits"], colors),
         histogram=_histogram_chart(d["file_size_buckets"]),
         legend=sorted(colors.items()),
@@ -705,8 +926,8 @@ def _root(request: Request) -> str:
     return request.scope.get("root_path", "").rstrip("/") or "/deltaplane"
 
 
-def _rows(entries) -> list[dict[str, Any]]:
-    return [table_summary(entry) for entry in entries]
+def _rows(entries, runs: Mapping[str, dict] | None = None) -> list[dict[str, Any]]:
+    return urgency_order([table_summary(entry, runs) for entry in entries])
 
 
 def create_app(*, authenticated: bool = True) -> FastAPI:
@@ -715,7 +936,8 @@ def create_app(*, authenticated: bool = True) -> FastAPI:
 
     def listing() -> tuple[list[dict[str, Any]], list[str]]:
         found = catalog.load()
-        rows = _rows(found.entries.values()) + [_invalid(name, lines) for name, lines in found.errors.items()]
+        rows = _rows(found.entries.values(), found.latest_runs)
+        rows = urgency_order(rows + [_invalid(name, lines) for name, lines in found.errors.items()])
         return rows, found.notices
 
     def named(name: str) -> dict[str, Any]:
@@ -726,7 +948,7 @@ def create_app(*, authenticated: bool = True) -> FastAPI:
         if entry is None:
             known = ", ".join(n for n, e in found.entries.items() if e.configured)
             raise HTTPException(404, f"no table {name!r} in the configuration (tables: {known})")
-        return table_detail(entry)
+        return table_detail(entry, found.latest_runs)
 
     def at(uri: str) -> Entry:
         entry = catalog.load().by_uri(uri)
@@ -764,7 +986,8 @@ def create_app(*, authenticated: bool = True) -> FastAPI:
         if len(tables) == 1:
             return RedirectResponse(_root(request) + tables[0].link, status_code=303)
         if tables:
-            return list_page(_rows(tables), _root(request), heading=f"Delta tables of DAG {dag_id}")
+            rows = _rows(tables, found.latest_runs)
+            return list_page(rows, _root(request), heading=f"Delta tables of DAG {dag_id}")
         return _render("no_table.html", _root(request), dag_id=dag_id, entries=list(found.entries.values()))
 
     @app.get("/table", response_class=HTMLResponse)

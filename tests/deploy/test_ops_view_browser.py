@@ -55,6 +55,13 @@ CONFIG = """
           expectations:
             - {expectation: expect_column_values_to_not_be_null, kwargs: {column: id}}
         consumer: {target: lake/trips_copy}
+      streaming:
+        uri: lake/streaming
+        schedules: {maintenance: health}
+        maintenance: {min_small_files: 3}
+      capped:
+        uri: lake/capped
+        maintenance: {min_small_files: 3, max_bytes_rewritten_per_day: 1KB}
     """
 
 
@@ -83,6 +90,15 @@ def _long_table(path: Path) -> None:
     )  # fmt: skip
 
 
+def _small_appends(path: Path, n: int, start: int = 0) -> None:
+    import pyarrow as pa
+
+    from deltaplane.engine import write_table
+
+    for i in range(start, start + n):
+        write_table(str(path), pa.table({"id": [i], "day": ["2026-11-20"]}), mode="append")
+
+
 def _land_readme(lake: Path, name: str, rows: list[tuple[int, float]]) -> None:
     folder = lake / "landing" / "trips"
     folder.mkdir(parents=True, exist_ok=True)
@@ -109,6 +125,12 @@ def airflow(tmp_path_factory):
     config.write_text(textwrap.dedent(CONFIG) + "".join(f"  {n}:\n    uri: lake/{n}\n" for n in LONG_NAMES))
     for name in LONG_NAMES:
         _long_table(work / "lake" / name)
+    _small_appends(work / "lake" / "streaming", 8)  # small files past its threshold: needs compaction
+    _small_appends(work / "lake" / "capped", 4)
+    from deltaplane.engine import DeltaTable
+
+    DeltaTable(str(work / "lake" / "capped")).optimize()  # today's budget (1 KB) spent...
+    _small_appends(work / "lake" / "capped", 4, start=10)  # ...and compaction due again
     (dags / "deltaplane_tables.py").write_text((ROOT / "dags" / "deltaplane_tables.py").read_text())
     for block in python_blocks(dag_files=True, spark=False):  # the README's DAG files, as a user copies them
         (dags / block.source.splitlines()[0].removeprefix("# dags/")).write_text(block.source)
@@ -296,6 +318,12 @@ async def _session(ws_url: str, base: str, password: str, artifacts: Path) -> di
             "Emulation.setDeviceMetricsOverride", width=1400, height=2400, deviceScaleFactor=1, mobile=False
         )
         seen["list_text"] = await tab.js(f"{DOC}.body.innerText")
+        seen["statuses"] = await tab.js(
+            f"""[...{DOC}.querySelectorAll('table.tables tbody tr')].map(r => [
+                r.querySelector('.table-name').textContent, r.dataset.status,
+                getComputedStyle(r.querySelector('.badge')).backgroundColor,
+                r.querySelector('td.status').innerText])"""
+        )
         seen["list_gate"] = await tab.js(
             f"[...{DOC}.querySelectorAll('tr')].find(r => r.querySelector('a[href$=\"/tables/trips\"]'))"
             ".querySelector('td.gate').innerText"
@@ -333,6 +361,34 @@ async def _session(ws_url: str, base: str, password: str, artifacts: Path) -> di
         shot = await tab.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         (artifacts / "ops-view-table-in-airflow.png").write_bytes(base64.b64decode(shot["data"]))
         await tab.js(f"{FRAME}.style.height = ''")  # back to Airflow's layout for the clicks
+        # The health-driven table's page: its plan, health over time, what maintenance bought.
+        await tab.call("Page.navigate", url=base + "/plugin/deltaplane/deltaplane/tables/streaming")
+        await tab.wait(
+            f"{DOC} && {DOC}.querySelector('h1') && {DOC}.querySelector('h1').textContent === 'streaming'",
+            "the streaming page",
+        )
+        seen["streaming"] = await tab.js(
+            f"""(() => {{
+                const d = {DOC};
+                return {{
+                    status: d.querySelector('.maintenance-status').innerText,
+                    badge: getComputedStyle(d.querySelector('.maintenance-status .badge')).backgroundColor,
+                    plan: [...d.querySelectorAll('table.plan tr')].slice(1).map(r => r.innerText),
+                    lines: [...d.querySelectorAll('svg polyline.series')].length,
+                    charts: [...d.querySelectorAll('svg text.chart-title')].map(e => e.textContent),
+                }};
+            }})()"""
+        )
+        await tab.js(f"{FRAME}.style.height = {DOC}.documentElement.scrollHeight + 'px'")
+        await asyncio.sleep(0.5)
+        shot = await tab.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        (artifacts / "ops-view-maintenance.png").write_bytes(base64.b64decode(shot["data"]))
+        await tab.js(f"{FRAME}.style.height = ''")
+        await tab.call("Page.navigate", url=base + "/plugin/deltaplane/deltaplane/tables/trips")
+        await tab.wait(
+            f"{DOC} && {DOC}.querySelector('h1') && {DOC}.querySelector('h1').textContent === 'trips'",
+            "the trips page again",
+        )
         # A DAG-run link leaves the frame: Airflow's own page of the run, no Airflow inside Airflow.
         run_link = f"{DOC}.querySelector('table.commits a[href*=\"/runs/\"]')"
         seen["clicked"] = await tab.js(f"{run_link}.getAttribute('href')")
@@ -417,6 +473,40 @@ def test_an_ops_person_finds_the_table_from_the_nav_a_dag_and_an_asset_event(air
         assert layout["gate"][0] >= 0 and layout["gate"][1] <= frame_width, (width, layout)  # in view
         assert len(layout["names"]) >= len(LONG_NAMES) + 3, layout["names"]
         assert all(1 <= lines <= 2 for _, lines in layout["names"]), (width, layout["names"])
+    # What needs attention first: the list is sorted by urgency, each status with its colour.
+    statuses = [(name, status) for name, status, _, _ in seen["statuses"]]
+    order = ["error", "failing", "over_budget", "needs_maintenance", "healthy"]
+    ranks = [order.index(status) for _, status in statuses]
+    assert ranks == sorted(ranks), statuses
+    by_name = {name: (status, color, text) for name, status, color, text in seen["statuses"]}
+    # trips: its ingest DAG's newest run failed (the batch the gate rejected)
+    trips = [(status, text) for name, status, _, text in seen["statuses"] if name == "trips"]
+    assert ("failing", "deltaplane_trips_ingest failed") in [
+        (s, t[t.find("deltaplane") :][:30]) for s, t in trips
+    ]
+    # the README's trips table: its ingest DAG's newest run failed too (the README gate's rejection)
+    assert sorted(s for s, _ in trips) == ["failing", "failing"], trips
+    assert by_name["streaming"][0] == "needs_maintenance" and "compaction" in by_name["streaming"][2]
+    assert "8 small files" in by_name["streaming"][2], by_name["streaming"]
+    assert by_name["capped"][0] == "over_budget" and "over budget" in by_name["capped"][2], by_name["capped"]
+    assert by_name["trips.consumer"][0] == "healthy"
+    colors = {status: color for status, color, _ in by_name.values()}
+    assert colors == {
+        "error": "rgb(207, 34, 46)",  # the README's consumer targets, not written yet
+        "failing": "rgb(207, 34, 46)",
+        "over_budget": "rgb(130, 80, 223)",
+        "needs_maintenance": "rgb(191, 135, 0)",
+        "healthy": "rgb(26, 127, 55)",
+    }, colors
+    streaming = seen["streaming"]
+    assert streaming["status"].startswith("needs maintenance") and "next: compaction" in streaming["status"]
+    assert streaming["badge"] == "rgb(191, 135, 0)" and len(streaming["plan"]) == 4
+    assert streaming["plan"][0].startswith("compaction\trun") and "8 small files" in streaming["plan"][0]
+    assert streaming["lines"] == 3 and streaming["charts"][:3] == [
+        "Small files",
+        "Rows hidden by deletion vectors",
+        "Checkpoint lag",
+    ]
     readme = seen["readme_tab"]
     assert readme["path"] == "/dags/trips_ingest/plugin/deltaplane-table", readme
     assert readme["frame"] == f"/deltaplane/table?uri={quote(readme_table, safe='')}", readme
@@ -425,11 +515,21 @@ def test_an_ops_person_finds_the_table_from_the_nav_a_dag_and_an_asset_event(air
     assert seen["list_gate"].startswith("rejected") and "last pass" in seen["list_gate"], seen["list_gate"]
     page = seen["page"]
     assert page["chart_titles"] == [
+        "Small files",
+        "Rows hidden by deletion vectors",
+        "Checkpoint lag",
         "Rows added per commit",
         "Data added per commit",
         "File sizes of the live files",
     ]
-    assert page["y_labels"] == ["rows added", "bytes added", "files"]
+    assert page["y_labels"] == [
+        "small files",
+        "share of rows",
+        "versions since checkpoint",
+        "rows added",
+        "bytes added",
+        "files",
+    ]
     assert all(x.startswith(("commit version", "file size (log scale")) for x in page["x_labels"])
     assert any(t.endswith(("KiB", " B")) for t in page["y_ticks"]) and page["x_ticks"]
     assert page["commit_times"] and all(WHEN.fullmatch(t) for t in page["commit_times"])

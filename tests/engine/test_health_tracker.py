@@ -129,13 +129,17 @@ def test_foreign_commit_info_shapes_are_unknowns_not_failures(tmp_path):
         commit_info(operation=None, operationMetrics="not a map"),
         commit_info(operation="MERGE", operationMetrics={"numTargetRowsInserted": "x", "numOutputRows": [1]}),
         {"commitInfo": {"operation": "WRITE"}},  # no timestamp: the file's time is used
+        commit_info(operation=7, operationMetrics={"numOutputRows": float("inf")}),  # not a string
+        commit_info(operation="VACUUM START", operationParameters="not a map"),
+        commit_info(operation=["VACUUM END"], operationParameters=["x"]),
     ]
     for v, info in enumerate(shapes, start=1):
         write_commit(store, v, [info, add(f"f{v}.parquet", size=5)])
-    assert tracker.advance(store) == [1, 2, 3]
-    assert [c.rows_inserted for c in tracker.commits] == [None, None, None]
-    assert tracker.health().num_files == 4
-    assert tracker.commits[-1].timestamp > 1_700_000_000_000
+    assert tracker.advance(store) == [1, 2, 3, 4, 5, 6]
+    assert [c.rows_inserted for c in tracker.commits] == [None] * 6
+    assert [c.operation for c in tracker.commits][3:] == [None, "VACUUM START", None]
+    assert tracker.health().num_files == 7
+    assert tracker.commits[2].timestamp > 1_700_000_000_000
 
 
 class CountingStore(LocalStore):
@@ -249,3 +253,57 @@ def test_maintenance_events_follow_the_log(tmp_path):
     assert tracker.last_vacuum is not None and tracker.last_vacuum.operation == "VACUUM END"
     assert tracker.health() == table_health(load_snapshot(LocalStore(path)))
     assert tracker.removed_files() == {"num_files": 0, "bytes": 0, "oldest_age_ms": None}  # freed
+
+
+def test_health_history_is_each_versions_health_with_maintenance_marked(tmp_path):
+    from deltaplane.engine.health_tracker import health_history
+
+    path = str(tmp_path / "h")
+    t = DeltaTable.create(
+        path,
+        SCHEMA,
+        partition_by=["part"],
+        properties={"delta.enableDeletionVectors": "true", "delta.checkpointInterval": "1000"},
+    )
+    for i in range(4):
+        t.append(batch(10 * i, 10, 2))
+    t.delete("id = 3")
+    t.optimize()
+    t.checkpoint()
+    t.append(batch(100, 4, 2))
+    t.vacuum(retention_hours=0, dry_run=False, enforce_retention=False)
+    points = health_history(LocalStore(path), commits=100, small_file_size=SMALL)
+    assert [p["version"] for p in points] == list(range(t.version + 1))
+    for p in points:  # each point is what a full recompute of that version says
+        full = table_health(load_snapshot(LocalStore(path), p["version"]), small_file_size=SMALL)
+        assert (p["num_files"], p["num_small_files"], p["size_bytes"]) == (
+            full.num_files,
+            full.num_small_files,
+            full.size_bytes,
+        )
+        assert abs(p["deleted_rows_ratio"] - full.deleted_rows_ratio) < 1e-12
+    marked = [(p["version"], p["operation"]) for p in points if p["maintenance"]]
+    assert marked == [(6, "OPTIMIZE"), (9, "VACUUM END")]
+    lag = {p["version"]: p["versions_since_checkpoint"] for p in points}
+    assert lag[5] == 6 and lag[6] == 0 and lag[7] == 1  # the checkpoint of version 6
+    # the last few commits only: starts at that version
+    tail = health_history(LocalStore(path), commits=3, small_file_size=SMALL)
+    assert [p["version"] for p in tail] == [6, 7, 8, 9] and tail[0]["operation"] is None
+
+
+def test_removed_files_of_a_snapshot_are_the_trackers(tmp_path):
+    from deltaplane.engine.health import removed_files
+
+    path = str(tmp_path / "r")
+    t = DeltaTable.create(path, SCHEMA, partition_by=["part"])
+    for i in range(3):
+        t.append(batch(10 * i, 10, 2))
+    t.optimize()
+    t.delete("part = 'p0'")
+    snapshot = load_snapshot(LocalStore(path))
+    tracker = HealthTracker.from_snapshot(snapshot, small_file_size=SMALL)
+    for now, retention in ((None, None), (snapshot.timestamp + 10, 5), (snapshot.timestamp, 10**9)):
+        assert removed_files(snapshot, now_ms=now, retention_ms=retention) == tracker.removed_files(
+            now_ms=now, retention_ms=retention
+        )
+    assert removed_files(snapshot)["num_files"] == 7  # 6 compacted + the compacted p0 file

@@ -392,7 +392,8 @@ def test_api_numbers_equal_the_engines_health(ops_server):
 def test_pages_render_svg_without_outside_requests(ops_server):
     base, token, trips = ops_server
     status, page = request(base + "/deltaplane/tables/trips", token=token)
-    assert status == 200 and page.count("<svg") == 3
+    # 3 health-over-time lines, 2 commit charts, the file sizes
+    assert status == 200 and page.count("<svg") == 6
     assert not re.search(r"""(src|href)=["']https?://""", page)  # nothing fetched from elsewhere
     health = DeltaTable(trips).health(small_file_size=32 << 20)
     assert (
@@ -738,7 +739,7 @@ def _links(page: str) -> dict[str, dict]:
 OWN_ELEMENTS = {
     "html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "a", "b", "code", "span",
     "table", "thead", "tbody", "tr", "th", "td", "ul", "li", "svg", "line", "rect", "text", "div", "br", "wbr",
-    "script",
+    "script", "h3", "polyline", "circle",
 }  # fmt: skip
 # The one script of the view: its own file, loaded from the Airflow server.
 OWN_SCRIPT = '<script src="/deltaplane/static/ops.js" defer></script>'
@@ -963,13 +964,46 @@ def test_fields_the_config_cannot_carry_are_escaped_too():
             }
         ],
     }
+    point = {"version": 3, "timestamp": 1, "num_files": 2, "num_small_files": 2, "size_bytes": 9}
+    point.update({"deleted_rows_ratio": 0.25, "versions_since_checkpoint": 4})
+    summary.update(
+        {
+            "status": "failing",
+            "status_label": payload("status"),
+            "urgency": 3,
+            "score": 1.5,
+            "next_action": {"kind": payload("kind"), "reason": payload("next")},
+            "plan": [{"kind": payload("plan-kind"), "run": True, "score": 1.5, "reason": payload("plan")}],
+            "failed_runs": [{"dag_id": payload("failed-dag"), "run_id": payload("failed-run"), "when": 1}],
+            "rewritten_today": 10,
+            "schedule": payload("schedule"),
+            "health_history": [
+                {**point, "operation": None, "maintenance": False},
+                {**point, "operation": payload("maint-op"), "maintenance": True},
+            ],
+            "maintenance_runs": [
+                {
+                    "version": 3,
+                    "timestamp": 1,
+                    "operation": payload("maint-op"),
+                    "files": [2, 1],
+                    "small_files": [2, 0],
+                    "deleted_rows_ratio": [0.25, 0.0],
+                    "bytes_written": 10,
+                    "dag_run": {"dag_id": payload("maint-dag"), "run_id": payload("maint-run"), "task_id": None},
+                }
+            ],
+        }
+    )
     page = detail_page(summary).body.decode()
     shown = ("uri", "action", "reason", "dag", "partition", "op", "d", "source", "quarantine-error")
+    shown += ("status", "kind", "next", "plan-kind", "plan", "failed-dag", "failed-run", "schedule", "maint-op")
+    shown += ("maint-dag",)
     shown += ("gate-run", "gate-task", "gate-reason", "batch", "quarantine", "column", "pcol", "description")
     shown += ("key", "value", "rf", "wf", "pk", "pv", "hold", "hold-work")
     assert_inert(page, [name, *map(payload, shown)])
     page = list_page([summary]).body.decode()
-    assert_inert(page, [name, payload("action"), payload("batch"), payload("source")])
+    assert_inert(page, [name, payload("action"), payload("batch"), payload("source"), payload("next")])
 
 
 def test_any_commit_info_becomes_a_typed_row():
