@@ -9,6 +9,7 @@ at recent history for the last OPTIMIZE and VACUUM.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -252,3 +253,24 @@ def _last_maintenance(snapshot: Snapshot) -> tuple[MaintenanceEvent | None, Main
         if len(found) == 2:
             break
     return found.get("optimize"), found.get("vacuum")
+
+
+REWRITES = ("OPTIMIZE", "REORG")  # the commits that spend a table's daily budget of bytes rewritten
+DAY_MS = 86_400_000
+
+
+def bytes_rewritten_since(snapshot: Snapshot, since_ms: int, *, max_commits: int = HISTORY_PAGES[-1]) -> int:
+    """Bytes the OPTIMIZE and REORG commits at or after ``since_ms`` wrote (their
+    ``numAddedBytes``), among the newest ``max_commits``: what a daily budget of bytes rewritten
+    has spent (``maintenance_plan.rank``'s ``spent_today``)."""
+    spent = 0
+    for entry in load_history(snapshot.store, limit=max_commits, up_to=snapshot.version):
+        stamp = entry.get("timestamp")
+        if isinstance(stamp, int | float) and not isinstance(stamp, bool) and stamp < since_ms:
+            break
+        operation = entry.get("operation")
+        metrics = entry.get("operationMetrics")
+        if isinstance(operation, str) and operation.startswith(REWRITES) and isinstance(metrics, dict):
+            with contextlib.suppress(TypeError, ValueError, OverflowError):  # a foreign shape: not counted
+                spent += max(0, int(metrics.get("numAddedBytes") or 0))
+    return spent

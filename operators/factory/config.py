@@ -99,6 +99,10 @@ class MaintenanceSection(_Model):
 
     defaults: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
     max_concurrent_jobs: int = Field(2, gt=0)
+    # An Airflow pool the rewrites of every table's maintenance DAG run in (create it with
+    # `airflow pools set <pool> <max_concurrent_jobs> ...`: a task in a pool that does not exist
+    # is never scheduled); None: no pool, the cap is the CLI's and the ops view's only.
+    pool: str | None = Field(None, min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.-]+$")
 
 
 class Expectation(_Model):

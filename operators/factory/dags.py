@@ -178,6 +178,7 @@ the user's write is never failed by it.
             yield_minutes=scheduling["yield_minutes"],
             **conn,
         )
+        pool = {"pool": section.pool} if section is not None and section.pool else {}
         compact = DeltaCompactionOperator(
             task_id="compact",
             table_uri=table.uri,
@@ -185,6 +186,7 @@ the user's write is never failed by it.
             target_file_size=table.target_file_size,
             zorder_by=table.zorder_by,
             spark_threshold_bytes=table.spark_threshold_bytes,
+            **pool,
             **conn,
         )
         checkpoint = DeltaCheckpointOperator(

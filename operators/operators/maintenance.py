@@ -142,8 +142,15 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         import time
 
+        from deltaplane.engine.health import DAY_MS, bytes_rewritten_since
         from deltaplane.engine.health_tracker import HealthTracker
-        from deltaplane.engine.maintenance_plan import MaintenancePolicy, decide, yield_to_writers
+        from deltaplane.engine.maintenance_plan import (
+            KINDS,
+            MaintenancePolicy,
+            decide,
+            rank,
+            yield_to_writers,
+        )
         from deltaplane.engine.tail import partitions_of, recent_row_changes
 
         policy = MaintenancePolicy.from_dict(self.policy)
@@ -161,6 +168,12 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
                 what = f"{change.operation} v{change.version}, {ago} min ago"
                 busy += [(p, what) for p in partitions_of(change)]
         decisions = yield_to_writers(decisions, busy)
+        spent = None
+        if policy.max_bytes_rewritten_per_day is not None:  # the day's budget, from the log
+            spent = bytes_rewritten_since(snapshot, now - DAY_MS)
+            ranked = rank(decisions, {self.table_uri: policy}, spent_today={self.table_uri: spent})
+            order = {KINDS.index(d.kind): d for d in ranked}  # keep the kinds' order
+            decisions = [order[i] for i in sorted(order)]
         wanted = [d for d in decisions if d.run]
         rewrites = [d for d in wanted if d.kind in ("compaction", "dv_purge")]
         for d in decisions:
@@ -175,6 +188,7 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
             "compact": bool(rewrites),
             "partitions": [p for d in rewrites for p in d.partitions],
             "purge": any(d.kind == "dv_purge" for d in rewrites),
+            "rewritten_today": spent,
             "health": {
                 "num_files": health.num_files,
                 "num_small_files": health.num_small_files,

@@ -451,22 +451,6 @@ STATUSES = {  # status -> (label, urgency: the list puts the highest first)
     "needs_maintenance": ("needs maintenance", 1),
     "healthy": ("healthy", 0),
 }
-REWRITES = ("OPTIMIZE", "REORG")  # the commits that spend a table's daily budget of bytes rewritten
-DAY_MS = 86_400_000
-
-
-def _rewritten_today(table, now_ms: int) -> int:
-    """Bytes maintenance rewrote in the last 24 hours, from the newest commits' metrics."""
-    spent = 0
-    for info in table.history(RECENT_COMMITS):
-        row = commit_row(info)
-        if row["timestamp"] is not None and row["timestamp"] < now_ms - DAY_MS:
-            break
-        if row["operation"] is not None and row["operation"].startswith(REWRITES):
-            spent += row["bytes_added"]
-    return spent
-
-
 def maintenance_status(entry: Entry, table, health, runs: Mapping[str, dict] | None) -> dict[str, Any]:
     """The table's place in the "what needs attention" list: its status (failing: the newest run
     of one of its DAGs failed; over budget: work is due but its daily budget is spent; needs
@@ -474,14 +458,16 @@ def maintenance_status(entry: Entry, table, health, runs: Mapping[str, dict] | N
     and every decision of the plan (``deltaplane maintenance plan`` says the same)."""
     import time
 
-    from deltaplane.engine.health import removed_files
+    from deltaplane.engine.health import DAY_MS, bytes_rewritten_since, removed_files
     from deltaplane.engine.maintenance_plan import decide, rank
 
     policy = _policy(entry)
     now = int(time.time() * 1000)
     removed = removed_files(table.snapshot, now_ms=now, retention_ms=int(policy.retention_hours * 3_600_000))
     decisions = decide(entry.name, health, policy, removed=removed)
-    spent = _rewritten_today(table, now) if policy.max_bytes_rewritten_per_day is not None else 0
+    spent = 0
+    if policy.max_bytes_rewritten_per_day is not None:
+        spent = bytes_rewritten_since(table.snapshot, now - DAY_MS)
     ranked = rank(decisions, {entry.name: policy}, spent_today={entry.name: spent})
     failed = [
         (dag_id, run)

@@ -307,3 +307,27 @@ def test_removed_files_of_a_snapshot_are_the_trackers(tmp_path):
             now_ms=now, retention_ms=retention
         )
     assert removed_files(snapshot)["num_files"] == 7  # 6 compacted + the compacted p0 file
+
+
+def test_bytes_rewritten_since_counts_the_days_optimize_and_reorg_commits(tmp_path):
+    from deltaplane.engine.health import bytes_rewritten_since
+
+    path = str(tmp_path / "b")
+    t = DeltaTable.create(path, SCHEMA, partition_by=["part"])
+    for i in range(4):
+        t.append(batch(10 * i, 10, 2))
+    first = t.optimize()
+    t.append(batch(100, 10, 2))
+    t.append(batch(200, 10, 2))
+    t.optimize()
+
+    def written(version: int) -> int:  # the adds of that commit, from the log itself
+        lines = (Path(path) / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+        return sum(json.loads(x)["add"]["size"] for x in lines if x.startswith('{"add"'))
+
+    snapshot = load_snapshot(LocalStore(path))
+    assert bytes_rewritten_since(snapshot, 0) == written(5) + written(8)
+    second = load_snapshot(LocalStore(path), 8).timestamp
+    assert bytes_rewritten_since(snapshot, second) == written(8)
+    assert bytes_rewritten_since(snapshot, snapshot.timestamp + 1) == 0
+    assert first.num_files_removed == 8

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.airflow
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 
 
-def config_for(tmp_path, *, yield_minutes: float = 10, extra: str = ""):
+def config_for(tmp_path, *, yield_minutes: float = 10, extra: str = "", budget: str | None = None):
     return write_config(
         tmp_path,
         f"""
@@ -34,6 +34,7 @@ def config_for(tmp_path, *, yield_minutes: float = 10, extra: str = ""):
               max_versions_since_checkpoint: 5
               yield_minutes: {yield_minutes}
               poll_seconds: 5
+              max_bytes_rewritten_per_day: {budget or "null"}
             {extra}
         """,
     )
@@ -149,3 +150,38 @@ def test_without_yielding_the_busy_partition_is_compacted_too(airflow_db, tmp_pa
     assert sorted(p["p"] for p in compaction["partitions"]) == ["a", "b"]
     assert files_in(uri, "a") == 1 and files_in(uri, "b") == 1
     assert sorted(r["id"] for r in DeltaTable(uri).to_arrow().to_pylist()) == sorted(i for i in ids if i != 1)
+
+
+def test_a_spent_daily_budget_skips_the_rewrite_and_says_so(airflow_db, tmp_path):
+    uri = make_table(tmp_path)
+    small_appends(uri, 4)
+    DeltaTable(uri).optimize()  # today's rewrite: more than the budget below
+    ids = small_appends(uri, 4)
+    config = config_for(tmp_path, budget="1KB")
+    run = run_dag("health_budget", dag_file("deltaplane_events_maintenance", config))
+    assert set(task_states(run).values()) == {"success"}, task_states(run)
+    plan = xcom(run, "plan")
+    compaction = next(d for d in plan["decisions"] if d["kind"] == "compaction")
+    assert not compaction["run"] and compaction["reason"].startswith("over budget: "), compaction
+    assert plan["rewritten_today"] > 1024 and "compaction" not in plan["run"]
+    assert xcom(run, "compact")["nothing_to_do"]
+    assert "OPTIMIZE" not in [h["operation"] for h in DeltaTable(uri).history(3)]
+    assert len(ids) == 16
+
+
+def test_the_rewrites_run_in_the_configured_pool(tmp_path):
+    from deltaplane.operators.factory.config import ConfigError, load_config
+    from deltaplane.operators.factory.dags import build_dags
+
+    path = config_for(tmp_path)
+    path.write_text(
+        path.read_text().replace(
+            "maintenance:\n  defaults:", "maintenance:\n  pool: dp_maint\n  defaults:", 1
+        )
+    )
+    dag = build_dags(load_config(path))["deltaplane_events_maintenance"]
+    assert dag.get_task("compact").pool == "dp_maint"
+    assert dag.get_task("plan").pool == "default_pool" and dag.get_task("vacuum").pool == "default_pool"
+    path.write_text(path.read_text().replace("pool: dp_maint", "pool: 'no pool; rm -rf /'"))
+    with pytest.raises(ConfigError, match="maintenance.pool"):
+        load_config(path)
