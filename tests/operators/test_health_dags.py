@@ -183,5 +183,5 @@ def test_the_rewrites_run_in_the_configured_pool(tmp_path):
     assert dag.get_task("compact").pool == "dp_maint"
     assert dag.get_task("plan").pool == "default_pool" and dag.get_task("vacuum").pool == "default_pool"
     path.write_text(path.read_text().replace("pool: dp_maint", "pool: 'no pool; rm -rf /'"))
-    with pytest.raises(ConfigError, match="maintenance.pool"):
+    with pytest.raises(ConfigError, match=r"maintenance\.pool"):
         load_config(path)
