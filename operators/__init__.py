@@ -22,6 +22,7 @@ _PUBLIC = {
     "DeltaCommitOperator": "operators.commit",
     "DeltaDMLOperator": "operators.dml",
     "DeltaAutoOptimizeOperator": "operators.maintenance",
+    "DeltaMaintenancePlanOperator": "operators.maintenance",
     "DeltaCompactionOperator": "operators.maintenance",
     "DeltaCheckpointOperator": "operators.maintenance",
     "DeltaVacuumOperator": "operators.maintenance",

@@ -1,4 +1,4 @@
-"""The README's DAG-author guide works as written: its three DAG files are taken from README.md
+"""The README's DAG-author guide works as written: its four DAG files are taken from README.md
 verbatim and run with real Airflow (``dag.test()``) on a lake in a temporary folder, the way a new
 user would try them: several runs, a run with nothing landed, a bad batch, reruns."""
 
@@ -45,8 +45,13 @@ def _rows(uri: Path, column: str = "trip_id") -> list:
     return sorted(DeltaTable(str(uri)).to_arrow(columns=[column]).column(column).to_pylist())
 
 
-def test_the_readme_has_the_three_dags():
-    assert set(readme_dags()) == {"trips_ingest", "trips_maintenance", "trips_consumer"}
+def test_the_readme_has_the_four_dags():
+    assert set(readme_dags()) == {
+        "trips_ingest",
+        "trips_maintenance",
+        "trips_health_maintenance",
+        "trips_consumer",
+    }
 
 
 def test_the_readme_dags_run_as_written(airflow_db, tmp_path, monkeypatch):
@@ -110,3 +115,18 @@ def test_the_readme_dags_run_as_written(airflow_db, tmp_path, monkeypatch):
     consumer.events_dag.test()
     consumer.events_dag.test()  # a repeated event copies nothing twice
     assert _rows(lake / "trips_copy") == _rows(lake / "trips_events") == sorted([*expected, 60, 61])
+
+    # The health-driven maintenance DAG: scheduled on the health Asset, run by hand here (its
+    # trigger's part is tests/operators/test_health_trigger.py and the stack test's).
+    health = _load("trips_health_maintenance", sources["trips_health_maintenance"]).dag
+    (asset,) = health.timetable.asset_condition.objects
+    assert asset.uri.endswith("/trips/_deltaplane/health") and asset.watchers
+    for batch in range(7, 11):
+        _land(lake, f"b{batch}", [(batch * 10, 1.0)])
+        ingest.test()
+    files = len(DeltaTable(str(lake / "trips")).file_uris())
+    run = health.test()
+    assert set(task_states(run).values()) == {"success"}, task_states(run)
+    assert len(DeltaTable(str(lake / "trips")).file_uris()) == 1 < files  # compacted
+    run = health.test()  # again: nothing is due, every task says why
+    assert set(task_states(run).values()) == {"success"}
