@@ -278,7 +278,7 @@ def health_step(tables, trackers, run: Run, vacuumed_before) -> None:
         if not d.run:
             continue
         t = tables[d.table]
-        if d.kind in ("compaction", "dv_purge"):
+        if d.kind in ("compaction", "dv_purge", "clustering"):
             small = d.details.get("min_file_size") if d.kind == "compaction" else None
             optimize(
                 t, run, partitions=list(d.partitions) or None, purge=d.kind == "dv_purge", min_file_size=small

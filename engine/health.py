@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltaplane.engine.clustering import clustering_column_names
 from deltaplane.engine.commands.history import load_history
 from deltaplane.engine.log.segment import build_log_segment
 from deltaplane.engine.partitions import partition_directory
@@ -76,6 +77,10 @@ class TableHealth:
     last_optimize: MaintenanceEvent | None
     last_vacuum: MaintenanceEvent | None
     partitions: tuple[PartitionHealth, ...] = field(repr=False)
+    # liquid clustering: whether the table is clustered, and its files no OPTIMIZE clustered yet
+    clustered: bool = False
+    num_unclustered_files: int = 0
+    unclustered_bytes: int = 0
 
     @property
     def deleted_rows_ratio(self) -> float:
@@ -130,6 +135,11 @@ def table_health(
         else np.zeros(n, dtype=np.int64)
     )
     small = sizes < small_file_size
+    unclustered = (
+        pc.is_null(files.column("clustering_provider")).to_numpy(zero_copy_only=False)
+        if n and "clustering_provider" in files.column_names
+        else np.ones(n, dtype=bool)
+    )
     partitions = _partitions(snapshot, files, sizes, small, records, deleted)
     # The log now, not as it was when the snapshot was loaded: a checkpoint may have been
     # written since (listing from the _last_checkpoint hint is one cheap request).
@@ -157,6 +167,9 @@ def table_health(
         last_optimize=last_optimize,
         last_vacuum=last_vacuum,
         partitions=tuple(partitions),
+        clustered=bool(clustering_column_names(snapshot)),
+        num_unclustered_files=int(unclustered.sum()),
+        unclustered_bytes=int(sizes[unclustered].sum()),
     )
 
 

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Metadata
+from deltaplane.engine.clustering import DOMAIN as CLUSTERING_DOMAIN
 from deltaplane.engine.health import (
     DEFAULT_SMALL_FILE_SIZE,
     HISTOGRAM_BOUNDS,
@@ -112,9 +113,9 @@ class HealthTracker:
     timestamp: int
     small_file_size: int
     partition_names: tuple[str, ...]  # physical partition column names
-    files: dict[str, tuple[str, int, int | None, int]] = field(
+    files: dict[str, tuple[str, int, int | None, int, bool]] = field(
         repr=False
-    )  # key -> (partition, size, rows, deleted)
+    )  # key -> (partition, size, rows, deleted, clustered)
     partitions: dict[str, _Sums] = field(repr=False)
     partition_values: dict[str, dict[str, str | None]] = field(repr=False)
     histogram_files: list[int] = field(repr=False)
@@ -127,6 +128,9 @@ class HealthTracker:
     vacuum_cutoff: int | None = None  # a VACUUM START seen, its END not yet: what it deletes
     commits_read: int = 0  # commits applied since the last start from a snapshot
     restarts: int = 0  # starts from a snapshot (the first one included)
+    clustered: bool = False  # liquid clustering columns are set
+    unclustered_files: int = 0  # live files no OPTIMIZE clustered (no clusteringProvider)
+    unclustered_bytes: int = 0
 
     # --- starting ---------------------------------------------------------------------------
 
@@ -152,6 +156,7 @@ class HealthTracker:
             last_optimize=base.last_optimize,
             last_vacuum=base.last_vacuum,
             restarts=restarts + 1,
+            clustered=base.clustered,
         )
         tracker._apply_files(snapshot.files, sign=1)
         tracker._apply_tombstones(snapshot.tombstones)
@@ -212,6 +217,9 @@ class HealthTracker:
             metrics = _commit_metrics(version, int(stamp), info, added, removed)
         else:
             metrics = _commit_metrics(version, int(stamp), info, [], [])
+        for domain in actions.domains or ():
+            if domain.domain == CLUSTERING_DOMAIN:  # ALTER TABLE CLUSTER BY (NONE)
+                self.clustered = not domain.removed and _clustering_columns_set(domain.configuration)
         if operation == "OPTIMIZE":
             self.last_optimize = MaintenanceEvent(version, int(stamp), operation)
         elif operation is not None and operation.startswith("VACUUM"):
@@ -275,6 +283,11 @@ class HealthTracker:
         if sign > 0:
             parts = self._partition_keys(files)
             sizes = files.column("size").to_pylist()
+            clustered = (
+                pc.is_valid(files.column("clustering_provider")).to_pylist()
+                if "clustering_provider" in files.column_names
+                else [False] * files.num_rows
+            )
             records = parse_file_stats(files, {}).num_records.to_pylist()
             dv = files.column("deletion_vector")
             deleted = (
@@ -282,23 +295,34 @@ class HealthTracker:
                 if dv.null_count < len(dv)
                 else [0] * files.num_rows
             )
-            for key, part, size, rows, gone in zip(keys, parts, sizes, records, deleted, strict=True):
+            for key, part, size, rows, gone, done in zip(
+                keys, parts, sizes, records, deleted, clustered, strict=True
+            ):
                 if key in self.files:  # the same logical file added twice: the newer one counts
                     self._count(key, self.files.pop(key), -1)
-                entry = (part, int(size or 0), None if rows is None else int(rows), int(gone or 0))
+                entry = (
+                    part,
+                    int(size or 0),
+                    None if rows is None else int(rows),
+                    int(gone or 0),
+                    bool(done),
+                )
                 self.files[key] = entry
                 self._count(key, entry, 1)
-                out.append(entry[1:])
+                out.append(entry[1:4])
         else:
             for key in keys:
                 entry = self.files.pop(key, None)
                 if entry is not None:
                     self._count(key, entry, -1)
-                    out.append(entry[1:])
+                    out.append(entry[1:4])
         return out
 
-    def _count(self, key: str, entry: tuple[str, int, int | None, int], sign: int) -> None:
-        part, size, rows, deleted = entry
+    def _count(self, key: str, entry: tuple[str, int, int | None, int, bool], sign: int) -> None:
+        part, size, rows, deleted, clustered = entry
+        if not clustered:
+            self.unclustered_files += sign
+            self.unclustered_bytes += sign * size
         sums = self.partitions.get(part)
         if sums is None:
             sums = self.partitions[part] = _Sums()
@@ -368,6 +392,9 @@ class HealthTracker:
             last_optimize=self.last_optimize,
             last_vacuum=self.last_vacuum,
             partitions=tuple(partitions),
+            clustered=self.clustered,
+            num_unclustered_files=self.unclustered_files,
+            unclustered_bytes=self.unclustered_bytes,
         )
 
     def removed_files(
@@ -412,6 +439,7 @@ class HealthTracker:
                     vars(c) | {"added_size_histogram": list(c.added_size_histogram)} for c in self.commits
                 ],
                 "restarts": self.restarts,
+                "clustered": self.clustered,
             },
             separators=(",", ":"),
         )
@@ -436,9 +464,16 @@ class HealthTracker:
             last_vacuum=_event(data["last_vacuum"]),
             vacuum_cutoff=data.get("vacuum_cutoff"),
             restarts=int(data["restarts"]),
+            clustered=bool(data.get("clustered", False)),
         )
-        for key, (part, size, rows, deleted) in data["files"].items():
-            entry = (part, int(size), None if rows is None else int(rows), int(deleted))
+        for key, (part, size, rows, deleted, *done) in data["files"].items():
+            entry = (
+                part,
+                int(size),
+                None if rows is None else int(rows),
+                int(deleted),
+                bool(done and done[0]),
+            )
             tracker.files[key] = entry
             tracker._count(key, entry, 1)
         for c in data["commits"]:
@@ -446,6 +481,14 @@ class HealthTracker:
                 CommitMetrics(**{**c, "added_size_histogram": tuple(c["added_size_histogram"])})
             )
         return tracker
+
+
+def _clustering_columns_set(configuration: str) -> bool:
+    try:
+        columns = json.loads(configuration).get("clusteringColumns")
+    except (ValueError, AttributeError):
+        return False
+    return bool(columns)
 
 
 def _event_json(event: MaintenanceEvent | None) -> dict | None:

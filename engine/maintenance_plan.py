@@ -40,7 +40,8 @@ from typing import Any
 
 from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth
 
-KINDS = ("compaction", "dv_purge", "checkpoint", "vacuum")
+KINDS = ("compaction", "dv_purge", "clustering", "checkpoint", "vacuum")
+REWRITE_KINDS = ("compaction", "dv_purge", "clustering")  # the kinds that rewrite data files
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -54,6 +55,7 @@ class MaintenancePolicy:
     min_small_files: int = 50  # per partition (Delta Spark's auto-compaction minNumFiles)
     max_deleted_rows_ratio: float = 0.2  # per partition
     max_versions_since_checkpoint: int = 100
+    min_unclustered_files: int = 50  # a liquid-clustered table's files not clustered yet
     min_vacuum_bytes: int = 1 * GiB  # freed storage worth a VACUUM
     retention_hours: float = 168.0
     target_file_size: int = DEFAULT_SMALL_FILE_SIZE
@@ -87,8 +89,14 @@ class MaintenancePolicy:
         unknown = [k for k in self.enabled if k not in KINDS]
         if unknown:
             raise ValueError(f"unknown kind(s) of maintenance {unknown}; known: {', '.join(KINDS)}")
-        if self.min_small_files < 1 or self.max_versions_since_checkpoint < 1:
-            raise ValueError("min_small_files and max_versions_since_checkpoint must be at least 1")
+        if (
+            self.min_small_files < 1
+            or self.max_versions_since_checkpoint < 1
+            or self.min_unclustered_files < 1
+        ):
+            raise ValueError(
+                "min_small_files, min_unclustered_files and max_versions_since_checkpoint must be at least 1"
+            )
         if not 0.0 <= self.max_deleted_rows_ratio <= 1.0:
             raise ValueError("max_deleted_rows_ratio must be between 0 and 1")
 
@@ -152,6 +160,7 @@ def decide(
     for kind, fn in (
         ("compaction", _compaction),
         ("dv_purge", _dv_purge),
+        ("clustering", _clustering),
         ("checkpoint", _checkpoint),
         ("vacuum", _vacuum),
     ):
@@ -173,6 +182,14 @@ def _compaction(name, health: TableHealth, policy: MaintenancePolicy, removed) -
             False,
             f"health was measured with small files under {_size(health.small_file_size)}, the policy "
             f"says {_size(small_size)}: measure again",
+        )
+    if health.clustered and "clustering" in policy.enabled:
+        return Decision(
+            name,
+            "compaction",
+            False,
+            f"a liquid-clustered table: its {health.num_small_files} small files are rewritten by clustering "
+            "(OPTIMIZE clusters new files)",
         )
     below_target = sum(
         b["num_files"] for b in health.file_size_histogram if b["min_bytes"] < policy.target_file_size
@@ -274,6 +291,34 @@ def _dv_purge(name, health: TableHealth, policy: MaintenancePolicy, removed) -> 
     )
 
 
+def _clustering(name, health: TableHealth, policy: MaintenancePolicy, removed) -> Decision:
+    """OPTIMIZE of a liquid-clustered table's files no OPTIMIZE clustered yet (new data): a read
+    filtering on the clustering columns skips clustered files and opens every unclustered one."""
+    if not health.clustered:
+        return Decision(name, "clustering", False, "not a liquid-clustered table")
+    files, nbytes = health.num_unclustered_files, health.unclustered_bytes
+    limit = policy.min_unclustered_files
+    if files < limit:
+        return Decision(
+            name,
+            "clustering",
+            False,
+            f"{files} files ({_size(nbytes)}) not clustered yet; threshold {limit}",
+        )
+    engine, place = _engine(policy, nbytes)
+    return Decision(
+        name,
+        "clustering",
+        True,
+        f"{files} files ({_size(nbytes)}) not clustered yet (threshold {limit}): OPTIMIZE clusters "
+        f"them; {place}",
+        score=files / limit,
+        bytes_rewritten=nbytes,
+        engine=engine,
+        details={"files": files},
+    )
+
+
 def _checkpoint(name, health: TableHealth, policy: MaintenancePolicy, removed) -> Decision:
     lag = health.versions_since_checkpoint
     limit = policy.max_versions_since_checkpoint
@@ -333,7 +378,7 @@ def yield_to_writers(
             touched.setdefault(tuple(sorted(values.items())), what)
     out = []
     for d in decisions:
-        if not (d.run and d.kind in ("compaction", "dv_purge") and d.partitions and touched):
+        if not (d.run and d.kind in REWRITE_KINDS and d.partitions and touched):
             out.append(d)
             continue
         keys = [tuple(sorted(p.items())) for p in d.partitions]
@@ -416,4 +461,4 @@ def _skip(d: Decision, why: str) -> Decision:
     )
 
 
-__all__ = ["KINDS", "Decision", "MaintenancePolicy", "decide", "rank", "yield_to_writers"]
+__all__ = ["KINDS", "REWRITE_KINDS", "Decision", "MaintenancePolicy", "decide", "rank", "yield_to_writers"]

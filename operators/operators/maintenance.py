@@ -146,6 +146,7 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
         from deltaplane.engine.health_tracker import HealthTracker
         from deltaplane.engine.maintenance_plan import (
             KINDS,
+            REWRITE_KINDS,
             MaintenancePolicy,
             decide,
             rank,
@@ -175,7 +176,7 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
             order = {KINDS.index(d.kind): d for d in ranked}  # keep the kinds' order
             decisions = [order[i] for i in sorted(order)]
         wanted = [d for d in decisions if d.run]
-        rewrites = [d for d in wanted if d.kind in ("compaction", "dv_purge")]
+        rewrites = [d for d in wanted if d.kind in REWRITE_KINDS]
         for d in decisions:
             self.log.info("%s", d.line())
         return {
@@ -291,6 +292,8 @@ class DeltaCompactionOperator(DeltaTableOperator):
         return found[0] if found else None
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
+        from deltaplane.engine.maintenance_plan import REWRITE_KINDS
+
         jobs: list[dict[str, Any]] = [{"partitions": None, "purge": False, "min_file_size": None}]
         decision_task = self.decision_task()
         follows = {"decision_task_id": decision_task} if decision_task else {}
@@ -310,7 +313,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
                         "min_file_size": (d.get("details") or {}).get("min_file_size"),
                     }
                     for d in decision["decisions"]
-                    if d.get("run") and d["kind"] in ("compaction", "dv_purge")
+                    if d.get("run") and d["kind"] in REWRITE_KINDS
                 ]
             else:  # a DeltaAutoOptimizeOperator's decision
                 jobs = [
@@ -322,7 +325,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
                 ]
             reasons = "; ".join(decision.get("reasons") or [])
             self.log.info("%s: following %s: %s", self.table_uri, decision_task, reasons)
-        results = [self._rewrite(table, job, hook, stamp) for job in jobs]
+        results = [self._rewrite(table, job, hook, stamp, fresh=i > 0) for i, job in enumerate(jobs)]
         done = [r for r in results if not r.get("nothing_to_do")]
         if not done:
             return {**results[-1], **follows}
@@ -334,10 +337,10 @@ class DeltaCompactionOperator(DeltaTableOperator):
             out["runs"] = done
         return {**out, **follows}
 
-    def _rewrite(self, table, job: dict[str, Any], hook, stamp) -> dict[str, Any]:
+    def _rewrite(self, table, job: dict[str, Any], hook, stamp, *, fresh: bool) -> dict[str, Any]:
         from deltaplane.engine.commands.optimize import execute_optimize, plan_optimize
 
-        snapshot = table.refresh().snapshot if job.get("kind") == "dv_purge" else table.snapshot
+        snapshot = table.refresh().snapshot if fresh else table.snapshot  # after the job before it
         plan = plan_optimize(
             snapshot,
             target_file_size=self.target_file_size,

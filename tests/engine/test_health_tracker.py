@@ -331,3 +331,33 @@ def test_bytes_rewritten_since_counts_the_days_optimize_and_reorg_commits(tmp_pa
     assert bytes_rewritten_since(snapshot, second) == written(8)
     assert bytes_rewritten_since(snapshot, snapshot.timestamp + 1) == 0
     assert first.num_files_removed == 8
+
+
+def test_clustering_debt_is_tracked_as_a_full_recompute_counts_it(tmp_path):
+    """Files no OPTIMIZE clustered yet (no ``clusteringProvider``) of a liquid-clustered table,
+    through appends, an OPTIMIZE, new appends, and CLUSTER BY NONE."""
+    path = str(tmp_path / "liquid")
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    t = DeltaTable.create(path, schema, cluster_by=["id"])
+    tracker = HealthTracker.from_snapshot(load_snapshot(LocalStore(path)), small_file_size=SMALL)
+    steps = [
+        lambda: [t.append(pa.table({"id": [i], "v": ["x"]}, schema)) for i in range(3)],
+        lambda: t.optimize(),
+        lambda: [t.append(pa.table({"id": [i], "v": ["y"]}, schema)) for i in range(10, 12)],
+        lambda: t.alter.cluster_by([]),
+    ]
+    seen = []
+    for step in steps:
+        step()
+        tracker.advance(LocalStore(path))
+        full = expected_health(path)
+        got = tracker.health()
+        assert (got.clustered, got.num_unclustered_files, got.unclustered_bytes) == (
+            full.clustered,
+            full.num_unclustered_files,
+            full.unclustered_bytes,
+        )
+        seen.append((got.clustered, got.num_unclustered_files))
+    assert seen == [(True, 3), (True, 0), (True, 2), (False, 2)]
+    again = HealthTracker.from_json(tracker.to_json()).health()
+    assert (again.clustered, again.num_unclustered_files) == (False, 2)

@@ -97,7 +97,7 @@ def test_ranking_budgets_and_the_job_cap(tmp_path):
     assert [(d.table, d.kind) for d in ranked if d.run] == [("busy", "compaction"), ("some", "compaction")]
     assert ranked[0].score > ranked[1].score > 0
     # skips come after, in table order
-    assert all(not d.run for d in ranked[2:]) and [d.table for d in ranked[2:]] == ["busy"] * 3 + ["some"] * 3
+    assert all(not d.run for d in ranked[2:]) and [d.table for d in ranked[2:]] == ["busy"] * 4 + ["some"] * 4
     # a daily budget the busy table already spent
     tight = {
         "some": policy,
@@ -238,3 +238,28 @@ def test_a_policy_from_settings_names_a_wrong_key():
         MaintenancePolicy.from_dict({"min_smal_files": 4})
     with pytest.raises(InvalidArgumentError, match="must be at least 1"):
         MaintenancePolicy.from_dict({"min_small_files": 0})
+
+
+def test_a_liquid_clustered_table_is_clustered_once_enough_new_files_wait(tmp_path):
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    t = DeltaTable.create(str(tmp_path / "liquid"), schema, cluster_by=["id"])
+    for i in range(6):
+        t.append(pa.table({"id": [i], "v": ["x"]}, schema))
+    policy = MaintenancePolicy(small_file_size=SMALL, min_small_files=3, min_unclustered_files=5)
+    d = by_kind(decide("l", tracker_of(tmp_path / "liquid").health(), policy))
+    assert d["clustering"].run and d["clustering"].reason.startswith("6 files (")
+    assert "not clustered yet (threshold 5): OPTIMIZE clusters them; in-process" in d["clustering"].reason
+    assert not d["compaction"].run and "rewritten by clustering" in d["compaction"].reason
+    t.optimize()
+    d = by_kind(decide("l", tracker_of(tmp_path / "liquid").health(), policy))
+    assert not d["clustering"].run and d["clustering"].reason.startswith("0 files (0 B) not clustered")
+    # without the clustering kind, compaction takes the small files as for any table
+    only = MaintenancePolicy(small_file_size=SMALL, min_small_files=1, enabled=("compaction",))
+    t.append(pa.table({"id": [7], "v": ["y"]}, schema))
+    t.append(pa.table({"id": [8], "v": ["y"]}, schema))
+    d = by_kind(decide("l", tracker_of(tmp_path / "liquid").health(), only))
+    assert d["compaction"].run and d["clustering"].reason == "disabled by the table's policy"
+    # a table that is not clustered
+    streaming_table(tmp_path / "plain", 3)
+    d = by_kind(decide("p", tracker_of(tmp_path / "plain").health(), policy))
+    assert d["clustering"].reason == "not a liquid-clustered table"

@@ -185,3 +185,23 @@ def test_the_rewrites_run_in_the_configured_pool(tmp_path):
     path.write_text(path.read_text().replace("pool: dp_maint", "pool: 'no pool; rm -rf /'"))
     with pytest.raises(ConfigError, match=r"maintenance\.pool"):
         load_config(path)
+
+
+def test_a_liquid_clustered_table_is_clustered_by_the_dag(airflow_db, tmp_path):
+    uri = str(tmp_path / "lake" / "events")
+    t = DeltaTable.create(uri, SCHEMA, cluster_by=["id"])
+    for i in range(4):
+        t.append(pa.table({"id": [i, 10 + i], "p": ["a", "b"]}, schema=SCHEMA))
+    config = config_for(tmp_path, extra="")
+    config.write_text(config.read_text().replace("min_small_files: 3", "min_unclustered_files: 3"))
+    run = run_dag("health_liquid", dag_file("deltaplane_events_maintenance", config))
+    assert set(task_states(run).values()) == {"success"}, task_states(run)
+    plan = xcom(run, "plan")
+    assert "clustering" in plan["run"] and "compaction" not in plan["run"], plan["reasons"]
+    compact = xcom(run, "compact")
+    assert compact["kind"] == "clustering" and compact["num_files_removed"] == 4
+    health = DeltaTable(uri).health()
+    assert health.clustered and health.num_unclustered_files == 0
+    assert sorted(r["id"] for r in DeltaTable(uri).to_arrow().to_pylist()) == sorted(
+        [*range(4), *range(10, 14)]
+    )
