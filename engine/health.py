@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from deltaplane.engine.clustering import clustering_column_names
 from deltaplane.engine.commands.history import load_history
+from deltaplane.engine.log.files import LOG_DIR, LogFileKind, parse_log_file_name
 from deltaplane.engine.log.segment import build_log_segment
 from deltaplane.engine.partitions import partition_directory
 from deltaplane.engine.snapshot import Snapshot
@@ -30,6 +31,7 @@ DEFAULT_SMALL_FILE_SIZE = 128 * MiB  # Delta Spark's autoCompact maxFileSize: sm
 # File-size histogram bucket lower bounds: 0, then powers of two from 64 KiB to 1 GiB.
 HISTOGRAM_BOUNDS = (0, *(1 << k for k in range(16, 31)))
 HISTORY_PAGES = (50, 1000)  # commits looked at (newest first) to find the last OPTIMIZE/VACUUM
+DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,10 @@ class TableHealth:
     clustered: bool = False
     num_unclustered_files: int = 0
     unclustered_bytes: int = 0
+    # the log: its oldest commit (version, file time) and how long the table keeps it
+    oldest_log_version: int | None = None
+    oldest_log_timestamp: int | None = None
+    log_retention_ms: int = 30 * DAY_MS
 
     @property
     def deleted_rows_ratio(self) -> float:
@@ -118,6 +124,16 @@ def removed_files(
     return out
 
 
+def oldest_commit(store) -> tuple[int, int] | None:
+    """The log's oldest commit file: (version, file time in ms). One LIST request on an object
+    store (names come back in order; the first page holds it), so a poller can afford it."""
+    for meta in store.list(f"{LOG_DIR}/"):
+        f = parse_log_file_name(meta.key, meta.size, meta.last_modified)
+        if f is not None and f.kind is LogFileKind.COMMIT:
+            return f.version, int(meta.last_modified)
+    return None
+
+
 def table_health(
     snapshot: Snapshot, *, small_file_size: int = DEFAULT_SMALL_FILE_SIZE, include_history: bool = True
 ) -> TableHealth:
@@ -145,6 +161,7 @@ def table_health(
     # written since (listing from the _last_checkpoint hint is one cheap request).
     segment = build_log_segment(snapshot.store, snapshot.version)
     checkpoint = segment.checkpoint.version if segment.checkpoint else None
+    oldest = oldest_commit(snapshot.store)
     last_optimize = last_vacuum = None
     if include_history:
         last_optimize, last_vacuum = _last_maintenance(snapshot)
@@ -170,6 +187,9 @@ def table_health(
         clustered=bool(clustering_column_names(snapshot)),
         num_unclustered_files=int(unclustered.sum()),
         unclustered_bytes=int(sizes[unclustered].sum()),
+        oldest_log_version=oldest[0] if oldest else None,
+        oldest_log_timestamp=oldest[1] if oldest else None,
+        log_retention_ms=snapshot.properties.log_retention_ms,
     )
 
 
@@ -269,7 +289,6 @@ def _last_maintenance(snapshot: Snapshot) -> tuple[MaintenanceEvent | None, Main
 
 
 REWRITES = ("OPTIMIZE", "REORG")  # the commits that spend a table's daily budget of bytes rewritten
-DAY_MS = 86_400_000
 
 
 def bytes_rewritten_since(snapshot: Snapshot, since_ms: int, *, max_commits: int = HISTORY_PAGES[-1]) -> int:

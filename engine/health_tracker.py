@@ -25,6 +25,7 @@ over from a snapshot instead: the commits it has not seen were cleaned from the 
 from __future__ import annotations
 
 import json
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -40,6 +41,7 @@ from deltaplane.engine.health import (
     MaintenanceEvent,
     PartitionHealth,
     TableHealth,
+    oldest_commit,
     table_health,
 )
 from deltaplane.engine.log.files import commit_key
@@ -49,6 +51,7 @@ from deltaplane.engine.schema import parse_schema
 from deltaplane.engine.snapshot import Snapshot, load_snapshot, partition_fields, read_commit
 from deltaplane.engine.stats import parse_file_stats
 from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine.table_properties import TableProperties
 
 KEPT_COMMITS = 1000
 _BOUNDS = np.array(HISTOGRAM_BOUNDS[1:])
@@ -129,6 +132,9 @@ class HealthTracker:
     commits_read: int = 0  # commits applied since the last start from a snapshot
     restarts: int = 0  # starts from a snapshot (the first one included)
     clustered: bool = False  # liquid clustering columns are set
+    oldest_log_version: int | None = None  # the log's oldest commit (checked again when cleanup looks due)
+    oldest_log_timestamp: int | None = None
+    log_retention_ms: int = 30 * 86_400_000
     unclustered_files: int = 0  # live files no OPTIMIZE clustered (no clusteringProvider)
     unclustered_bytes: int = 0
 
@@ -157,6 +163,9 @@ class HealthTracker:
             last_vacuum=base.last_vacuum,
             restarts=restarts + 1,
             clustered=base.clustered,
+            oldest_log_version=base.oldest_log_version,
+            oldest_log_timestamp=base.oldest_log_timestamp,
+            log_retention_ms=base.log_retention_ms,
         )
         tracker._apply_files(snapshot.files, sign=1)
         tracker._apply_tombstones(snapshot.tombstones)
@@ -174,6 +183,9 @@ class HealthTracker:
         versions = sorted(v for v in listing.commits if v > self.version and (until is None or v <= until))
         if versions and versions != list(range(self.version + 1, versions[-1] + 1)):
             return self._restart(store, until)
+        if self._cleanup_looks_due():  # the cached oldest commit may be gone: one LIST to know
+            oldest = oldest_commit(store)
+            self.oldest_log_version, self.oldest_log_timestamp = oldest if oldest else (None, None)
         applied = []
         for v in versions:
             actions = read_commit(store, commit_key(v), v)
@@ -182,6 +194,11 @@ class HealthTracker:
             self._apply_commit(v, actions, listing.commits[v].last_modified)
             applied.append(v)
         return applied
+
+    def _cleanup_looks_due(self, now_ms: int | None = None) -> bool:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        stamp = self.oldest_log_timestamp
+        return stamp is not None and stamp < now - self.log_retention_ms - 86_400_000
 
     def _restart(self, store: ObjectStore, until: int | None) -> list[int]:
         old = self.version
@@ -217,6 +234,8 @@ class HealthTracker:
             metrics = _commit_metrics(version, int(stamp), info, added, removed)
         else:
             metrics = _commit_metrics(version, int(stamp), info, [], [])
+        if actions.metadata is not None:
+            self.log_retention_ms = TableProperties(actions.metadata.configuration).log_retention_ms
         for domain in actions.domains or ():
             if domain.domain == CLUSTERING_DOMAIN:  # ALTER TABLE CLUSTER BY (NONE)
                 self.clustered = not domain.removed and _clustering_columns_set(domain.configuration)
@@ -395,6 +414,9 @@ class HealthTracker:
             clustered=self.clustered,
             num_unclustered_files=self.unclustered_files,
             unclustered_bytes=self.unclustered_bytes,
+            oldest_log_version=self.oldest_log_version,
+            oldest_log_timestamp=self.oldest_log_timestamp,
+            log_retention_ms=self.log_retention_ms,
         )
 
     def removed_files(
@@ -440,6 +462,8 @@ class HealthTracker:
                 ],
                 "restarts": self.restarts,
                 "clustered": self.clustered,
+                "oldest_log": [self.oldest_log_version, self.oldest_log_timestamp],
+                "log_retention_ms": self.log_retention_ms,
             },
             separators=(",", ":"),
         )
@@ -465,6 +489,9 @@ class HealthTracker:
             vacuum_cutoff=data.get("vacuum_cutoff"),
             restarts=int(data["restarts"]),
             clustered=bool(data.get("clustered", False)),
+            oldest_log_version=(data.get("oldest_log") or [None, None])[0],
+            oldest_log_timestamp=(data.get("oldest_log") or [None, None])[1],
+            log_retention_ms=int(data.get("log_retention_ms", 30 * 86_400_000)),
         )
         for key, (part, size, rows, deleted, *done) in data["files"].items():
             entry = (

@@ -40,10 +40,11 @@ from typing import Any
 
 from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth
 
-KINDS = ("compaction", "dv_purge", "clustering", "checkpoint", "vacuum")
+KINDS = ("compaction", "dv_purge", "clustering", "checkpoint", "log_cleanup", "vacuum")
 REWRITE_KINDS = ("compaction", "dv_purge", "clustering")  # the kinds that rewrite data files
 MiB = 1 << 20
 GiB = 1 << 30
+DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True)
@@ -151,17 +152,25 @@ def _engine(policy: MaintenancePolicy, nbytes: int) -> tuple[str, str]:
 
 
 def decide(
-    name: str, health: TableHealth, policy: MaintenancePolicy, *, removed: Mapping[str, Any] | None = None
+    name: str,
+    health: TableHealth,
+    policy: MaintenancePolicy,
+    *,
+    removed: Mapping[str, Any] | None = None,
+    now_ms: int | None = None,
 ) -> list[Decision]:
     """One decision per kind of work for one table. ``removed``: the unvacuumed removed files
     (``HealthTracker.removed_files``: ``bytes`` and ``num_files`` older than the retention as
-    ``expired_bytes`` / ``expired_files``), when known."""
+    ``expired_bytes`` / ``expired_files``), when known; ``now_ms``: the time the log's age is
+    measured at (default: the version's)."""
+    now = health.timestamp if now_ms is None else int(now_ms)
     out = []
     for kind, fn in (
         ("compaction", _compaction),
         ("dv_purge", _dv_purge),
         ("clustering", _clustering),
         ("checkpoint", _checkpoint),
+        ("log_cleanup", lambda *args: _log_cleanup(*args, now=now)),
         ("vacuum", _vacuum),
     ):
         if kind not in policy.enabled:
@@ -332,6 +341,43 @@ def _checkpoint(name, health: TableHealth, policy: MaintenancePolicy, removed) -
         True,
         f"{lag} commits since the last checkpoint (threshold {limit}): every load replays them",
         score=lag / limit,
+    )
+
+
+def _log_cleanup(name, health: TableHealth, policy: MaintenancePolicy, removed, *, now: int) -> Decision:
+    """Expired log files (commits and checkpoints older than ``delta.logRetentionDuration``):
+    every listing of the log pages through them. Cleanup removes a day at a time and only up to a
+    checkpoint, so it is due once the oldest commit is a day past the retention and a checkpoint
+    follows it."""
+    oldest, stamp = health.oldest_log_version, health.oldest_log_timestamp
+    days = health.log_retention_ms / DAY_MS
+    if oldest is None or stamp is None:
+        return Decision(name, "log_cleanup", False, "no commit file in the log")
+    age = (now - stamp) / DAY_MS
+    past = age - days
+    if past < 1:
+        return Decision(
+            name,
+            "log_cleanup",
+            False,
+            f"the oldest commit (v{oldest}) is {age:.1f} days old; the log keeps {days:g} days",
+        )
+    checkpoint = health.last_checkpoint_version
+    if checkpoint is None or checkpoint <= oldest:
+        return Decision(
+            name,
+            "log_cleanup",
+            False,
+            f"the oldest commit (v{oldest}) is {past:.1f} days past the {days:g}-day log retention, but no "
+            "checkpoint follows it: a checkpoint comes first",
+        )
+    return Decision(
+        name,
+        "log_cleanup",
+        True,
+        f"the oldest commit (v{oldest}) is {past:.1f} days past the {days:g}-day log retention: cleanup "
+        f"deletes the expired log files up to a checkpoint (v{checkpoint} is the newest)",
+        score=past,
     )
 
 

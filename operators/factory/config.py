@@ -85,7 +85,9 @@ class MaintenanceSettings(_Model):
     min_vacuum_bytes: int | None = None
     max_bytes_rewritten_per_day: int | None = None
     min_unclustered_files: int | None = Field(None, gt=0)
-    kinds: list[Literal["compaction", "dv_purge", "clustering", "checkpoint", "vacuum"]] | None = None
+    kinds: (
+        list[Literal["compaction", "dv_purge", "clustering", "checkpoint", "log_cleanup", "vacuum"]] | None
+    ) = None
     # how the health-scheduled DAG (schedules.maintenance: health) runs, not the policy itself
     poll_seconds: float | None = Field(None, gt=0)
     yield_minutes: float | None = Field(None, ge=0)

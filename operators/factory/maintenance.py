@@ -40,7 +40,7 @@ def plan_tables(config, *, now_ms: int | None = None) -> tuple[list, dict[str, s
             failures[name] = f"{type(e).__name__}: {e}"
             continue
         removed = tracker.removed_files(now, retention_ms=int(policy.retention_hours * 3_600_000))
-        decisions += decide(name, tracker.health(), policy, removed=removed)
+        decisions += decide(name, tracker.health(), policy, removed=removed, now_ms=now)
     ranked = rank(decisions, policies, max_concurrent_jobs=config.maintenance.max_concurrent_jobs)
     return ranked, failures
 

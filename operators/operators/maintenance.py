@@ -160,7 +160,7 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
         now = int(time.time() * 1000)
         removed = tracker.removed_files(now_ms=now, retention_ms=int(policy.retention_hours * 3_600_000))
         health = tracker.health()
-        decisions = decide(self.table_uri, health, policy, removed=removed)
+        decisions = decide(self.table_uri, health, policy, removed=removed, now_ms=now)
         busy = []
         if self.yield_minutes > 0:
             since = now - int(self.yield_minutes * 60_000)
@@ -404,7 +404,8 @@ class DeltaCheckpointOperator(DeltaTableOperator):
     """Write a checkpoint of the latest version, then (``cleanup_log``) delete expired log files.
     Commits nothing: ``version`` is null, ``read_version`` and ``checkpoint.version`` name the
     version checkpointed; ``log_cleanup`` says what was deleted. With ``decision_task_id`` (a
-    ``DeltaMaintenancePlanOperator``), only when that plan says a checkpoint is needed."""
+    ``DeltaMaintenancePlanOperator``), only what that plan says: a checkpoint when one is needed,
+    the expired log files' cleanup when they are due (on its own if no checkpoint is)."""
 
     operation_name = "CHECKPOINT"
 
@@ -424,13 +425,19 @@ class DeltaCheckpointOperator(DeltaTableOperator):
         import dataclasses
 
         skip = planned(self, context, "checkpoint")
-        if skip is not None:
+        skip_cleanup = planned(self, context, "log_cleanup") if self.decision_task_id else None
+        if skip is not None and skip_cleanup is not None:
+            skip["reason"] += "; " + skip_cleanup["reason"]
             return skip
-
+        if skip is not None:  # the plan wants only the expired log files gone
+            cleanup = dataclasses.asdict(table.cleanup_log())
+            cleanup["files"] = cleanup["files"][:20]
+            self.log.info("%s: log cleanup (no checkpoint needed: %s)", self.table_uri, skip["reason"])
+            return {"version": None, "log_cleanup": cleanup, "reason": f"log cleanup only; {skip['reason']}"}
         info = table.checkpoint()
         out: dict[str, Any] = {"version": None, "checkpoint": dataclasses.asdict(info)}
         out["reason"] = f"a checkpoint commits nothing (written at version {info.version})"
-        if self.cleanup_log:
+        if self.cleanup_log or (self.decision_task_id and skip_cleanup is None):
             cleanup = dataclasses.asdict(table.cleanup_log())
             cleanup["files"] = cleanup["files"][:20]
             out["log_cleanup"] = cleanup

@@ -451,6 +451,8 @@ STATUSES = {  # status -> (label, urgency: the list puts the highest first)
     "needs_maintenance": ("needs maintenance", 1),
     "healthy": ("healthy", 0),
 }
+
+
 def maintenance_status(entry: Entry, table, health, runs: Mapping[str, dict] | None) -> dict[str, Any]:
     """The table's place in the "what needs attention" list: its status (failing: the newest run
     of one of its DAGs failed; over budget: work is due but its daily budget is spent; needs
@@ -464,7 +466,7 @@ def maintenance_status(entry: Entry, table, health, runs: Mapping[str, dict] | N
     policy = _policy(entry)
     now = int(time.time() * 1000)
     removed = removed_files(table.snapshot, now_ms=now, retention_ms=int(policy.retention_hours * 3_600_000))
-    decisions = decide(entry.name, health, policy, removed=removed)
+    decisions = decide(entry.name, health, policy, removed=removed, now_ms=now)
     spent = 0
     if policy.max_bytes_rewritten_per_day is not None:
         spent = bytes_rewritten_since(table.snapshot, now - DAY_MS)

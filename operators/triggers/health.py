@@ -150,7 +150,9 @@ class HealthProducer(SharedStreamProducer):
         tracker = self._tracker
         tracker.advance(open_store(self.table_uri, self._options))
         removed = tracker.removed_files(retention_ms=int(self.policy.retention_hours * 3_600_000))
-        wanted = [d for d in decide(self.table_uri, tracker.health(), self.policy, removed=removed) if d.run]
+        now = int(time.time() * 1000)
+        decisions = decide(self.table_uri, tracker.health(), self.policy, removed=removed, now_ms=now)
+        wanted = [d for d in decisions if d.run]
         if not wanted:
             return None
         kinds = frozenset(d.kind for d in wanted)

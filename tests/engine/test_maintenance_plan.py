@@ -97,7 +97,7 @@ def test_ranking_budgets_and_the_job_cap(tmp_path):
     assert [(d.table, d.kind) for d in ranked if d.run] == [("busy", "compaction"), ("some", "compaction")]
     assert ranked[0].score > ranked[1].score > 0
     # skips come after, in table order
-    assert all(not d.run for d in ranked[2:]) and [d.table for d in ranked[2:]] == ["busy"] * 4 + ["some"] * 4
+    assert all(not d.run for d in ranked[2:]) and [d.table for d in ranked[2:]] == ["busy"] * 5 + ["some"] * 5
     # a daily budget the busy table already spent
     tight = {
         "some": policy,
@@ -263,3 +263,41 @@ def test_a_liquid_clustered_table_is_clustered_once_enough_new_files_wait(tmp_pa
     streaming_table(tmp_path / "plain", 3)
     d = by_kind(decide("p", tracker_of(tmp_path / "plain").health(), policy))
     assert d["clustering"].reason == "not a liquid-clustered table"
+
+
+def age_log(path, days: float) -> None:
+    """Every log file written ``days`` ago (what a table that has lived that long looks like)."""
+    import os
+    import time
+
+    when = time.time() - days * 86400
+    for f in (path / "_delta_log").iterdir():
+        os.utime(f, (when, when))
+
+
+def test_log_cleanup_is_due_a_day_past_the_retention_with_a_checkpoint_after(tmp_path):
+    import time
+
+    t = streaming_table(tmp_path / "old", 6)
+    now = int(time.time() * 1000)
+    policy = MaintenancePolicy(small_file_size=SMALL, min_small_files=100)
+    d = by_kind(decide("old", tracker_of(tmp_path / "old").health(), policy, now_ms=now))
+    assert not d["log_cleanup"].run and "the log keeps 30 days" in d["log_cleanup"].reason
+    age_log(tmp_path / "old", 40)
+    d = by_kind(decide("old", tracker_of(tmp_path / "old").health(), policy, now_ms=now))
+    assert not d["log_cleanup"].run and "no checkpoint follows it" in d["log_cleanup"].reason
+    t.checkpoint()
+    age_log(tmp_path / "old", 40)
+    tracker = tracker_of(tmp_path / "old")
+    d = by_kind(decide("old", tracker.health(), policy, now_ms=now))
+    assert d["log_cleanup"].run, d["log_cleanup"].reason
+    assert d["log_cleanup"].reason.startswith(
+        "the oldest commit (v0) is 10.0 days past the 30-day log retention"
+    )
+    # the cleanup runs (elsewhere); the tracker sees the oldest commit gone at its next look
+    t.cleanup_log()
+    tracker.advance(LocalStore(str(tmp_path / "old")))
+    assert tracker.health().oldest_log_version == 6
+    assert tracker.health() == tracker_of(tmp_path / "old").health()
+    d = by_kind(decide("old", tracker.health(), policy, now_ms=now))
+    assert not d["log_cleanup"].run

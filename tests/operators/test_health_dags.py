@@ -205,3 +205,27 @@ def test_a_liquid_clustered_table_is_clustered_by_the_dag(airflow_db, tmp_path):
     assert sorted(r["id"] for r in DeltaTable(uri).to_arrow().to_pylist()) == sorted(
         [*range(4), *range(10, 14)]
     )
+
+
+def test_expired_log_files_are_cleaned_by_the_checkpoint_task_alone(airflow_db, tmp_path):
+    import os
+    import time
+
+    uri = make_table(tmp_path)
+    small_appends(uri, 2)
+    DeltaTable(uri).checkpoint()
+    small_appends(uri, 1)
+    when = time.time() - 45 * 86400  # a table that has lived 45 days, its log never cleaned
+    for f in (tmp_path / "lake" / "events" / "_delta_log").iterdir():
+        os.utime(f, (when, when))
+    config = config_for(tmp_path)
+    run = run_dag("health_log", dag_file("deltaplane_events_maintenance", config))
+    assert set(task_states(run).values()) == {"success"}, task_states(run)
+    plan = xcom(run, "plan")
+    assert plan["run"] == ["compaction", "log_cleanup"], plan["reasons"]  # no checkpoint due
+    checkpoint = xcom(run, "checkpoint")
+    assert checkpoint["reason"].startswith("log cleanup only; plan: checkpoint not needed")
+    assert "checkpoint" not in checkpoint and checkpoint["log_cleanup"]["files"]
+    left = sorted(f.name for f in (tmp_path / "lake" / "events" / "_delta_log").glob("*.json"))
+    assert left[0] == f"{2:020d}.json"  # the commits before the checkpoint's are gone
+    assert DeltaTable(uri).count() == 12
