@@ -1,6 +1,7 @@
 """What maintenance each table needs now, why, and in which order: a policy over table health.
 
-For every table and every kind of work (compaction, deletion-vector purge, checkpoint, VACUUM) the
+For every table and every kind of work (compaction, deletion-vector purge, liquid clustering,
+checkpoint, log cleanup, VACUUM) the
 planner makes one ``Decision`` from the table's ``TableHealth`` (``health.py``, or kept current by
 ``health_tracker.py``) and its ``MaintenancePolicy``: run or skip, with a one-line reason that names
 the numbers it decided on and the threshold they crossed (or did not). Then it ranks what should
@@ -17,6 +18,11 @@ The benefit and cost model is deliberately simple and stated here, because opera
 - **DV purge**: benefit = rows every read decodes only to drop them, cost = the bytes of the files
   that carry deletion vectors (estimated from their share of the partition); score = hidden rows
   per MiB rewritten.
+- **clustering** (liquid-clustered tables): benefit = files a filter on the clustering columns
+  cannot skip (those no OPTIMIZE clustered yet), cost = their bytes; score = those files over
+  ``min_unclustered_files``. A clustered table's small files are clustering's, not compaction's.
+- **log cleanup**: due once the oldest commit is a day past ``delta.logRetentionDuration`` and a
+  checkpoint follows it (cleanup removes a day at a time, up to a checkpoint); score = days past.
 - **checkpoint**: benefit = commits each snapshot load replays, cost = about one action per live
   file written once; score = commits saved per thousand files.
 - **VACUUM**: benefit = bytes of storage freed (removed files older than the retention), cost = the
