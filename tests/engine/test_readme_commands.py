@@ -24,9 +24,10 @@ def _sh_lines(marker: str) -> list[str]:
 
 
 def test_every_block_is_known():
-    """Each block is Python (run), shell (checked below) or text (the demo's output, the layout)."""
+    """Each block is Python (run), shell (checked below), a tables file (YAML, validated below) or
+    text (the demo's output, the layout)."""
     for block in blocks():
-        assert block.language in ("python", "sh", ""), block
+        assert block.language in ("python", "sh", "yaml", ""), block
         if block.language == "sh":
             assert block.source.lstrip().startswith(
                 ("make ", "python -m deltaplane.", "deltaplane ", "pip install ")
@@ -99,3 +100,16 @@ def test_layout_names_existing_folders():
             named.add(name)
     packages = {f"{p.parent.name}/" for p in ROOT.glob("*/__init__.py")} - {"tests/"}
     assert packages <= named, f"the README's layout misses {sorted(packages - named)}"
+
+
+def test_yaml_blocks_are_valid_tables_files(tmp_path):
+    """A tables file the README shows is one `deltaplane config validate` accepts as written."""
+    from deltaplane.operators.factory.config import read_config
+
+    yaml_blocks = [b for b in blocks() if b.language == "yaml"]
+    assert yaml_blocks
+    for i, block in enumerate(yaml_blocks):
+        path = tmp_path / f"tables{i}.yaml"
+        path.write_text(block.source)
+        report = read_config(path)
+        assert not report.errors and report.config.tables, (str(block), report.errors)

@@ -133,6 +133,7 @@ def test_every_engine_snippet_runs_in_order(tmp_path, monkeypatch):
 
 def test_every_block_is_run_somewhere():
     """A new block must be one the README tests know: engine and Spark Python (run), DAG files
-    (tests/operators/test_readme.py), or a shell/text block listed in test_readme_commands."""
+    (tests/operators/test_readme.py), a tables file or a shell/text block checked in
+    test_readme_commands."""
     kinds = {(b.language or "text") for b in blocks()}
-    assert kinds <= {"python", "sh", "text"}, kinds
+    assert kinds <= {"python", "sh", "yaml", "text"}, kinds
