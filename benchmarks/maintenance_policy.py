@@ -5,8 +5,10 @@ minutes, two partitioned daily-batch tables, two tables with frequent deletion-v
 updates, a liquid-clustered table, two quiet tables) live through one simulated day, compressed:
 the workload is a deterministic list of events in simulated time, replayed as fast as the machine
 goes. Every simulated hour, at a minute drawn at random (the same for both policies), a query
-suite runs on every table (a full count and a selective filter) and its latency is measured. The
-day is replayed twice on fresh copies:
+suite runs on every table (a full count and a selective filter): its latency is measured (each
+query's fastest of three runs) and the files it opens after pruning are counted (the
+deterministic part of its cost: the latency of one day's run moves by about 10% from run to run
+on a shared machine, the files do not). The day is replayed twice on fresh copies:
 
 - **fixed**: OPTIMIZE of every table every hour, VACUUM of every table at the end of the day (what
   a cron string per table gives today); checkpoints on the default interval;
@@ -16,8 +18,9 @@ day is replayed twice on fresh copies:
 
 Reported for each: query latency p50/p95 over the day, maintenance CPU-seconds (process time of the
 maintenance calls and, for the health policy, its tracking and planning), bytes rewritten, peak
-small-file count, storage held by removed files not yet vacuumed (peak and average of the hourly
-samples), and user writes that failed (must be 0). VACUUM runs with a zero retention in both (the
+small-file count, files the queries open, storage held by data files the table no longer
+references (on disk, not yet vacuumed: peak and average of the hourly samples), and user writes
+that failed (must be 0). VACUUM runs with a zero retention in both (the
 day is compressed: a real retention would never expire), so the storage comparison is of *when*
 each policy vacuums.
 
@@ -75,11 +78,12 @@ TABLES = {
 
 HEALTH_POLICY = MaintenancePolicy(
     small_file_size=SMALL,
-    min_small_files=12,
+    min_small_files=5,
+    min_unclustered_files=5,  # the liquid table's new files, as the others' small files
     max_files_below_target=24,
     max_deleted_rows_ratio=0.1,
     max_versions_since_checkpoint=50,
-    min_vacuum_bytes=2 << 20,
+    min_vacuum_bytes=6 << 20,
     retention_hours=0,
     target_file_size=TARGET,
 )
@@ -125,6 +129,7 @@ class Run:
     failed_writes: int = 0
     maintenance_runs: dict[str, int] = field(default_factory=dict)
     hourly: list[dict] = field(default_factory=list)
+    files_read: list[int] = field(default_factory=list)  # per table and hour: files its queries opened
 
     def count(self, kind: str) -> None:
         self.maintenance_runs[kind] = self.maintenance_runs.get(kind, 0) + 1
@@ -135,6 +140,8 @@ class Run:
             "policy": self.policy,
             "query_p50_ms": round(1000 * statistics.median(lat), 2),
             "query_p95_ms": round(1000 * lat[int(0.95 * (len(lat) - 1))], 2),
+            "files_read_mean": round(statistics.mean(self.files_read), 2),
+            "files_read_p95": sorted(self.files_read)[int(0.95 * (len(self.files_read) - 1))],
             "maintenance_cpu_s": round(self.maintenance_cpu, 2),
             "tracking_cpu_s": round(self.tracking_cpu, 2),
             "bytes_rewritten": self.bytes_rewritten,
@@ -179,12 +186,25 @@ def user_write(table: DeltaTable, action: str, n: int, minute: int, next_id: dic
         table.update({"v": "v + 1"}, predicate=f"k = {int(rng.integers(0, 100))}")
 
 
+QUERY_REPEATS = 3  # each query's latency is the fastest of this many runs: the machine's noise out
+
+
+def files_read(table: DeltaTable) -> int:
+    """Files the query suite opens (after partition and statistics pruning): the deterministic
+    part of its cost, beside the measured latency."""
+    fresh = DeltaTable(table.uri)
+    return sum(len(fresh.scan(filter=predicate).file_uris()) for predicate in (None, "k = 42"))
+
+
 def query_suite(table: DeltaTable) -> list[float]:
     out = []
     for predicate in (None, "k = 42"):
-        started = time.perf_counter()
-        DeltaTable(table.uri).count(filter=predicate)
-        out.append(time.perf_counter() - started)
+        took = []
+        for _ in range(QUERY_REPEATS):
+            started = time.perf_counter()
+            DeltaTable(table.uri).count(filter=predicate)
+            took.append(time.perf_counter() - started)
+        out.append(min(took))
     return out
 
 
@@ -199,14 +219,23 @@ def optimize(table: DeltaTable, run: Run, partitions=None, purge=False, min_file
         run.count("purge" if purge else "compaction")
 
 
+def unreferenced_bytes(table_root: Path, snapshot) -> int:
+    """Bytes of the data files on disk that the table no longer references: the storage a VACUUM
+    would free (the log's tombstones outlive the files VACUUM deleted, so they cannot say)."""
+    live = {p.split("/")[-1] for p in snapshot.files.column("path").to_pylist()}
+    total = 0
+    for path in table_root.rglob("*.parquet"):
+        if "_delta_log" not in path.parts and path.name not in live:
+            total += path.stat().st_size
+    return total
+
+
 def sample(root: Path, run: Run, hour: int) -> None:
     small = unvacuumed = 0
     for name in TABLES:
         snapshot = load_snapshot(DeltaTable(str(root / name))._store)
         small += table_health(snapshot, small_file_size=SMALL, include_history=False).num_small_files
-        unvacuumed += (
-            sum(snapshot.tombstones.column("size").to_pylist()) if snapshot.tombstones.num_rows else 0
-        )
+        unvacuumed += unreferenced_bytes(root / name, snapshot)
     run.small_files.append(small)
     run.unvacuumed.append(unvacuumed)
     run.hourly.append({"hour": hour, "small_files": small, "unvacuumed_bytes": unvacuumed})
@@ -255,6 +284,7 @@ def replay(root: Path, policy: str, hours: int, scale: int) -> Run:
             hour_latencies = []
             for name, t in tables.items():
                 took = query_suite(t)
+                run.files_read.append(files_read(t))
                 run.latencies += took
                 hour_latencies += took
                 run.by_table.setdefault(name, []).extend(took)
@@ -315,11 +345,17 @@ def plot(results: dict, path: str) -> None:
     plt.close(fig)
 
 
-def configure(poll_minutes: int, min_small_files: int, max_files_below_target: int) -> None:
+def configure(
+    poll_minutes: int, min_small_files: int, max_files_below_target: int, min_vacuum_bytes: int | None = None
+) -> None:
     global POLL_MINUTES, HEALTH_POLICY
     POLL_MINUTES = poll_minutes
     HEALTH_POLICY = dataclasses.replace(
-        HEALTH_POLICY, min_small_files=min_small_files, max_files_below_target=max_files_below_target
+        HEALTH_POLICY,
+        min_small_files=min_small_files,
+        min_unclustered_files=min_small_files,
+        max_files_below_target=max_files_below_target,
+        min_vacuum_bytes=HEALTH_POLICY.min_vacuum_bytes if min_vacuum_bytes is None else min_vacuum_bytes,
     )
 
 
@@ -331,11 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-minutes", type=int, default=POLL_MINUTES)
     parser.add_argument("--min-small-files", type=int, default=HEALTH_POLICY.min_small_files)
     parser.add_argument("--max-files-below-target", type=int, default=HEALTH_POLICY.max_files_below_target)
+    parser.add_argument("--min-vacuum-bytes", type=int, default=HEALTH_POLICY.min_vacuum_bytes)
     parser.add_argument(
         "--plot", help="also draw small files and query latency over the day (PNG; needs matplotlib)"
     )
     args = parser.parse_args(argv)
-    configure(args.poll_minutes, args.min_small_files, args.max_files_below_target)
+    configure(args.poll_minutes, args.min_small_files, args.max_files_below_target, args.min_vacuum_bytes)
     with tempfile.TemporaryDirectory(prefix="maintenance-policy-") as tmp:
         base = Path(tmp) / "base"
         create_tables(base)
@@ -355,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         "query_p95": round(health["query_p95_ms"] / fixed["query_p95_ms"], 3),
         "maintenance_cpu": round(health["maintenance_cpu_s"] / max(fixed["maintenance_cpu_s"], 1e-9), 3),
         "bytes_rewritten": round(health["bytes_rewritten"] / max(fixed["bytes_rewritten"], 1), 3),
+        "files_read_mean": round(health["files_read_mean"] / max(fixed["files_read_mean"], 1e-9), 3),
     }
     out = {
         "policy": {
