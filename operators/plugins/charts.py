@@ -62,6 +62,44 @@ def nice_ticks(top: float, unit: Unit = "count", target: int = 4) -> list[float]
     return [i * step * scale for i in range(n + 1)]
 
 
+LEFT, RIGHT, TOP, BOTTOM = 70, 12, 30, 54  # margins: the y ticks, the title, the x ticks and title
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """The plot area of a chart and its y scale: what a bar chart and a line chart share."""
+
+    width: int
+    height: int
+    y_max: float
+
+    @property
+    def plot_width(self) -> float:
+        return self.width - LEFT - RIGHT
+
+    def y(self, value: float) -> float:
+        return TOP + self.height - value / self.y_max * self.height
+
+    def geometry(self, title: str, x_label: str, y_label: str, ticks: list[float], fmt) -> dict:
+        """The chart's frame as ``charts.html`` draws it: title, axes, their titles and y ticks."""
+        return {
+            "title": title,
+            "x_label": x_label,
+            "y_label": y_label,
+            "width": self.width,
+            "total_height": TOP + self.height + BOTTOM,
+            "left": LEFT,
+            "right": self.width - RIGHT,
+            "top": TOP,
+            "bottom": TOP + self.height,
+            "x_label_x": f"{LEFT + self.plot_width / 2:.1f}",
+            "x_label_y": TOP + self.height + 46,
+            "y_label_y": f"{TOP + self.height / 2:.1f}",
+            "tick_label_y": TOP + self.height + 14,
+            "y_ticks": [{"y": f"{self.y(t):.1f}", "label": fmt(t)} for t in ticks],
+        }
+
+
 def bar_chart(
     bars: list[Bar],
     *,
@@ -74,21 +112,18 @@ def bar_chart(
 ) -> dict:
     """The geometry of one chart: ``height`` is the plot area's; margins hold the title, the
     axis titles and the tick labels."""
-    left, right, top_margin, bottom = 70, 12, 30, 54
-    plot_w = width - left - right
     ticks = nice_ticks(max((b.value for b in bars), default=0), unit)
-    y_max = ticks[-1] or 1
+    frame = _Frame(width, height, ticks[-1] or 1)
     fmt = size_label if unit == "bytes" else count_label
-    n = max(len(bars), 1)
-    slot = plot_w / n
+    slot = frame.plot_width / max(len(bars), 1)
     drawn = []
     for i, b in enumerate(bars):
-        h = max(b.value, 0) / y_max * height
-        x = left + i * slot
+        h = max(b.value, 0) / frame.y_max * height
+        x = LEFT + i * slot
         drawn.append(
             {
                 "x": f"{x + slot * 0.1:.1f}",
-                "y": f"{top_margin + height - h:.1f}",
+                "y": f"{frame.y(max(b.value, 0)):.1f}",
                 "width": f"{max(slot * 0.8, 1):.1f}",
                 "height": f"{h:.1f}",
                 "color": b.color,
@@ -98,24 +133,7 @@ def bar_chart(
                 "label_x": f"{x + slot / 2:.1f}",
             }
         )
-    return {
-        "title": title,
-        "x_label": x_label,
-        "y_label": y_label,
-        "width": width,
-        "total_height": top_margin + height + bottom,
-        "left": left,
-        "right": width - right,
-        "top": top_margin,
-        "bottom": top_margin + height,
-        "x_label_x": f"{left + plot_w / 2:.1f}",
-        "x_label_y": top_margin + height + 46,
-        "y_label_y": f"{top_margin + height / 2:.1f}",
-        "tick_label_y": top_margin + height + 14,
-        "y_ticks": [{"y": f"{top_margin + height - t / y_max * height:.1f}", "label": fmt(t)} for t in ticks],
-        "bars": drawn,
-        "empty": not bars,
-    }
+    return {**frame.geometry(title, x_label, y_label, ticks, fmt), "bars": drawn, "empty": not bars}
 
 
 @dataclass(frozen=True)
@@ -143,14 +161,12 @@ def line_chart(
     """One line over points evenly spaced on x (one per commit), ``None`` a gap; ``unit`` percent
     takes ratios (0.25 is 25%). ``x_ticks``: (index, label, second line); ``markers``: vertical
     lines (maintenance runs) with tips; ``tips``: one per point (shown on its dot)."""
-    left, right, top_margin, bottom = 70, 12, 30, 54
-    plot_w = width - left - right
     scale = 100.0 if unit == "percent" else 1.0
     shown = [None if v is None else max(float(v), 0.0) * scale for v in values]
     ticks = nice_ticks(
         max((v for v in shown if v is not None), default=0), "bytes" if unit == "bytes" else "count"
     )
-    y_max = ticks[-1] or 1
+    frame = _Frame(width, height, ticks[-1] or 1)
     if unit == "bytes":
         fmt = size_label
     elif unit == "percent":
@@ -160,10 +176,7 @@ def line_chart(
     n = len(values)
 
     def x_of(i: int) -> float:
-        return left + (plot_w * (i / (n - 1)) if n > 1 else plot_w / 2)
-
-    def y_of(v: float) -> float:
-        return top_margin + height - v / y_max * height
+        return LEFT + (frame.plot_width * (i / (n - 1)) if n > 1 else frame.plot_width / 2)
 
     segments, current = [], []
     dots = []
@@ -173,25 +186,12 @@ def line_chart(
                 segments.append(" ".join(current))
             current = []
             continue
-        current.append(f"{x_of(i):.1f},{y_of(v):.1f}")
-        dots.append({"x": f"{x_of(i):.1f}", "y": f"{y_of(v):.1f}", "tip": (tips or [""] * n)[i]})
+        current.append(f"{x_of(i):.1f},{frame.y(v):.1f}")
+        dots.append({"x": f"{x_of(i):.1f}", "y": f"{frame.y(v):.1f}", "tip": (tips or [""] * n)[i]})
     if current:
         segments.append(" ".join(current))
     return {
-        "title": title,
-        "x_label": x_label,
-        "y_label": y_label,
-        "width": width,
-        "total_height": top_margin + height + bottom,
-        "left": left,
-        "right": width - right,
-        "top": top_margin,
-        "bottom": top_margin + height,
-        "x_label_x": f"{left + plot_w / 2:.1f}",
-        "x_label_y": top_margin + height + 46,
-        "y_label_y": f"{top_margin + height / 2:.1f}",
-        "tick_label_y": top_margin + height + 14,
-        "y_ticks": [{"y": f"{y_of(t):.1f}", "label": fmt(t)} for t in ticks],
+        **frame.geometry(title, x_label, y_label, ticks, fmt),
         "x_ticks": [{"x": f"{x_of(i):.1f}", "label": label, "sublabel": sub} for i, label, sub in x_ticks],
         "lines": segments,
         "dots": dots if n <= 200 else [],

@@ -118,6 +118,11 @@ def _open(config):
 # --- foreign data, typed in one place ------------------------------------------------------------
 
 
+def _cut(text: str, limit: int = MAX_TEXT) -> str:
+    """``text`` at most ``limit`` characters, an ellipsis marking a cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 def _text(value: Any) -> str | None:
     """A string field: a string (cut to MAX_TEXT) or a number's decimal text; None otherwise."""
     if isinstance(value, bool):
@@ -130,7 +135,7 @@ def _text(value: Any) -> str | None:
         text = repr(value)
     else:
         return None
-    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "\u2026"
+    return _cut(text)
 
 
 def _count(value: Any) -> int | None:
@@ -727,8 +732,7 @@ def _human(n: float | None) -> str:
 
 def _shown(value: Any) -> str:
     """A JSON value as a reader sees it: strings as they are, the rest as compact JSON."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "\u2026"
+    return _cut(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
 
 
 def _templates() -> Environment:
@@ -825,8 +829,7 @@ def _histogram_chart(buckets: list[dict]) -> dict:
 
 def _short(text: str | None, limit: int = 40) -> str:
     """An operation's name in a tooltip: a foreign writer's may be any length."""
-    text = text or "?"
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+    return _cut(text or "?", limit)
 
 
 def _health_charts(points: list[dict]) -> list[dict]:
