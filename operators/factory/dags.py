@@ -65,6 +65,38 @@ def _common(name: str, table: TableConfig, kind: str) -> dict[str, Any]:
     }
 
 
+def _after_decision(decide, table: TableConfig, conn: dict, *, follow_plan: bool = False, pool=None) -> None:
+    """``decide >> compact >> checkpoint >> vacuum (>> manifest)``: the compaction follows the
+    decision task; with ``follow_plan`` (a ``DeltaMaintenancePlanOperator``) checkpoint and vacuum
+    follow it too, and the rewrites run in ``pool`` when one is configured."""
+    follow = {"decision_task_id": decide.task_id} if follow_plan else {}
+    compact = DeltaCompactionOperator(
+        task_id="compact",
+        table_uri=table.uri,
+        decision_task_id=decide.task_id,
+        target_file_size=table.target_file_size,
+        zorder_by=table.zorder_by,
+        spark_threshold_bytes=table.spark_threshold_bytes,
+        **({"pool": pool} if pool else {}),
+        **conn,
+    )
+    checkpoint = DeltaCheckpointOperator(
+        task_id="checkpoint", table_uri=table.uri, cleanup_log=table.checkpoint_cleanup_log, **follow, **conn
+    )
+    vacuum = DeltaVacuumOperator(
+        task_id="vacuum",
+        table_uri=table.uri,
+        dry_run=table.vacuum_dry_run,
+        retention_hours=table.retention_hours,
+        enforce_retention=table.enforce_retention,
+        **follow,
+        **conn,
+    )
+    decide >> compact >> checkpoint >> vacuum
+    if table.manifest:
+        vacuum >> DeltaManifestOperator(task_id="manifest", table_uri=table.uri, **conn)
+
+
 def maintenance_dag(name: str, table: TableConfig, section: MaintenanceSection | None = None) -> DAG:
     if table.schedules.maintenance == HEALTH:
         return health_maintenance_dag(name, table, section)
@@ -96,32 +128,7 @@ cleans up expired log files; **vacuum** deletes unreferenced files older than th
             zorder_by=table.zorder_by,
             **conn,
         )
-        compact = DeltaCompactionOperator(
-            task_id="compact",
-            table_uri=table.uri,
-            decision_task_id="auto_optimize",
-            target_file_size=table.target_file_size,
-            zorder_by=table.zorder_by,
-            spark_threshold_bytes=table.spark_threshold_bytes,
-            **conn,
-        )
-        checkpoint = DeltaCheckpointOperator(
-            task_id="checkpoint",
-            table_uri=table.uri,
-            cleanup_log=table.checkpoint_cleanup_log,
-            **conn,
-        )
-        vacuum = DeltaVacuumOperator(
-            task_id="vacuum",
-            table_uri=table.uri,
-            dry_run=table.vacuum_dry_run,
-            retention_hours=table.retention_hours,
-            enforce_retention=table.enforce_retention,
-            **conn,
-        )
-        decide >> compact >> checkpoint >> vacuum
-        if table.manifest:
-            vacuum >> DeltaManifestOperator(task_id="manifest", table_uri=table.uri, **conn)
+        _after_decision(decide, table, conn)
     return dag
 
 
@@ -178,36 +185,8 @@ the user's write is never failed by it.
             yield_minutes=scheduling["yield_minutes"],
             **conn,
         )
-        pool = {"pool": section.pool} if section is not None and section.pool else {}
-        compact = DeltaCompactionOperator(
-            task_id="compact",
-            table_uri=table.uri,
-            decision_task_id="plan",
-            target_file_size=table.target_file_size,
-            zorder_by=table.zorder_by,
-            spark_threshold_bytes=table.spark_threshold_bytes,
-            **pool,
-            **conn,
-        )
-        checkpoint = DeltaCheckpointOperator(
-            task_id="checkpoint",
-            table_uri=table.uri,
-            cleanup_log=table.checkpoint_cleanup_log,
-            decision_task_id="plan",
-            **conn,
-        )
-        vacuum = DeltaVacuumOperator(
-            task_id="vacuum",
-            table_uri=table.uri,
-            dry_run=table.vacuum_dry_run,
-            retention_hours=table.retention_hours,
-            enforce_retention=table.enforce_retention,
-            decision_task_id="plan",
-            **conn,
-        )
-        plan >> compact >> checkpoint >> vacuum
-        if table.manifest:
-            vacuum >> DeltaManifestOperator(task_id="manifest", table_uri=table.uri, **conn)
+        pool = section.pool if section is not None else None
+        _after_decision(plan, table, conn, follow_plan=True, pool=pool)
     return dag
 
 
