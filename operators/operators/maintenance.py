@@ -142,8 +142,7 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         import time
 
-        from deltaplane.engine.health import DAY_MS, bytes_rewritten_since
-        from deltaplane.engine.health_tracker import HealthTracker
+        from deltaplane.engine.health import DAY_MS, bytes_rewritten_since, removed_files
         from deltaplane.engine.maintenance_plan import (
             KINDS,
             REWRITE_KINDS,
@@ -156,10 +155,9 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
 
         policy = MaintenancePolicy.from_dict(self.policy)
         snapshot = table.snapshot
-        tracker = HealthTracker.from_snapshot(snapshot, small_file_size=policy.small_file_size)
-        now = int(time.time() * 1000)
-        removed = tracker.removed_files(now_ms=now, retention_ms=int(policy.retention_hours * 3_600_000))
-        health = tracker.health()
+        now = int(time.time() * 1000)  # one look at the table: Arrow over its files, no tracker
+        removed = removed_files(snapshot, now_ms=now, retention_ms=int(policy.retention_hours * 3_600_000))
+        health = table.health(small_file_size=policy.small_file_size)
         decisions = decide(self.table_uri, health, policy, removed=removed, now_ms=now)
         busy = []
         if self.yield_minutes > 0:
