@@ -307,7 +307,7 @@ class HealthTracker:
                 if "clustering_provider" in files.column_names
                 else [False] * files.num_rows
             )
-            records = _num_records(files)
+            records = parse_file_stats(files, {}).num_records.to_pylist()
             dv = files.column("deletion_vector")
             deleted = (
                 pc.fill_null(pc.struct_field(dv, "cardinality"), 0).to_pylist()
@@ -508,30 +508,6 @@ class HealthTracker:
                 CommitMetrics(**{**c, "added_size_histogram": tuple(c["added_size_histogram"])})
             )
         return tracker
-
-
-_FEW_FILES = 64  # a commit's adds: their row counts read with json.loads, not an Arrow parse
-
-
-def _num_records(files: pa.Table) -> list[int | None]:
-    """Each file's ``numRecords`` (``None`` when unknown). A commit adds a few files: reading
-    their statistics with ``json.loads`` costs microseconds where setting up an Arrow parse costs
-    about a millisecond, and a streaming table commits thousands of times a day. A shape the
-    quick reading is not sure of (a checkpoint's ``stats_parsed``, a count that is not an
-    integer) goes through ``parse_file_stats``, as ``table_health`` reads it."""
-    if files.num_rows <= _FEW_FILES and "stats_parsed" not in files.column_names:
-        out: list[int | None] = []
-        for text in files.column("stats").to_pylist():
-            try:
-                value = json.loads(text).get("numRecords") if text else None
-            except (ValueError, AttributeError):
-                break
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                break
-            out.append(value)
-        else:
-            return out
-    return parse_file_stats(files, {}).num_records.to_pylist()
 
 
 def _clustering_columns_set(configuration: str) -> bool:

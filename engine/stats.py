@@ -142,17 +142,18 @@ def _parse_json_column(stats: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> 
     n = len(stats)
     if n == 0 or stats.null_count == n:
         return pa.table({name: pa.nulls(n, schema.field(name).type) for name in schema.names})
+    if n <= _PYTHON_JSON_FILES and not _has_decimal(schema):
+        # A few files (a commit's adds, a filtered plan): json.loads on this thread, no Arrow
+        # compute at all. pyarrow.json hands its input to a thread even when told not to use
+        # threads, and each compute call costs tens of microseconds: on a busy machine that is
+        # most of the work. Same values: where pyarrow.json fails it comes here too.
+        return _parse_json_slowly([t or "{}" for t in stats.to_pylist()], schema)
     if isinstance(stats, pa.ChunkedArray):
         stats = stats.combine_chunks()
     text = pc.fill_null(stats, "{}")
     text = pc.if_else(pc.equal(text, ""), "{}", text)
     if pc.any(pc.match_substring(text, "\n")).as_py():
         text = pc.replace_substring(text, "\n", " ")  # JSON whitespace; keeps one file per line
-    if n <= _PYTHON_JSON_FILES and not _has_decimal(schema):
-        # A few files: json.loads on this thread. pyarrow.json hands its input to a thread
-        # even when told not to use threads, and on a busy machine that wait (~1-2 ms) is
-        # most of a filtered plan. Same values: where pyarrow.json fails it comes here too.
-        return _parse_json_slowly(text.to_pylist(), schema)
     fast = text
     if pc.any(pc.match_substring_regex(fast, _NON_FINITE_TEXT)).as_py():
         # Delta Spark writes a float's NaN and infinities as JSON strings, which pyarrow.json
