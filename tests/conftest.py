@@ -37,6 +37,19 @@ if "SPARK_SUBMIT_OPTS" not in os.environ:
 CONFORMANCE = Path(os.environ.get("DELTAPLANE_CONFORMANCE", PROJECT_ROOT.parent / "shared" / "conformance"))
 
 
+def conformance_golden() -> Path:
+    """The corpus's golden tables (Delta Spark's), for a test that reads them. Without them the
+    test fails, never skips: a checkout whose corpus went missing must not pass by running less."""
+    golden = CONFORMANCE / "golden"
+    if not (golden / "MANIFEST.tsv").is_file():
+        pytest.fail(
+            f"the conformance corpus is not at {golden}: set DELTAPLANE_CONFORMANCE to the folder that "
+            "holds golden/ (../shared/conformance beside a checkout)",
+            pytrace=False,
+        )
+    return golden
+
+
 @pytest.fixture
 def table_dir(tmp_path: Path) -> Path:
     path = tmp_path / "table"

@@ -108,3 +108,18 @@ def test_grouped_tests_collect_in_one_process_without_xdist():
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "test_generated_sequences_agree" in done.stdout and "test_asset_events.py::" in done.stdout
+
+
+def test_a_missing_conformance_corpus_fails_the_tests_that_read_it(monkeypatch, tmp_path):
+    """Under CI a missing component is a failure: the corpus's tests used to skip without it, so a
+    checkout beside no corpus passed by running less."""
+    from tests import conftest
+
+    monkeypatch.setattr(conftest, "CONFORMANCE", tmp_path / "nowhere")
+    with pytest.raises(pytest.fail.Exception, match="DELTAPLANE_CONFORMANCE"):
+        conftest.conformance_golden()
+    (tmp_path / "nowhere" / "golden").mkdir(parents=True)  # a folder without its listing is not it
+    with pytest.raises(pytest.fail.Exception, match="not at"):
+        conftest.conformance_golden()
+    monkeypatch.undo()
+    assert (conftest.conformance_golden() / "MANIFEST.tsv").is_file()

@@ -15,7 +15,7 @@ from deltaplane.engine.errors import CorruptDeletionVectorError
 from deltaplane.engine.scan import ScanBuilder
 from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage import LocalStore, MemoryStore
-from tests.conftest import CONFORMANCE
+from tests.conftest import conformance_golden
 from tests.logbuilder import (
     CHECKPOINT_TYPES,
     add,
@@ -71,9 +71,7 @@ def test_relative_deletion_vector_with_random_prefix(tmp_path):
 
 
 def test_corrupt_deletion_vector_in_a_spark_table_names_the_file(tmp_path):
-    source = CONFORMANCE / "golden" / "dv-partitioned-with-checkpoint" / "delta"
-    if not source.exists():
-        pytest.skip("conformance corpus not found")
+    source = conformance_golden() / "dv-partitioned-with-checkpoint" / "delta"
     table = tmp_path / "t"
     shutil.copytree(source, table)
     live = DeltaTable(str(table)).snapshot.files.column("deletion_vector").to_pylist()

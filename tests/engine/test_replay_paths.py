@@ -16,7 +16,7 @@ from deltaplane.engine import DeltaTable
 from deltaplane.engine.errors import DeltaError
 from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage import LocalStore
-from tests.conftest import CONFORMANCE
+from tests.conftest import CONFORMANCE, conformance_golden
 
 
 def _state(root: Path):
@@ -94,5 +94,5 @@ def _golden_tables():
 @pytest.mark.parametrize("root", _golden_tables() or [None], ids=lambda p: p.parent.name if p else "absent")
 def test_both_replay_paths_agree_on_the_conformance_tables(root, monkeypatch):
     if root is None:
-        pytest.skip("conformance corpus not found")
+        conformance_golden()
     assert_same_both_ways(root, monkeypatch)

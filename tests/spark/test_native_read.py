@@ -34,7 +34,8 @@ from deltaplane.engine.errors import (
 from deltaplane.spark_jobs import native
 from deltaplane.spark_jobs.native import fallback_reasons, plan, read_table
 from deltaplane.spark_jobs.types import spark_schema
-from tests.conformance.test_golden_tables import GOLDEN, MANIFEST, _entries, _root
+from tests.conformance.test_golden_tables import _entries, _root
+from tests.conftest import conformance_golden
 from tests.deltaspark.compare import arrow_rows, sorted_rows
 from tests.helpers import assert_same_rows
 
@@ -94,6 +95,7 @@ _golden = _entries  # the conformance suite's own listing of the corpus
 def test_every_conformance_table_reads_as_the_engine_reads_it(spark, entry):
     """Refused by the engine means refused here with the engine's error; read by the engine means
     the same rows, through Spark's Parquet reader (no table of the corpus needs the fallback)."""
+    conformance_golden()
     uri = _root(entry["name"])
     try:
         table = DeltaTable(uri)
@@ -113,8 +115,7 @@ def test_every_conformance_table_reads_as_the_engine_reads_it(spark, entry):
 def test_the_corpus_exercises_every_mechanism():
     """Partition values from Hive paths and from the lookup join, deletion vectors, column
     mapping: the parametrized test above covers each on Delta Spark's own tables."""
-    if not MANIFEST.exists():
-        pytest.skip(f"conformance corpus not found at {GOLDEN}")
+    conformance_golden()
     seen = set()
     names = (
         "dv-with-columnmapping",
