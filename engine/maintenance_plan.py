@@ -1,13 +1,15 @@
 """What maintenance each table needs now, why, and in which order: a policy over table health.
 
 For every table and every kind of work (compaction, deletion-vector purge, liquid clustering,
-checkpoint, log cleanup, VACUUM) the
-planner makes one ``Decision`` from the table's ``TableHealth`` (``health.py``, or kept current by
-``health_tracker.py``) and its ``MaintenancePolicy``: run or skip, with a one-line reason that names
-the numbers it decided on and the threshold they crossed (or did not). Then it ranks what should
-run, across all tables, by benefit over cost, and admits work in that order while each table's
-daily budget (bytes rewritten) and the global cap on concurrent jobs allow; what does not fit is
-skipped with that reason.
+checkpoint, log cleanup, VACUUM, symlink manifests) the planner makes one ``Decision`` from the
+table's ``TableHealth`` (``health.py``, or kept current by ``health_tracker.py``), the inputs
+``maintenance_inputs.look`` reads beside it, and its ``MaintenancePolicy``: run or skip, with a
+one-line reason that names the numbers it decided on and the threshold they crossed (or did not).
+Then it ranks what should run, across all tables, by benefit over cost, and admits work in that
+order while each table's daily budgets (bytes rewritten, CPU seconds) and the global cap on
+concurrent jobs allow; what does not fit is skipped with that reason. A rewrite's CPU is estimated
+from its bytes at the table's own rate (``health.Spending``: the CPU its recent rewrites recorded
+per GiB).
 
 The benefit and cost model is deliberately simple and stated here, because operators read it:
 
@@ -27,6 +29,10 @@ The benefit and cost model is deliberately simple and stated here, because opera
   file written once; score = commits saved per thousand files.
 - **VACUUM**: benefit = bytes of storage freed (removed files older than the retention), cost = the
   files to delete (requests); score = MiB freed per file deleted.
+- **manifest** (opt-in: tables that Presto, Athena or Redshift Spectrum read through symlink
+  manifests): due once ``max_manifest_commits_behind`` commits changed the file list since the
+  newest manifest was written (such a reader misses new rows, and after a VACUUM fails on files that
+  are gone), or when there is no manifest; score = commits behind over the threshold.
 
 Scores of different kinds are made comparable by putting each on "work avoided per unit of work
 done" and normalising to the threshold that would just trigger it (a decision exactly at its
@@ -40,13 +46,18 @@ the scheduled runs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, TableHealth
+from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, Spending, TableHealth
 
-KINDS = ("compaction", "dv_purge", "clustering", "checkpoint", "log_cleanup", "vacuum")
+if TYPE_CHECKING:
+    from deltaplane.engine.commands.manifest import ManifestLag
+
+KINDS = ("compaction", "dv_purge", "clustering", "checkpoint", "log_cleanup", "vacuum", "manifest")
+DEFAULT_KINDS = KINDS[:-1]  # manifests only for the tables that ask for them
 REWRITE_KINDS = ("compaction", "dv_purge", "clustering")  # the kinds that rewrite data files
 MiB = 1 << 20
 GiB = 1 << 30
@@ -68,8 +79,10 @@ class MaintenancePolicy:
     target_file_size: int = DEFAULT_SMALL_FILE_SIZE
     max_files_below_target: int | None = None  # a full compaction once this many are (None: never)
     max_bytes_rewritten_per_day: int | None = None  # None: no budget
+    max_cpu_seconds_per_day: float | None = None  # rewrites' CPU (recorded, or estimated); None: no budget
+    max_manifest_commits_behind: int = 1
     spark_threshold_bytes: int = 8 * GiB
-    enabled: tuple[str, ...] = KINDS
+    enabled: tuple[str, ...] = DEFAULT_KINDS
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None, *, owner: str = "policy") -> MaintenancePolicy:
@@ -100,10 +113,14 @@ class MaintenancePolicy:
             self.min_small_files < 1
             or self.max_versions_since_checkpoint < 1
             or self.min_unclustered_files < 1
+            or self.max_manifest_commits_behind < 1
         ):
             raise ValueError(
-                "min_small_files, min_unclustered_files and max_versions_since_checkpoint must be at least 1"
+                "min_small_files, min_unclustered_files, max_versions_since_checkpoint and "
+                "max_manifest_commits_behind must be at least 1"
             )
+        if self.max_cpu_seconds_per_day is not None and not self.max_cpu_seconds_per_day > 0:
+            raise ValueError("max_cpu_seconds_per_day must be a positive number of seconds")
         if not 0.0 <= self.max_deleted_rows_ratio <= 1.0:
             raise ValueError("max_deleted_rows_ratio must be between 0 and 1")
 
@@ -119,6 +136,7 @@ class Decision:
     partitions: tuple[dict[str, str | None], ...] = ()
     engine: str | None = None  # "local" or "spark" for rewrites
     details: dict[str, Any] = field(default_factory=dict)
+    cpu_seconds: float = 0.0  # a rewrite's expected CPU (its bytes at the table's rate)
 
     def line(self) -> str:
         verdict = "run " if self.run else "skip"
@@ -135,6 +153,7 @@ class Decision:
             "partitions": [dict(p) for p in self.partitions],
             "engine": self.engine,
             "details": dict(self.details),
+            "cpu_seconds": round(self.cpu_seconds, 3),
         }
 
 
@@ -164,12 +183,17 @@ def decide(
     *,
     removed: Mapping[str, Any] | None = None,
     now_ms: int | None = None,
+    manifest: ManifestLag | None = None,
+    spending: Spending | None = None,
 ) -> list[Decision]:
     """One decision per kind of work for one table. ``removed``: the unvacuumed removed files
     (``HealthTracker.removed_files``: ``bytes`` and ``num_files`` older than the retention as
     ``expired_bytes`` / ``expired_files``), when known; ``now_ms``: the time the log's age is
-    measured at (default: the version's)."""
+    measured at (default: the version's); ``manifest``: how far the symlink manifests are behind
+    (``commands.manifest.manifest_lag``), when looked at; ``spending``: the table's rewrites of
+    the day, whose CPU rate estimates each rewrite's CPU seconds."""
     now = health.timestamp if now_ms is None else int(now_ms)
+    rate = spending or Spending(now)
     out = []
     for kind, fn in (
         ("compaction", _compaction),
@@ -178,11 +202,15 @@ def decide(
         ("checkpoint", _checkpoint),
         ("log_cleanup", lambda *args: _log_cleanup(*args, now=now)),
         ("vacuum", _vacuum),
+        ("manifest", lambda name, health, policy, removed: _manifest(name, policy, manifest)),
     ):
         if kind not in policy.enabled:
             out.append(Decision(name, kind, False, "disabled by the table's policy"))
             continue
-        out.append(fn(name, health, policy, removed))
+        d = fn(name, health, policy, removed)
+        if d.bytes_rewritten:
+            d = dataclasses.replace(d, cpu_seconds=rate.cpu_for(d.bytes_rewritten))
+        out.append(d)
     return out
 
 
@@ -411,6 +439,38 @@ def _vacuum(name, health: TableHealth, policy: MaintenancePolicy, removed) -> De
     )
 
 
+def _manifest(name, policy: MaintenancePolicy, lag: ManifestLag | None) -> Decision:
+    """Symlink manifests: a reader of them sees the table as of the newest manifest."""
+    if lag is None:
+        return Decision(name, "manifest", False, "manifests not looked at")
+    if lag.manifests == 0:
+        return Decision(
+            name,
+            "manifest",
+            True,
+            f"no symlink manifest yet: a reader of the symlink table sees nothing of v{lag.version}",
+            score=1.0,
+        )
+    limit = policy.max_manifest_commits_behind
+    behind = f"{lag.commits_behind}{'+' if lag.capped else ''}"
+    if lag.commits_behind < limit:
+        return Decision(
+            name,
+            "manifest",
+            False,
+            f"the manifests are {behind} commit(s) behind v{lag.version}; threshold {limit}",
+        )
+    return Decision(
+        name,
+        "manifest",
+        True,
+        f"the manifests are {behind} commit(s) behind v{lag.version} (first v{lag.first_behind}; "
+        f"threshold {limit}): a reader of them misses those changes",
+        score=lag.commits_behind / limit,
+        details={"commits_behind": lag.commits_behind, "first_behind": lag.first_behind},
+    )
+
+
 # --- writers first ----------------------------------------------------------------------------
 
 
@@ -445,16 +505,12 @@ def yield_to_writers(
             continue
         share = len(keep) / len(d.partitions)
         out.append(
-            Decision(
-                d.table,
-                d.kind,
-                True,
-                f"{d.reason}; {why}",
-                d.score,
-                int(d.bytes_rewritten * share),
-                tuple(keep),
-                d.engine,
-                d.details,
+            dataclasses.replace(
+                d,
+                reason=f"{d.reason}; {why}",
+                bytes_rewritten=int(d.bytes_rewritten * share),
+                cpu_seconds=d.cpu_seconds * share,
+                partitions=tuple(keep),
             )
         )
     return out
@@ -467,50 +523,57 @@ def rank(
     decisions: Iterable[Decision],
     policies: Mapping[str, MaintenancePolicy],
     *,
-    spent_today: Mapping[str, int] | None = None,
+    spent_today: Mapping[str, Spending] | None = None,
     max_concurrent_jobs: int | None = None,
     running: int = 0,
 ) -> list[Decision]:
     """The decisions in the order to run them (highest score first, skips last), with what a
-    table's daily budget or the global job cap leaves out turned into skips that say so."""
-    spent = dict(spent_today or {})
+    table's daily budgets (bytes rewritten, CPU seconds: ``spent_today`` says what each table's
+    rewrites of the day used) or the global job cap leave out turned into skips that say so."""
+    used = {t: (s.bytes_rewritten, s.cpu_seconds) for t, s in (spent_today or {}).items()}
     wanted = sorted((d for d in decisions if d.run), key=lambda d: (-d.score, d.table, d.kind))
     skipped = [d for d in decisions if not d.run]
     slots = None if max_concurrent_jobs is None else max(0, max_concurrent_jobs - running)
     out = []
     for d in wanted:
-        budget = policies[d.table].max_bytes_rewritten_per_day if d.table in policies else None
-        used = spent.get(d.table, 0)
-        if budget is not None and d.bytes_rewritten and used + d.bytes_rewritten > budget:
-            out.append(
-                _skip(
-                    d,
-                    f"over budget: {_size(used)} rewritten today + {_size(d.bytes_rewritten)} > "
-                    f"{_size(budget)} a day",
-                )
-            )
+        policy = policies.get(d.table)
+        nbytes, cpu = used.get(d.table, (0, 0.0))
+        over = _over_budget(policy, d, nbytes, cpu) if policy is not None and d.bytes_rewritten else None
+        if over:
+            out.append(_skip(d, f"over budget: {over}"))
             continue
         if slots is not None and slots <= 0:
             out.append(_skip(d, f"waits: {max_concurrent_jobs} maintenance job(s) at once at most"))
             continue
-        spent[d.table] = used + d.bytes_rewritten
+        used[d.table] = (nbytes + d.bytes_rewritten, cpu + d.cpu_seconds)
         if slots is not None:
             slots -= 1
         out.append(d)
     return out + sorted(skipped, key=lambda d: (d.table, KINDS.index(d.kind)))
 
 
+def _over_budget(policy: MaintenancePolicy, d: Decision, nbytes: int, cpu: float) -> str | None:
+    """Which of the table's daily budgets ``d`` would exceed, said with the numbers."""
+    limit = policy.max_bytes_rewritten_per_day
+    if limit is not None and nbytes + d.bytes_rewritten > limit:
+        return f"{_size(nbytes)} rewritten today + {_size(d.bytes_rewritten)} > {_size(limit)} a day"
+    seconds = policy.max_cpu_seconds_per_day
+    if seconds is not None and cpu + d.cpu_seconds > seconds:
+        return f"{cpu:.0f} CPU-s spent today + ~{d.cpu_seconds:.0f} CPU-s > {seconds:g} CPU-s a day"
+    return None
+
+
 def _skip(d: Decision, why: str) -> Decision:
-    return Decision(
-        d.table,
-        d.kind,
-        False,
-        f"{why} (would: {d.reason})",
-        d.score,
-        d.bytes_rewritten,
-        d.partitions,
-        d.engine,
-    )
+    return dataclasses.replace(d, run=False, reason=f"{why} (would: {d.reason})", details={})
 
 
-__all__ = ["KINDS", "REWRITE_KINDS", "Decision", "MaintenancePolicy", "decide", "rank", "yield_to_writers"]
+__all__ = [
+    "DEFAULT_KINDS",
+    "KINDS",
+    "REWRITE_KINDS",
+    "Decision",
+    "MaintenancePolicy",
+    "decide",
+    "rank",
+    "yield_to_writers",
+]

@@ -55,9 +55,10 @@ import pyarrow.compute as pc
 from deltaplane.engine.actions import Metadata
 from deltaplane.engine.errors import DeltaError, ObjectNotFoundError, UnsupportedOperationError
 from deltaplane.engine.log.replay import canonical_paths, file_keys
+from deltaplane.engine.log.segment import list_log
 from deltaplane.engine.partitions import escape_partition_path_component
 from deltaplane.engine.schema import parse_schema, partition_physical_names
-from deltaplane.engine.snapshot import Snapshot, load_snapshot, load_table_config
+from deltaplane.engine.snapshot import Snapshot, load_snapshot, load_table_config, read_commit
 from deltaplane.engine.storage.base import ObjectStore
 from deltaplane.engine.table_properties import TableProperties
 from deltaplane.engine.transaction import CommitResult
@@ -339,6 +340,69 @@ def _manifest_bodies(plan: ManifestPlan) -> dict[str, bytes]:
         lines = uris[start:end]
         bodies[names[codes[start]]] = ("\n".join(lines) + "\n").encode("utf-8")
     return bodies
+
+
+# --- how far behind the manifests are -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ManifestLag:
+    """How far a table's symlink manifests are behind its log (``manifest_lag``)."""
+
+    written_ms: int | None  # the newest manifest's time on storage (None: no manifest at all)
+    manifests: int  # manifest files found
+    commits_behind: int  # commits at or after that time that added or removed files
+    first_behind: int | None  # the oldest of them
+    version: int  # the table version looked at
+    capped: bool = False  # more commits came after it than were read (commits_behind is a floor)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "written_ms": self.written_ms,
+            "manifests": self.manifests,
+            "commits_behind": self.commits_behind,
+            "first_behind": self.first_behind,
+            "version": self.version,
+            "capped": self.capped,
+        }
+
+
+def manifest_lag(store: ObjectStore, version: int, *, max_commits: int = 200) -> ManifestLag:
+    """Whether a reader of the manifests sees ``version``: the commits since the newest manifest
+    was written that changed the file list (adds or removes, data change or not: after an
+    OPTIMIZE and a VACUUM a stale manifest names files that are gone).
+
+    Times are compared on storage's clock only (a commit file's and a manifest's modification
+    times), never against a writer's. A commit in the same clock tick as the newest manifest counts
+    as behind: one regeneration too many is harmless, a stale manifest is not. Cost: one listing of
+    the manifests, one of the newest ``max_commits`` log entries, and a read of each commit written
+    after the manifests (at most ``max_commits``; ``capped`` says when more were not read)."""
+    metas = [
+        m for m in store.list(f"{MANIFEST_DIR}/", recursive=True) if m.key.rsplit("/", 1)[-1] == MANIFEST_NAME
+    ]
+    written = max((m.last_modified for m in metas), default=None)
+    start = max(0, version - max_commits + 1)
+    listing = list_log(store, start)
+    commits = sorted(
+        (f for v, f in listing.commits.items() if start <= v <= version),
+        key=lambda f: f.version,
+    )
+    newer = [f for f in commits if written is None or f.last_modified >= written]
+    behind = []
+    for f in newer:
+        actions = read_commit(store, f.key, f.version, threads=False)
+        rows = actions.pending_rows
+        if rows if rows is not None else (actions.file_actions is not None and actions.file_actions.num_rows):
+            behind.append(f.version)
+    capped = bool(newer) and newer[0].version == start and start > 0
+    return ManifestLag(
+        written_ms=written,
+        manifests=len(metas),
+        commits_behind=len(behind),
+        first_behind=behind[0] if behind else None,
+        version=version,
+        capped=capped,
+    )
 
 
 # --- automatic regeneration ---------------------------------------------------------------------

@@ -536,7 +536,7 @@ def execute_optimize(
     store: ObjectStore, plan: OptimizePlan, *, max_concurrent_bins: int | None = None
 ) -> OptimizeMetrics:
     """Rewrite every bin of ``plan`` (in parallel) and commit the swap in one transaction."""
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if not plan.bins:
         log.info(
             "OPTIMIZE %s: nothing to do (%d files considered)", plan.table_root, plan.total_considered_files
@@ -570,12 +570,25 @@ def execute_optimize(
             for f in futures:
                 f.cancel()
             raise
-    result = commit_optimize(store, plan, adds)
+    result = commit_optimize(
+        store, plan, adds, seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu
+    )
     return optimize_metrics(plan, adds, result, time.perf_counter() - start)
 
 
-def commit_optimize(store: ObjectStore, plan: OptimizePlan, adds: list[Add]) -> CommitResult:
-    """Commit the rewritten files of ``plan``: its files removed, ``adds`` added, no data change."""
+def commit_optimize(
+    store: ObjectStore,
+    plan: OptimizePlan,
+    adds: list[Add],
+    *,
+    seconds: float | None = None,
+    cpu_seconds: float | None = None,
+) -> CommitResult:
+    """Commit the rewritten files of ``plan``: its files removed, ``adds`` added, no data change.
+
+    ``seconds`` and ``cpu_seconds``, what the rewrite cost (wall time; CPU of the processes that
+    rewrote the files), are recorded as ``executionTimeMs`` and ``cpuTimeMs``: a maintenance
+    budget in CPU-seconds a day is kept from them (``health.maintenance_spending``)."""
     snapshot = plan.snapshot
     params: dict = {"predicate": [plan.filter] if plan.filter else [], "zOrderBy": list(plan.zorder_by)}
     if plan.reorg:  # Delta Spark's REORG TABLE parameters
@@ -611,6 +624,10 @@ def commit_optimize(store: ObjectStore, plan: OptimizePlan, adds: list[Add]) -> 
         "numDeletionVectorsRemoved": sum(r.deletion_vector is not None for r in removes),
         **_size_percentiles(sizes),
     }
+    if seconds is not None:
+        metrics["executionTimeMs"] = max(0, round(seconds * 1000))
+    if cpu_seconds is not None:
+        metrics["cpuTimeMs"] = max(0, round(cpu_seconds * 1000))
     return txn.commit(metrics)
 
 

@@ -84,9 +84,14 @@ class MaintenanceSettings(_Model):
     max_versions_since_checkpoint: int | None = Field(None, gt=0)
     min_vacuum_bytes: int | None = None
     max_bytes_rewritten_per_day: int | None = None
+    max_cpu_seconds_per_day: float | None = Field(None, gt=0)
+    max_manifest_commits_behind: int | None = Field(None, gt=0)
     min_unclustered_files: int | None = Field(None, gt=0)
     kinds: (
-        list[Literal["compaction", "dv_purge", "clustering", "checkpoint", "log_cleanup", "vacuum"]] | None
+        list[
+            Literal["compaction", "dv_purge", "clustering", "checkpoint", "log_cleanup", "vacuum", "manifest"]
+        ]
+        | None
     ) = None
     # how the health-scheduled DAG (schedules.maintenance: health) runs, not the policy itself
     poll_seconds: float | None = Field(None, gt=0)
@@ -525,7 +530,7 @@ def maintenance_policy(table: TableConfig, section: MaintenanceSection | None = 
     """The ``MaintenancePolicy`` of ``table``: its ``maintenance`` over the file's defaults, over
     the thresholds ``auto_optimize`` already sets, with its retention, target size and Spark
     threshold."""
-    from deltaplane.engine.maintenance_plan import KINDS, MaintenancePolicy
+    from deltaplane.engine.maintenance_plan import DEFAULT_KINDS, MaintenancePolicy
 
     section = section or MaintenanceSection()
     chosen: dict[str, Any] = {
@@ -540,7 +545,9 @@ def maintenance_policy(table: TableConfig, section: MaintenanceSection | None = 
         chosen.pop(key, None)
     return MaintenancePolicy(
         **chosen,
-        enabled=tuple(kinds) if kinds is not None else KINDS,
+        enabled=tuple(kinds)
+        if kinds is not None
+        else (*DEFAULT_KINDS, *(["manifest"] if table.manifest else [])),
         retention_hours=table.retention_hours if table.retention_hours is not None else 168.0,
         target_file_size=table.target_file_size or (128 << 20),
         spark_threshold_bytes=table.spark_threshold_bytes,

@@ -94,7 +94,7 @@ def _after_decision(decide, table: TableConfig, conn: dict, *, follow_plan: bool
     )
     decide >> compact >> checkpoint >> vacuum
     if table.manifest:
-        vacuum >> DeltaManifestOperator(task_id="manifest", table_uri=table.uri, **conn)
+        vacuum >> DeltaManifestOperator(task_id="manifest", table_uri=table.uri, **follow, **conn)
 
 
 def maintenance_dag(name: str, table: TableConfig, section: MaintenanceSection | None = None) -> DAG:

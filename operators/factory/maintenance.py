@@ -21,10 +21,11 @@ def plan_tables(config, *, now_ms: int | None = None) -> tuple[list, dict[str, s
     from deltaplane.engine import DeltaTable
     from deltaplane.engine.errors import DeltaError, TableNotFoundError
     from deltaplane.engine.health_tracker import HealthTracker
+    from deltaplane.engine.maintenance_inputs import look
     from deltaplane.engine.maintenance_plan import KINDS, Decision, decide, rank
 
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    decisions, policies, failures = [], {}, {}
+    decisions, policies, failures, spent = [], {}, {}, {}
     for name, table in config.tables.items():
         policy = maintenance_policy(table, config.maintenance)
         policies[name] = policy
@@ -39,9 +40,20 @@ def plan_tables(config, *, now_ms: int | None = None) -> tuple[list, dict[str, s
         except (DeltaError, OSError) as e:
             failures[name] = f"{type(e).__name__}: {e}"
             continue
-        removed = tracker.removed_files(now, retention_ms=int(policy.retention_hours * 3_600_000))
-        decisions += decide(name, tracker.health(), policy, removed=removed, now_ms=now)
-    ranked = rank(decisions, policies, max_concurrent_jobs=config.maintenance.max_concurrent_jobs)
+        seen = look(policy, tracker=tracker, store=snapshot.store, now_ms=now)
+        spent[name] = seen.spending
+        decisions += decide(
+            name,
+            seen.health,
+            policy,
+            removed=seen.removed,
+            now_ms=now,
+            manifest=seen.manifest,
+            spending=seen.spending,
+        )
+    ranked = rank(
+        decisions, policies, spent_today=spent, max_concurrent_jobs=config.maintenance.max_concurrent_jobs
+    )
     return ranked, failures
 
 
@@ -54,7 +66,8 @@ def register_cli(sub) -> None:
         help="what maintenance each table needs now, and why (a dry run)",
         description="For every table of the tables file (PATH, else $DELTAPLANE_CONFIG, else "
         "config/tables.yaml in the current directory): one line per table and kind of work "
-        "(compaction, dv_purge, checkpoint, vacuum), run or skip, with the numbers and threshold "
+        "(compaction, dv_purge, clustering, checkpoint, log_cleanup, vacuum, manifest), run or skip, with "
+        "the numbers and threshold "
         "it decided on; what runs is listed first, in the order it would run. Changes nothing.",
     )
     v.add_argument("path", nargs="?", help="the tables file")

@@ -142,23 +142,15 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         import time
 
-        from deltaplane.engine.health import DAY_MS, bytes_rewritten_since, removed_files
-        from deltaplane.engine.maintenance_plan import (
-            KINDS,
-            REWRITE_KINDS,
-            MaintenancePolicy,
-            decide,
-            rank,
-            yield_to_writers,
-        )
+        from deltaplane.engine.maintenance_inputs import look, plan_table
+        from deltaplane.engine.maintenance_plan import REWRITE_KINDS, MaintenancePolicy
         from deltaplane.engine.tail import partitions_of, recent_row_changes
 
         policy = MaintenancePolicy.from_dict(self.policy)
         snapshot = table.snapshot
         now = int(time.time() * 1000)  # one look at the table: Arrow over its files, no tracker
-        removed = removed_files(snapshot, now_ms=now, retention_ms=int(policy.retention_hours * 3_600_000))
-        health = table.health(small_file_size=policy.small_file_size)
-        decisions = decide(self.table_uri, health, policy, removed=removed, now_ms=now)
+        seen = look(policy, snapshot=snapshot, now_ms=now)
+        health, removed = seen.health, seen.removed
         busy = []
         if self.yield_minutes > 0:
             since = now - int(self.yield_minutes * 60_000)
@@ -166,13 +158,7 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
                 ago = max(0, (now - change.timestamp) // 60_000)
                 what = f"{change.operation} v{change.version}, {ago} min ago"
                 busy += [(p, what) for p in partitions_of(change)]
-        decisions = yield_to_writers(decisions, busy)
-        spent = None
-        if policy.max_bytes_rewritten_per_day is not None:  # the day's budget, from the log
-            spent = bytes_rewritten_since(snapshot, now - DAY_MS)
-            ranked = rank(decisions, {self.table_uri: policy}, spent_today={self.table_uri: spent})
-            order = {KINDS.index(d.kind): d for d in ranked}  # keep the kinds' order
-            decisions = [order[i] for i in sorted(order)]
+        decisions = plan_table(self.table_uri, seen, policy, busy=busy)
         wanted = [d for d in decisions if d.run]
         rewrites = [d for d in wanted if d.kind in REWRITE_KINDS]
         for d in decisions:
@@ -187,7 +173,9 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
             "compact": bool(rewrites),
             "partitions": [p for d in rewrites for p in d.partitions],
             "purge": any(d.kind == "dv_purge" for d in rewrites),
-            "rewritten_today": spent,
+            "rewritten_today": seen.spending.bytes_rewritten if seen.budgeted else None,
+            "spent_today": seen.spending.to_dict() if seen.budgeted else None,
+            "manifest": seen.manifest.to_dict() if seen.manifest is not None else None,
             "health": {
                 "num_files": health.num_files,
                 "num_small_files": health.num_small_files,
@@ -507,17 +495,37 @@ class DeltaVacuumOperator(DeltaTableOperator):
 
 class DeltaManifestOperator(DeltaTableOperator):
     """Regenerate the symlink manifests (``_symlink_format_manifest/``) for Presto/Trino/Athena.
-    Commits nothing; XCom ``manifest`` (``version``, ``filesWritten``, ...)."""
+    Commits nothing; XCom ``manifest`` (``version``, ``filesWritten``, ...).
+
+    With ``decision_task_id`` (a ``DeltaMaintenancePlanOperator``) it regenerates only when the
+    manifests are behind the table when it runs (``commands.manifest.manifest_lag``), which is
+    what the plan's ``manifest`` kind decides on, looked at again because a compaction upstream in
+    the same run moves files; otherwise it succeeds with ``nothing_to_do`` and why."""
 
     operation_name = "GENERATE MANIFEST"
 
-    def __init__(self, *, table_uri: str, **kwargs):
+    def __init__(self, *, table_uri: str, decision_task_id: str | None = None, **kwargs):
         check = Arguments(type(self), kwargs)
         check.table_uri(table_uri)
         check.common(kwargs)
+        decision_task_id = check.text("decision_task_id", decision_task_id, optional=True)
         super().__init__(table_uri=table_uri, emit_asset=False, idempotent=False, **kwargs)
+        self.decision_task_id = decision_task_id
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
+        if self.decision_task_id:
+            from deltaplane.engine.commands.manifest import manifest_lag
+
+            lag = manifest_lag(table.snapshot.store, table.version)
+            if lag.manifests and not lag.commits_behind:
+                reason = f"{self.decision_task_id}: manifest not needed: the manifests show v{lag.version}"
+                self.log.info("%s: nothing to do, %s", self.table_uri, reason)
+                return {
+                    "version": None,
+                    "nothing_to_do": True,
+                    "decision_task_id": self.decision_task_id,
+                    "reason": reason,
+                }
         manifest = table.generate_manifest().as_dict()
         self.log.info(
             "%s: %d manifests written for version %s",

@@ -443,10 +443,17 @@ def _policy(entry: Entry):
 def table_summary(entry: Entry, runs: Mapping[str, dict] | None = None) -> dict[str, Any]:
     try:
         table = _open(entry.config)
-        health = table.health(small_file_size=_policy(entry).small_file_size)
+        seen = _look(entry, table)
     except Exception as e:  # missing, unreachable or unreadable: a row with an error, not a 500
         return _error_row(entry, e)
-    return _summary(entry, table, health, runs)
+    return _summary(entry, table, seen, runs)
+
+
+def _look(entry: Entry, table):
+    """The table as the maintenance planner sees it (health, removed files, manifests, spending)."""
+    from deltaplane.engine.maintenance_inputs import look
+
+    return look(_policy(entry), snapshot=table.snapshot)
 
 
 STATUSES = {  # status -> (label, urgency: the list puts the highest first)
@@ -458,24 +465,16 @@ STATUSES = {  # status -> (label, urgency: the list puts the highest first)
 }
 
 
-def maintenance_status(entry: Entry, table, health, runs: Mapping[str, dict] | None) -> dict[str, Any]:
+def maintenance_status(entry: Entry, seen, runs: Mapping[str, dict] | None) -> dict[str, Any]:
     """The table's place in the "what needs attention" list: its status (failing: the newest run
     of one of its DAGs failed; over budget: work is due but its daily budget is spent; needs
     maintenance: the health-driven plan wants a run; healthy), the next action with its reason,
     and every decision of the plan (``deltaplane maintenance plan`` says the same)."""
-    import time
-
-    from deltaplane.engine.health import DAY_MS, bytes_rewritten_since, removed_files
-    from deltaplane.engine.maintenance_plan import decide, rank
+    from deltaplane.engine.maintenance_inputs import plan_table
+    from deltaplane.engine.maintenance_plan import rank
 
     policy = _policy(entry)
-    now = int(time.time() * 1000)
-    removed = removed_files(table.snapshot, now_ms=now, retention_ms=int(policy.retention_hours * 3_600_000))
-    decisions = decide(entry.name, health, policy, removed=removed, now_ms=now)
-    spent = 0
-    if policy.max_bytes_rewritten_per_day is not None:
-        spent = bytes_rewritten_since(table.snapshot, now - DAY_MS)
-    ranked = rank(decisions, {entry.name: policy}, spent_today={entry.name: spent})
+    ranked = rank(plan_table(entry.name, seen, policy), {})
     failed = [
         (dag_id, run)
         for dag_id in entry.dags
@@ -507,7 +506,8 @@ def maintenance_status(entry: Entry, table, health, runs: Mapping[str, dict] | N
         "next_action": next_action,
         "plan": [d.to_dict() for d in ranked],
         "failed_runs": [{"dag_id": d, **r} for d, r in failed],
-        "rewritten_today": spent,
+        "rewritten_today": seen.spending.bytes_rewritten,
+        "cpu_seconds_today": round(seen.spending.cpu_seconds, 1),
         "schedule": entry.config.schedules.maintenance if entry.configured else None,
     }
 
@@ -523,9 +523,10 @@ def urgency_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=key)
 
 
-def _summary(entry: Entry, table, health, runs: Mapping[str, dict] | None = None) -> dict[str, Any]:
+def _summary(entry: Entry, table, seen, runs: Mapping[str, dict] | None = None) -> dict[str, Any]:
     from deltaplane.engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
 
+    health = seen.health
     config = entry.config
     policy = AutoOptimizePolicy(
         min_num_small_files=config.auto_optimize.min_small_files,
@@ -561,7 +562,7 @@ def _summary(entry: Entry, table, health, runs: Mapping[str, dict] | None = None
         },
         "quality_gate": history[0] if history else None,  # the newest result
         "gate": {k: v for k, v in gate.items() if k not in ("history", "rejections")},
-        **maintenance_status(entry, table, health, runs),
+        **maintenance_status(entry, seen, runs),
     }
 
 
@@ -679,7 +680,8 @@ def table_detail(entry: Entry, runs: Mapping[str, dict] | None = None) -> dict[s
 
     try:
         table = _open(entry.config)
-        health = table.health(small_file_size=_policy(entry).small_file_size)
+        seen = _look(entry, table)
+        health = seen.health
         history = table.history(RECENT_COMMITS)
         points = health_history(
             table.snapshot.store,
@@ -692,7 +694,7 @@ def table_detail(entry: Entry, runs: Mapping[str, dict] | None = None) -> dict[s
         shape = _shape(table)
     except Exception as e:
         return _error_row(entry, e)
-    detail = _summary(entry, table, health, runs)
+    detail = _summary(entry, table, seen, runs)
     detail["health_history"] = points
     detail["gate_history"] = gate_history(entry, table.storage_options)["history"]
     detail.update(shape)

@@ -144,16 +144,19 @@ class HealthProducer(SharedStreamProducer):
 
     def _look(self) -> dict[str, Any] | None:
         """Advance over the new commits; the announcement to make now, if any."""
-        from deltaplane.engine.maintenance_plan import decide
+        from deltaplane.engine.maintenance_inputs import look, plan_table
         from deltaplane.engine.storage import open_store
 
         tracker = self._tracker
-        tracker.advance(open_store(self.table_uri, self._options))
-        removed = tracker.removed_files(retention_ms=int(self.policy.retention_hours * 3_600_000))
-        now = int(time.time() * 1000)
-        decisions = decide(self.table_uri, tracker.health(), self.policy, removed=removed, now_ms=now)
-        wanted = [d for d in decisions if d.run]
+        store = open_store(self.table_uri, self._options)
+        tracker.advance(store)
+        seen = look(self.policy, tracker=tracker, store=store)
+        wanted = [d for d in plan_table(self.table_uri, seen, self.policy) if d.run]
         if not wanted:
+            # Whatever was announced has been answered, by a commit or not (manifests are not
+            # commits): the next need is a new one, announced at once.
+            self._announced = None
+            self._stored = None
             return None
         kinds = frozenset(d.kind for d in wanted)
         last = self._announced

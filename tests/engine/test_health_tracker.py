@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -309,8 +310,8 @@ def test_removed_files_of_a_snapshot_are_the_trackers(tmp_path):
     assert removed_files(snapshot)["num_files"] == 7  # 6 compacted + the compacted p0 file
 
 
-def test_bytes_rewritten_since_counts_the_days_optimize_and_reorg_commits(tmp_path):
-    from deltaplane.engine.health import bytes_rewritten_since
+def test_maintenance_spending_counts_the_days_optimize_and_reorg_commits(tmp_path):
+    from deltaplane.engine.health import DEFAULT_CPU_SECONDS_PER_GIB, maintenance_spending
 
     path = str(tmp_path / "b")
     t = DeltaTable.create(path, SCHEMA, partition_by=["part"])
@@ -325,12 +326,40 @@ def test_bytes_rewritten_since_counts_the_days_optimize_and_reorg_commits(tmp_pa
         lines = (Path(path) / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
         return sum(json.loads(x)["add"]["size"] for x in lines if x.startswith('{"add"'))
 
-    snapshot = load_snapshot(LocalStore(path))
-    assert bytes_rewritten_since(snapshot, 0) == written(5) + written(8)
-    second = load_snapshot(LocalStore(path), 8).timestamp
-    assert bytes_rewritten_since(snapshot, second) == written(8)
-    assert bytes_rewritten_since(snapshot, snapshot.timestamp + 1) == 0
+    def metrics(version: int) -> dict:
+        lines = (Path(path) / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+        return next(json.loads(x)["commitInfo"]["operationMetrics"] for x in lines if '"commitInfo"' in x)
+
+    store = LocalStore(path)
+    spent = maintenance_spending(store, 8, 0)
+    assert spent.bytes_rewritten == written(5) + written(8) and spent.rewrites == 2 and spent.estimated == 0
+    # the CPU each OPTIMIZE recorded, read back from the log
+    cpu = [int(metrics(v)["cpuTimeMs"]) / 1000 for v in (5, 8)]
+    assert int(metrics(5)["executionTimeMs"]) >= 0 and all(c >= 0 for c in cpu)
+    assert spent.cpu_seconds == pytest.approx(sum(cpu))
+    assert spent.cpu_seconds_per_gib == pytest.approx(sum(cpu) / ((written(5) + written(8)) / (1 << 30)))
+    second = load_snapshot(store, 8).timestamp
+    assert maintenance_spending(store, 8, second).bytes_rewritten == written(8)
+    assert maintenance_spending(store, 8, load_snapshot(store).timestamp + 1).bytes_rewritten == 0
     assert first.num_files_removed == 8
+    # A rewrite that recorded no CPU (Delta Spark's OPTIMIZE) is estimated from its bytes at the
+    # table's own rate; a foreign value that is not a number is not counted.
+    log8 = Path(path) / "_delta_log" / f"{8:020d}.json"
+    lines = []
+    for line in log8.read_text().splitlines():
+        action = json.loads(line)
+        if "commitInfo" in action:
+            m = action["commitInfo"]["operationMetrics"]
+            del m["cpuTimeMs"]
+            m["executionTimeMs"] = "soon"
+        lines.append(json.dumps(action))
+    log8.write_text("\n".join(lines) + "\n")
+    spent = maintenance_spending(store, 8, 0)
+    assert spent.estimated == 1 and spent.rewrites == 2
+    rate = cpu[0] / (written(5) / (1 << 30))
+    assert rate != DEFAULT_CPU_SECONDS_PER_GIB
+    assert spent.cpu_seconds_per_gib == pytest.approx(rate)
+    assert spent.cpu_seconds == pytest.approx(cpu[0] + written(8) / (1 << 30) * rate)
 
 
 def test_clustering_debt_is_tracked_as_a_full_recompute_counts_it(tmp_path):

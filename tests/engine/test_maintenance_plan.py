@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from deltaplane.engine import DeltaTable
+from deltaplane.engine.health import Spending
 from deltaplane.engine.health_tracker import HealthTracker
 from deltaplane.engine.maintenance_plan import Decision, MaintenancePolicy, decide, rank
 from deltaplane.engine.snapshot import load_snapshot
@@ -97,16 +98,32 @@ def test_ranking_budgets_and_the_job_cap(tmp_path):
     assert [(d.table, d.kind) for d in ranked if d.run] == [("busy", "compaction"), ("some", "compaction")]
     assert ranked[0].score > ranked[1].score > 0
     # skips come after, in table order
-    assert all(not d.run for d in ranked[2:]) and [d.table for d in ranked[2:]] == ["busy"] * 5 + ["some"] * 5
+    assert all(not d.run for d in ranked[2:]) and [d.table for d in ranked[2:]] == ["busy"] * 6 + ["some"] * 6
     # a daily budget the busy table already spent
     tight = {
         "some": policy,
         "busy": MaintenancePolicy(small_file_size=SMALL, max_bytes_rewritten_per_day=1000),
     }
-    ranked = rank(decisions, tight, spent_today={"busy": 900})
+    ranked = rank(decisions, tight, spent_today={"busy": Spending(0, bytes_rewritten=900)})
     busy = next(d for d in ranked if d.table == "busy" and d.kind == "compaction")
     assert not busy.run and busy.reason.startswith("over budget: 900 B rewritten today + ")
     assert "(would: 30 small files" in busy.reason
+    # a daily budget of CPU seconds: the rewrite's CPU is its bytes at the table's own rate
+    rate = Spending(0, cpu_seconds=50.0, cpu_seconds_per_gib=1e6)
+    decisions = []
+    for name in ("some", "busy"):
+        decisions += decide(name, tracker_of(tmp_path / name).health(), policy, spending=rate)
+    busy = next(d for d in decisions if d.table == "busy" and d.kind == "compaction")
+    assert busy.cpu_seconds == pytest.approx(busy.bytes_rewritten / (1 << 30) * 1e6) and busy.cpu_seconds > 10
+    assert busy.to_dict()["cpu_seconds"] == round(busy.cpu_seconds, 3)
+    cpu = {"some": policy, "busy": MaintenancePolicy(small_file_size=SMALL, max_cpu_seconds_per_day=60)}
+    ranked = rank(decisions, cpu, spent_today={"busy": rate})
+    busy = next(d for d in ranked if d.table == "busy" and d.kind == "compaction")
+    assert not busy.run and busy.reason.startswith("over budget: 50 CPU-s spent today + ~"), busy.reason
+    assert "> 60 CPU-s a day" in busy.reason
+    assert next(d for d in ranked if d.table == "some" and d.kind == "compaction").run  # no budget there
+    ranked = rank(decisions, cpu, spent_today={"busy": Spending(0, cpu_seconds_per_gib=1e6)})
+    assert next(d for d in ranked if d.table == "busy" and d.kind == "compaction").run  # fits a fresh day
     # one job at a time, one already running: everything waits
     ranked = rank(decisions, policies, max_concurrent_jobs=1, running=1)
     assert not any(d.run for d in ranked)
@@ -130,6 +147,9 @@ def test_spark_above_the_threshold(tmp_path):
         ({"enabled": ("compaction", "defrag")}, "unknown kind"),
         ({"max_deleted_rows_ratio": 1.5}, "between 0 and 1"),
         ({"min_small_files": 0}, "at least 1"),
+        ({"max_manifest_commits_behind": 0}, "at least 1"),
+        ({"max_cpu_seconds_per_day": 0}, "positive"),
+        ({"max_cpu_seconds_per_day": float("nan")}, "positive"),
     ],
 )
 def test_bad_policies_are_refused(kwargs, message):

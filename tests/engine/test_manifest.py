@@ -350,3 +350,65 @@ def test_manifest_on_s3_holds_s3_uris_of_existing_objects(s3_server):
     for line in lines:
         assert line.startswith(f"s3://{s3_server.bucket}/{prefix}/"), line
         client.head_object(Bucket=s3_server.bucket, Key=line[len(f"s3://{s3_server.bucket}/") :])
+
+
+def _lag(table: DeltaTable, **kwargs):
+    from deltaplane.engine.commands.manifest import manifest_lag
+
+    return manifest_lag(table._store, table.version, **kwargs)
+
+
+def test_manifest_lag_counts_the_commits_that_moved_files_since_the_newest_manifest(table_dir):
+    """The planner's ``manifest`` kind: due with no manifest, or once a commit added or removed
+    files after the newest manifest was written (storage's clock on both sides); a commit that
+    changed no file (a property) does not make the manifests stale."""
+    import time
+
+    from deltaplane.engine.maintenance_plan import MaintenancePolicy, decide
+
+    t = DeltaTable.create(str(table_dir), SCHEMA, partition_by=["p"])
+    for i in range(2):
+        t.append(pa.table({"id": [i], "p": ["a"]}))
+    lag = _lag(t)
+    assert (lag.manifests, lag.written_ms, lag.commits_behind, lag.first_behind) == (0, None, 2, 1)
+
+    def manifest_decision(lag, **policy):
+        health = t.health()
+        policy = MaintenancePolicy(enabled=("manifest",), **policy)
+        return next(d for d in decide("t", health, policy, manifest=lag) if d.kind == "manifest")
+
+    d = manifest_decision(lag)
+    assert d.run and d.reason.startswith("no symlink manifest yet")
+    time.sleep(0.01)  # the manifests written in a later clock tick than the last commit
+    generate(t)
+    lag = _lag(t)
+    assert lag.manifests == 1 and lag.commits_behind == 0 and lag.written_ms is not None
+    d = manifest_decision(lag)
+    assert not d.run and d.reason == "the manifests are 0 commit(s) behind v2; threshold 1"
+    t.alter.set_table_properties({"comment.owner": "ops"})  # v3: no file moved
+    assert _lag(t).commits_behind == 0
+    t.append(pa.table({"id": [7], "p": ["b"]}))  # v4
+    t.optimize()  # v5: dataChange=false, but the manifest names files it removed
+    lag = _lag(t)
+    assert (lag.commits_behind, lag.first_behind, lag.version, lag.capped) == (2, 4, 5, False)
+    d = manifest_decision(lag)
+    assert d.run and d.reason.startswith("the manifests are 2 commit(s) behind v5 (first v4; threshold 1)")
+    assert not manifest_decision(lag, max_manifest_commits_behind=3).run
+    capped = _lag(t, max_commits=1)  # only the newest commit read: a floor, said as such
+    assert capped.capped and capped.commits_behind == 1
+    assert "1+ commit(s) behind" in manifest_decision(capped).reason
+    d = next(d for d in decide("t", t.health(), MaintenancePolicy(), manifest=lag) if d.kind == "manifest")
+    assert not d.run and d.reason == "disabled by the table's policy"  # opt-in: off by default
+    time.sleep(0.01)
+    generate(t)
+    assert _lag(t).commits_behind == 0
+    assert_manifest_lists_live_files(table_dir)
+
+
+def test_a_table_that_keeps_its_manifests_after_each_commit_is_never_behind(table_dir):
+    t = DeltaTable.create(str(table_dir), SCHEMA, partition_by=["p"], properties=ENABLED)
+    for i in range(3):
+        commit_and_refresh(t, "append", pa.table({"id": [i], "p": ["a" if i % 2 else "b"]}))
+        lag = _lag(t)  # the hook wrote after the commit: at most that commit, in the same clock tick
+        assert lag.commits_behind == 0 or (lag.commits_behind, lag.first_behind) == (1, t.version)
+    assert _lag(t).manifests == 2

@@ -5,6 +5,8 @@ exactly what it decided (and succeed with its reason otherwise)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
@@ -17,7 +19,14 @@ pytestmark = pytest.mark.airflow
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 
 
-def config_for(tmp_path, *, yield_minutes: float = 10, extra: str = "", budget: str | None = None):
+def config_for(
+    tmp_path,
+    *,
+    yield_minutes: float = 10,
+    extra: str = "",
+    budget: str | None = None,
+    cpu_budget: float | None = None,
+):
     return write_config(
         tmp_path,
         f"""
@@ -35,6 +44,7 @@ def config_for(tmp_path, *, yield_minutes: float = 10, extra: str = "", budget: 
               yield_minutes: {yield_minutes}
               poll_seconds: 5
               max_bytes_rewritten_per_day: {budget or "null"}
+              max_cpu_seconds_per_day: {cpu_budget or "null"}
             {extra}
         """,
     )
@@ -167,6 +177,71 @@ def test_a_spent_daily_budget_skips_the_rewrite_and_says_so(airflow_db, tmp_path
     assert xcom(run, "compact")["nothing_to_do"]
     assert "OPTIMIZE" not in [h["operation"] for h in DeltaTable(uri).history(3)]
     assert len(ids) == 16
+
+
+def test_a_spent_cpu_budget_skips_the_rewrite_and_says_so(airflow_db, tmp_path):
+    """The day's CPU, as the OPTIMIZE commits recorded it (``cpuTimeMs``), against
+    ``max_cpu_seconds_per_day``; the next rewrite's CPU estimated at the table's own rate."""
+    import json
+
+    uri = make_table(tmp_path)
+    small_appends(uri, 4)
+    done = DeltaTable(uri).optimize()  # today's rewrite
+    ids = small_appends(uri, 4)
+    commit = Path(uri) / "_delta_log" / f"{done.version:020d}.json"
+    recorded = next(
+        json.loads(line)["commitInfo"]["operationMetrics"]["cpuTimeMs"]
+        for line in commit.read_text().splitlines()
+        if '"commitInfo"' in line
+    )
+    budget = int(recorded) / 1000 * 1.5  # half of today's use left: less than the same rewrite again
+    run = run_dag(
+        "health_cpu_budget",
+        dag_file("deltaplane_events_maintenance", config_for(tmp_path, cpu_budget=budget)),
+    )
+    assert set(task_states(run).values()) == {"success"}, task_states(run)
+    plan = xcom(run, "plan")
+    compaction = next(d for d in plan["decisions"] if d["kind"] == "compaction")
+    assert not compaction["run"] and compaction["reason"].startswith("over budget: "), compaction
+    assert "CPU-s spent today" in compaction["reason"] and f"> {budget:g} CPU-s a day" in compaction["reason"]
+    spent = plan["spent_today"]
+    assert spent["rewrites"] == 1 and spent["cpu_seconds"] == round(int(recorded) / 1000, 3)
+    assert xcom(run, "compact")["nothing_to_do"] and len(ids) == 16
+
+
+def test_manifests_are_regenerated_when_behind_even_after_the_plan_looked(airflow_db, tmp_path):
+    """``manifest: true`` puts the ``manifest`` kind in the table's policy: the plan decides on
+    how far the manifests are behind, and the manifest task looks again when it runs (the
+    compaction before it in the same run moved files); with nothing new it does nothing."""
+    from deltaplane.engine.commands.manifest import manifest_lag
+    from deltaplane.engine.storage import LocalStore
+
+    uri = str(tmp_path / "lake" / "events")
+    DeltaTable.create(uri, SCHEMA, partition_by=["p"])  # no DVs: a manifest cannot express them
+    small_appends(uri, 4)
+    DeltaTable(uri).generate_manifest()  # current before the run
+    config = config_for(tmp_path, extra="manifest: true")
+    run = run_dag("health_manifest", dag_file("deltaplane_events_maintenance", config))
+    assert set(task_states(run).values()) == {"success"}, task_states(run)
+    plan = xcom(run, "plan")
+    manifest = next(d for d in plan["decisions"] if d["kind"] == "manifest")
+    assert not manifest["run"] and "0 commit(s) behind" in manifest["reason"], manifest
+    assert "compaction" in plan["run"] and xcom(run, "compact")["num_files_removed"] == 8
+    written = xcom(run, "manifest")
+    assert not written.get("nothing_to_do") and written["manifest"]["version"] == DeltaTable(uri).version
+    live = sorted(Path(u.removeprefix("file://")).name for u in DeltaTable(uri).file_uris())
+    listed = sorted(
+        Path(line.removeprefix("file:")).name
+        for f in (Path(uri) / "_symlink_format_manifest").rglob("manifest")
+        for line in f.read_text().splitlines()
+    )
+    assert listed == live and len(live) == 2
+    assert manifest_lag(LocalStore(uri), DeltaTable(uri).version).commits_behind == 0
+
+    again = run_dag("health_manifest_again", dag_file("deltaplane_events_maintenance", config))
+    assert set(task_states(again).values()) == {"success"}, task_states(again)
+    skipped = xcom(again, "manifest")
+    assert skipped["nothing_to_do"] and skipped["reason"].startswith("plan: manifest not needed: ")
 
 
 def test_the_rewrites_run_in_the_configured_pool(tmp_path):

@@ -67,6 +67,28 @@ def test_one_event_per_need_and_again_after_maintenance_or_a_new_kind(tmp_path):
     asyncio.run(scenario())
 
 
+def test_stale_manifests_are_a_need_and_regenerating_them_answers_it(tmp_path):
+    """The ``manifest`` kind through the trigger: no commit answers it (manifests are not
+    commits), so the trigger looks at the manifests again on every poll."""
+    uri = make(tmp_path)
+    policy = {**POLICY, "enabled": ["manifest"]}
+    producer = HealthProducer(trigger(Path(uri), watermark_key="m", policy=policy).serialize()[1])
+
+    async def scenario():
+        stream = producer.open_stream()
+        raw, _ = await anext(stream)  # no manifest yet
+        assert raw["announce"]["reasons"][0].startswith("manifest: no symlink manifest yet")
+        DeltaTable(uri).generate_manifest()
+        assert (await anext(stream))[0] == {"tick": True}
+        await asyncio.sleep(0.01)  # the next commit in a later clock tick than the manifests
+        appends(uri, 1)
+        raw, payload = await anext(stream)
+        assert raw["announce"]["reasons"][0].startswith("manifest: the manifests are 1 commit(s) behind v1")
+        assert payload[1] == 1
+
+    asyncio.run(scenario())
+
+
 def test_a_need_still_there_after_reannounce_after_is_announced_again(tmp_path):
     """A maintenance run that yielded to writers (or failed) did nothing: the need is not
     forgotten, it comes back once ``reannounce_after`` has passed, and not before."""

@@ -72,7 +72,7 @@ def test_plan_prints_every_table_and_kind_with_its_reason(tmp_path):
     quiet = [line for line in lines if line.startswith("quiet")]
     assert any("2 small files (< 1.0 MiB) in the table; threshold 5" in line for line in quiet)
     assert any(line.split()[1] == "checkpoint" and "disabled by the table's policy" in line for line in quiet)
-    assert sum(line.startswith("later") and "no table yet" in line for line in lines) == 6
+    assert sum(line.startswith("later") and "no table yet" in line for line in lines) == 7  # every kind
     assert any(line.startswith("broken") and "cannot read the table" in line for line in lines)
     assert "Traceback" not in done.stderr
 

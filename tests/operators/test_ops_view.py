@@ -976,6 +976,7 @@ def test_fields_the_config_cannot_carry_are_escaped_too():
             "plan": [{"kind": payload("plan-kind"), "run": True, "score": 1.5, "reason": payload("plan")}],
             "failed_runs": [{"dag_id": payload("failed-dag"), "run_id": payload("failed-run"), "when": 1}],
             "rewritten_today": 10,
+            "cpu_seconds_today": 1.5,
             "schedule": payload("schedule"),
             "health_history": [
                 {**point, "operation": None, "maintenance": False},
