@@ -64,7 +64,7 @@ reference: $(REFERENCE)/stamp
 # The whole suite: lint, import-layer contract, then every test tier (the differential and
 # cross-implementation tests against Delta Spark included).
 test: lint $(REFERENCE)/stamp
-	$(BIN)/python -m pytest -n 4 --dist loadgroup --durations=30
+	$(BIN)/python -m pytest -n 3 --dist loadgroup --durations=30
 
 bench: $(STAMP) $(REFERENCE)/stamp
 	$(BIN)/python benchmarks/snapshot_load.py

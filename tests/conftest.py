@@ -193,27 +193,12 @@ def pytest_unconfigure(config):
     sparkcds.stop_build(config.stash.get(_CDS_BUILD, None))
 
 
-# The Delta Spark tests are about a third of the suite's CPU and took 28 of its 32 minutes on the
-# one worker their group pinned them to: two groups, about even in time (measured with
-# tests/cpuprofile.py), so two workers each start one JVM and share the work. These modules form
-# the second group; the others, the first.
-DELTA_SPARK_SECOND_GROUP = frozenset(
-    {
-        "tests/deltaspark/test_differential.py",
-        "tests/deltaspark/test_cross_read.py",
-        "tests/deltaspark/test_concurrency.py",
-        "tests/deltaspark/test_corpus_maintenance.py",
-    }
-)
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist names each grouped test ``<id>@<group>``
 def pytest_collection_modifyitems(config, items):
     """Tests that drive Delta Spark (the ``delta_spark`` fixture: one JVM per test worker that asks
-    for it) run in one of two groups, so two JVMs serve them all, unless they already belong to a
-    group (the Spark tests share that worker's own Spark session)."""
+    for it) run on one worker, so one JVM serves them all, unless they already belong to a group
+    (the Spark tests share that worker's own Spark session)."""
     for item in items:
         uses = "delta_spark" in getattr(item, "fixturenames", ())
         if uses and item.get_closest_marker("xdist_group") is None:
-            second = item.nodeid.split("::")[0] in DELTA_SPARK_SECOND_GROUP
-            item.add_marker(pytest.mark.xdist_group("delta-spark-2" if second else "delta-spark"))
+            item.add_marker(pytest.mark.xdist_group("delta-spark"))

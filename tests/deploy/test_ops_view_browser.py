@@ -500,7 +500,8 @@ def test_an_ops_person_finds_the_table_from_the_nav_a_dag_and_an_asset_event(air
     }, colors
     streaming = seen["streaming"]
     assert streaming["status"].startswith("needs maintenance") and "next: compaction" in streaming["status"]
-    assert streaming["badge"] == "rgb(191, 135, 0)" and len(streaming["plan"]) == 6
+    assert streaming["badge"] == "rgb(191, 135, 0)" and len(streaming["plan"]) == 7  # one row per kind
+    assert streaming["plan"][-1].startswith("manifest\tskip") and "disabled" in streaming["plan"][-1]
     assert streaming["plan"][0].startswith("compaction\trun") and "8 small files" in streaming["plan"][0]
     assert streaming["lines"] == 3 and streaming["charts"][:3] == [
         "Small files",
