@@ -354,11 +354,11 @@ def maintenance_spending(
     rate = DEFAULT_CPU_SECONDS_PER_GIB
     if measured:
         rate = sum(c for _, c in measured) / (sum(b for b, _ in measured) / (1 << 30))
-    spent = Spending(since_ms, cpu_seconds_per_gib=rate)
-    return dataclasses.replace(
-        spent,
+    return Spending(
+        since_ms,
         bytes_rewritten=sum(b for b, _ in rewrites),
-        cpu_seconds=sum(spent.cpu_for(b) if c is None else c for b, c in rewrites),
+        cpu_seconds=sum(b / (1 << 30) * rate if c is None else c for b, c in rewrites),
         rewrites=len(rewrites),
         estimated=sum(c is None for _, c in rewrites),
+        cpu_seconds_per_gib=rate,
     )

@@ -46,14 +46,9 @@ class TableLook:
 
     health: TableHealth
     removed: dict[str, Any] | None
-    manifest: ManifestLag | None
-    spending: Spending
+    manifest: ManifestLag | None  # None: the policy does not plan manifests
+    spending: Spending | None  # the day's rewrites; None: the policy has no budget to read it for
     now_ms: int
-
-    @property
-    def budgeted(self) -> bool:
-        """Whether the day's spending was read from the log (a budget asked for it)."""
-        return self.spending.since_ms < self.now_ms
 
 
 def _has_budget(policy: MaintenancePolicy) -> bool:
@@ -85,8 +80,21 @@ def look(
         health = tracker.health()
         removed = tracker.removed_files(now, retention_ms=retention)
     manifest = manifest_lag(store, version) if "manifest" in policy.enabled else None
-    spending = maintenance_spending(store, version, now - DAY_MS) if _has_budget(policy) else Spending(now)
+    spending = maintenance_spending(store, version, now - DAY_MS) if _has_budget(policy) else None
     return TableLook(health, removed, manifest, spending, now)
+
+
+def decide_table(name: str, seen: TableLook, policy: MaintenancePolicy) -> list[Decision]:
+    """``maintenance_plan.decide`` on what ``look`` read: one decision per kind."""
+    return decide(
+        name,
+        seen.health,
+        policy,
+        removed=seen.removed,
+        now_ms=seen.now_ms,
+        manifest=seen.manifest,
+        spending=seen.spending,
+    )
 
 
 def plan_table(
@@ -99,21 +107,12 @@ def plan_table(
     """The table's decisions, one per kind in ``KINDS`` order: decided on ``seen``, with the
     partitions in ``busy`` left to concurrent writers (``yield_to_writers``) and the daily budgets
     kept (what does not fit becomes a skip that says so)."""
-    decisions = decide(
-        name,
-        seen.health,
-        policy,
-        removed=seen.removed,
-        now_ms=seen.now_ms,
-        manifest=seen.manifest,
-        spending=seen.spending,
-    )
-    decisions = yield_to_writers(decisions, busy)
-    if _has_budget(policy):
+    decisions = yield_to_writers(decide_table(name, seen, policy), busy)
+    if seen.spending is not None:
         ranked = rank(decisions, {name: policy}, spent_today={name: seen.spending})
         order = {d.kind: d for d in ranked}
         decisions = [order[k] for k in KINDS if k in order]
     return decisions
 
 
-__all__ = ["TableLook", "look", "plan_table"]
+__all__ = ["TableLook", "decide_table", "look", "plan_table"]

@@ -388,12 +388,7 @@ def manifest_lag(store: ObjectStore, version: int, *, max_commits: int = 200) ->
         key=lambda f: f.version,
     )
     newer = [f for f in commits if written is None or f.last_modified >= written]
-    behind = []
-    for f in newer:
-        actions = read_commit(store, f.key, f.version, threads=False)
-        rows = actions.pending_rows
-        if rows if rows is not None else (actions.file_actions is not None and actions.file_actions.num_rows):
-            behind.append(f.version)
+    behind = [f.version for f in newer if _moves_files(read_commit(store, f.key, f.version, threads=False))]
     capped = bool(newer) and newer[0].version == start and start > 0
     return ManifestLag(
         written_ms=written,
@@ -403,6 +398,15 @@ def manifest_lag(store: ObjectStore, version: int, *, max_commits: int = 200) ->
         version=version,
         capped=capped,
     )
+
+
+def _moves_files(actions) -> bool:
+    """Whether a commit adds or removes files (read from its parsed JSON while no Arrow table
+    was built for it: a small commit's file actions stay as JSON until someone asks)."""
+    rows = actions.pending_rows
+    if rows is not None:
+        return bool(rows)
+    return actions.file_actions is not None and actions.file_actions.num_rows > 0
 
 
 # --- automatic regeneration ---------------------------------------------------------------------

@@ -20,9 +20,8 @@ def plan_tables(config, *, now_ms: int | None = None) -> tuple[list, dict[str, s
     """Every table's decisions, ranked across tables, and the tables that could not be read."""
     from deltaplane.engine import DeltaTable
     from deltaplane.engine.errors import DeltaError, TableNotFoundError
-    from deltaplane.engine.health_tracker import HealthTracker
-    from deltaplane.engine.maintenance_inputs import look
-    from deltaplane.engine.maintenance_plan import KINDS, Decision, decide, rank
+    from deltaplane.engine.maintenance_inputs import decide_table, look
+    from deltaplane.engine.maintenance_plan import KINDS, Decision, rank
 
     now = int(time.time() * 1000) if now_ms is None else now_ms
     decisions, policies, failures, spent = [], {}, {}, {}
@@ -30,8 +29,9 @@ def plan_tables(config, *, now_ms: int | None = None) -> tuple[list, dict[str, s
         policy = maintenance_policy(table, config.maintenance)
         policies[name] = policy
         try:
-            snapshot = DeltaTable(table.uri).snapshot
-            tracker = HealthTracker.from_snapshot(snapshot, small_file_size=policy.small_file_size)
+            # one look at the snapshot, Arrow over its files (a tracker would be seeded file by
+            # file only to be read once)
+            seen = look(policy, snapshot=DeltaTable(table.uri).snapshot, now_ms=now)
         except TableNotFoundError:
             decisions += [
                 Decision(name, kind, False, "no table yet (its first write creates it)") for kind in KINDS
@@ -40,17 +40,9 @@ def plan_tables(config, *, now_ms: int | None = None) -> tuple[list, dict[str, s
         except (DeltaError, OSError) as e:
             failures[name] = f"{type(e).__name__}: {e}"
             continue
-        seen = look(policy, tracker=tracker, store=snapshot.store, now_ms=now)
-        spent[name] = seen.spending
-        decisions += decide(
-            name,
-            seen.health,
-            policy,
-            removed=seen.removed,
-            now_ms=now,
-            manifest=seen.manifest,
-            spending=seen.spending,
-        )
+        if seen.spending is not None:
+            spent[name] = seen.spending
+        decisions += decide_table(name, seen, policy)
     ranked = rank(
         decisions, policies, spent_today=spent, max_concurrent_jobs=config.maintenance.max_concurrent_jobs
     )

@@ -173,8 +173,8 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
             "compact": bool(rewrites),
             "partitions": [p for d in rewrites for p in d.partitions],
             "purge": any(d.kind == "dv_purge" for d in rewrites),
-            "rewritten_today": seen.spending.bytes_rewritten if seen.budgeted else None,
-            "spent_today": seen.spending.to_dict() if seen.budgeted else None,
+            "rewritten_today": seen.spending.bytes_rewritten if seen.spending else None,
+            "spent_today": seen.spending.to_dict() if seen.spending else None,
             "manifest": seen.manifest.to_dict() if seen.manifest is not None else None,
             "health": {
                 "num_files": health.num_files,

@@ -506,8 +506,8 @@ def maintenance_status(entry: Entry, seen, runs: Mapping[str, dict] | None) -> d
         "next_action": next_action,
         "plan": [d.to_dict() for d in ranked],
         "failed_runs": [{"dag_id": d, **r} for d, r in failed],
-        "rewritten_today": seen.spending.bytes_rewritten,
-        "cpu_seconds_today": round(seen.spending.cpu_seconds, 1),
+        "rewritten_today": seen.spending.bytes_rewritten if seen.spending else 0,
+        "cpu_seconds_today": round(seen.spending.cpu_seconds, 1) if seen.spending else 0,
         "schedule": entry.config.schedules.maintenance if entry.configured else None,
     }
 
