@@ -2,6 +2,10 @@
 # Both create the virtualenv and install what they need; reinstall happens when pyproject.toml or setup.py changes.
 
 PYTHON ?= python3
+# Bytecode caches for the project's own modules and pytest's rewritten tests (__pycache__ is
+# ignored by git): an environment that turns them off (PYTHONDONTWRITEBYTECODE) makes every
+# process the suite starts compile them again, 12 s of each test worker's collection alone.
+unexport PYTHONDONTWRITEBYTECODE
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
@@ -10,7 +14,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYVER       := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 CONSTRAINTS := constraints/constraints-$(PYVER).txt
 
-.PHONY: run airflow stack stack-down test lint bench clean reference constraints
+.PHONY: run airflow stack stack-down test check lint bench clean reference constraints
 
 # setuptools' editable build always adds a notice ("Editable installation ... folders in your
 # working directory"): the install prints nothing else, so that one is filtered out too.
@@ -60,6 +64,13 @@ REFERENCE := .cache/delta-spark
 $(REFERENCE)/stamp: tests/deltaspark/requirements.txt tests/deltaspark/pom.xml
 	$(PYTHON) tests/deltaspark/provision.py --home $(REFERENCE)
 reference: $(REFERENCE)/stamp
+
+# The inner loop: lint, the import contracts and every test that starts no external process (no
+# Spark, Delta Spark, Airflow component, SeaweedFS or Chromium; tests/tiers.py says which and
+# fails a test that starts one anyway) and is not marked slow (scale and end-to-end runs).
+# Needs neither Java nor the reference virtualenv.
+check: lint
+	$(BIN)/python -m pytest --fast -m "not slow" -n 3 -q
 
 # The whole suite: lint, import-layer contract, then every test tier (the differential and
 # cross-implementation tests against Delta Spark included).

@@ -19,6 +19,8 @@ import pytest
 from deltaplane.devstack.ports import SEAWEEDFS_GRPC_OFFSET, free_ports
 from tests import sparkcds
 
+pytest_plugins = ("tests.tiers",)  # `--fast`: the tier of `make check` (no external process)
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # Every Spark JVM the suite starts (spark-submit of a job, a task's submit, a test's local session)
@@ -185,7 +187,8 @@ _CDS_BUILD = pytest.StashKey()
 def pytest_configure(config):
     """The first session on a machine builds the Spark CDS archive beside its tests (xdist's
     workers inherit the flags from here and find the archive once it is in place)."""
-    if SPARK_CDS_ARCHIVE is not None and not hasattr(config, "workerinput"):
+    fast = config.getoption("--fast", default=False)
+    if SPARK_CDS_ARCHIVE is not None and not hasattr(config, "workerinput") and not fast:
         config.stash[_CDS_BUILD] = sparkcds.start_build(SPARK_JVM_FLAGS, SPARK_CDS_ARCHIVE)
 
 

@@ -29,6 +29,7 @@ def _submit_version(opts: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.external
 def test_spark_drivers_started_by_the_suite_map_the_archive():
     """``-Xshare:on`` turns "the archive does not fit this JVM" into a failed start; the session
     builds the archive beside its first tests (waited for here, as long as a build may take)."""
@@ -51,6 +52,7 @@ def test_spark_drivers_started_by_the_suite_map_the_archive():
     assert foreign.returncode != 0 and "shared archive" in foreign.stdout + foreign.stderr
 
 
+@pytest.mark.external
 def test_a_missing_archive_changes_no_output():
     java = shutil.which("java")
     assert java is not None
@@ -69,6 +71,7 @@ def test_the_archive_is_named_by_the_jvm_flags():
     assert first != sparkcds.archive_path(f"{SPARK_JVM_FLAGS} -Xmx1g")
 
 
+@pytest.mark.external
 def test_a_build_stopped_by_the_session_leaves_no_partial_archive(tmp_path, monkeypatch):
     """The session stops an unfinished training run (by its process group) and removes what its
     JVM dumped on the way out: the next session builds again from nothing."""

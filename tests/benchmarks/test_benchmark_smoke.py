@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.snapshot_load import main as snapshot_load
 
 
@@ -33,6 +35,7 @@ def test_dml_benchmark_runs_and_every_engine_ends_with_the_same_rows(tmp_path):
     assert result["scan_ratio"] > 0
 
 
+@pytest.mark.slow  # a benchmark run
 def test_zorder_benchmark_runs_and_beats_the_global_sort(tmp_path):
     from benchmarks.zorder_skipping import main as zorder
 

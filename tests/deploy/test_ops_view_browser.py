@@ -32,7 +32,7 @@ from tests.browser import browser, chromium  # noqa: F401 (fixtures)
 from tests.proctree import stop_group
 from tests.readme import python_blocks
 
-pytestmark = [pytest.mark.slow, pytest.mark.airflow]
+pytestmark = [pytest.mark.external, pytest.mark.slow, pytest.mark.airflow]
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEN = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")

@@ -120,6 +120,7 @@ def check_files(path: Path, partitions: int = PARTITIONS) -> dict[int, int]:
     return files_per_partition
 
 
+@pytest.mark.slow  # thousands of partitions
 def test_one_write_to_more_partitions_than_descriptors(tmp_path):
     path = tmp_path / "t"
     out = run_child(
@@ -140,6 +141,7 @@ def test_one_write_to_more_partitions_than_descriptors(tmp_path):
     assert check_files(path) == dict.fromkeys(range(PARTITIONS), 1)
 
 
+@pytest.mark.slow  # thousands of partitions
 def test_beyond_the_buffer_budget_partitions_reopen_within_the_limit(tmp_path):
     """A buffer too small for the data writes partitions out early and the cap on open files
     closes them: a partition seen again after its file was closed starts a new file."""

@@ -26,7 +26,7 @@ from deltaplane.operators.operators.ingest import batch_id
 from tests.operators.conftest import run_dag, task_states, xcom
 from tests.operators.test_bad_batches import csv, dag_file, files_in, run_state, tree, try_numbers
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.external, pytest.mark.airflow]
 
 SCHEMA = pa.schema(
     [

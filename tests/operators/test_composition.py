@@ -508,6 +508,7 @@ def test_a_dagbag_reports_a_wrong_argument_as_the_files_import_error(tmp_path):
 # --- 4. input errors fail once, with the engine's message -------------------------------------
 
 
+@pytest.mark.external
 def test_input_errors_fail_the_task_without_retries(airflow_db, tmp_path):
     table = tmp_path / "t"
     DeltaTable.create(str(table), SCHEMA).append(rows(range(10), "x"))
@@ -561,6 +562,7 @@ def test_input_errors_fail_the_task_without_retries(airflow_db, tmp_path):
 # --- 5. a compaction sent to Spark keeps the decision -------------------------------------------
 
 
+@pytest.mark.external
 def test_spark_compaction_rewrites_only_what_the_decision_chose_and_purges(airflow_db, tmp_path):
     """Partition a has 3 small files (chosen: >= 3), b has 2 (not chosen), c has one file whose
     deletion vector hides 3% of its rows (chosen, with a purge: the ratio is over 1%). Spark must

@@ -295,6 +295,7 @@ def _airflow_db_state(home: Path) -> tuple[dict[str, str], dict[str, bool]]:
     return errors, dags
 
 
+@pytest.mark.external
 def test_real_dag_processor_records_the_error_and_keeps_the_valid_dags(tmp_path):
     """`airflow dag-processor` in its own AIRFLOW_HOME, from all tables valid to one broken to a
     broken file: what the UI and the scheduler see comes from these rows."""

@@ -217,6 +217,7 @@ def test_provider_is_listed_by_airflow():
     assert "deltaplane" in manager.hooks
 
 
+@pytest.mark.slow  # `make run` end to end
 def test_make_run_main_job(tmp_path):
     """`make run`'s job end to end, on a copy of the configuration pointing into tmp_path."""
     config = (PROJECT / "config" / "tables.yaml").read_text().replace("../demo/", "")

@@ -332,6 +332,7 @@ def test_operators_on_s3_through_a_connection(airflow_db, tmp_path, s3_server, m
     assert xcom(run, "vacuum")["dry_run"] is True
 
 
+@pytest.mark.external
 def test_spark_backed_operators(airflow_db, tmp_path):
     """Above their size threshold, compaction and DML run as spark_jobs through spark-submit;
     DeltaSparkJobOperator stages an ingest that the commit operator then commits."""

@@ -23,7 +23,7 @@ from tests.operators.conftest import DAGS, HOME, task_states, xcom
 from tests.proctree import CmdlineSampler, SubmitWatcher, descendants, survivors
 from tests.s3_auth import authenticated_seaweedfs
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.external, pytest.mark.airflow]
 
 
 def load_dag(name: str, source: str):

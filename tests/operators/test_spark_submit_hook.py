@@ -24,7 +24,7 @@ from tests.operators.conftest import HOME, task_states, xcom
 from tests.operators.test_spark_operator_safety import all_xcoms, load_dag, run_loaded, small_files, tries
 from tests.proctree import CmdlineSampler, SubmitWatcher, alive, descendants, snapshot, survivors
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.external, pytest.mark.airflow]
 
 
 class Hold:
