@@ -57,10 +57,13 @@ from deltaplane.engine.maintenance_plan import MaintenancePolicy, decide, rank  
 from deltaplane.engine.snapshot import load_snapshot  # noqa: E402
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("v", pa.float64()), ("k", pa.int32())])
-SMALL = 128 << 10  # the simulation's small file and target size, scaled down as its data is
-TARGET = 1 << 20  # (Delta Spark's are 128 MB and 1 GB: the same ratio)
+BASE_SMALL = 128 << 10  # the simulation's small file and target size, scaled down as its data is
+BASE_TARGET = 1 << 20  # (Delta Spark's are 128 MB and 1 GB: the same ratio)
+SMALL, TARGET = BASE_SMALL, BASE_TARGET  # this run's (``--size-scale`` multiplies them)
 MINUTES = 60
-POLL_MINUTES = 30  # how often the health policy looks (the health trigger's poll interval)
+BASE_POLL_MINUTES = POLL_MINUTES = (
+    30  # how often the health policy looks (the health trigger's poll interval)
+)
 
 # name: (kind, properties, partitioned, clustered)
 TABLES = {
@@ -76,7 +79,7 @@ TABLES = {
     "quiet_b": ("quiet", {}, False, False),
 }
 
-HEALTH_POLICY = MaintenancePolicy(
+BASE_POLICY = MaintenancePolicy(
     small_file_size=SMALL,
     min_small_files=5,
     min_unclustered_files=5,  # the liquid table's new files, as the others' small files
@@ -87,6 +90,7 @@ HEALTH_POLICY = MaintenancePolicy(
     retention_hours=0,
     target_file_size=TARGET,
 )
+HEALTH_POLICY = BASE_POLICY  # this run's (``configure``)
 
 
 def rows(start: int, n: int, day: str, rng: np.random.Generator) -> pa.Table:
@@ -346,16 +350,27 @@ def plot(results: dict, path: str) -> None:
 
 
 def configure(
-    poll_minutes: int, min_small_files: int, max_files_below_target: int, min_vacuum_bytes: int | None = None
+    poll_minutes: int,
+    min_small_files: int,
+    max_files_below_target: int,
+    min_vacuum_bytes: int | None = None,
+    size_scale: int = 1,
 ) -> None:
-    global POLL_MINUTES, HEALTH_POLICY
+    """The health policy's knobs; ``size_scale`` multiplies every size (the small-file size, the
+    target, the VACUUM threshold) for runs whose data is scaled by the same factor (``--scale``):
+    the same day in bigger files, where a compaction's cost is its bytes more than its fixed part."""
+    global POLL_MINUTES, HEALTH_POLICY, SMALL, TARGET
     POLL_MINUTES = poll_minutes
+    SMALL, TARGET = BASE_SMALL * size_scale, BASE_TARGET * size_scale  # from the base: reruns do not compound
+    vacuum_bytes = BASE_POLICY.min_vacuum_bytes if min_vacuum_bytes is None else min_vacuum_bytes
     HEALTH_POLICY = dataclasses.replace(
-        HEALTH_POLICY,
+        BASE_POLICY,
+        small_file_size=SMALL,
+        target_file_size=TARGET,
         min_small_files=min_small_files,
         min_unclustered_files=min_small_files,
         max_files_below_target=max_files_below_target,
-        min_vacuum_bytes=HEALTH_POLICY.min_vacuum_bytes if min_vacuum_bytes is None else min_vacuum_bytes,
+        min_vacuum_bytes=vacuum_bytes * size_scale,
     )
 
 
@@ -364,15 +379,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--scale", type=int, default=1)
     parser.add_argument("--out", default=str(HERE / "results" / "maintenance_policy.json"))
-    parser.add_argument("--poll-minutes", type=int, default=POLL_MINUTES)
-    parser.add_argument("--min-small-files", type=int, default=HEALTH_POLICY.min_small_files)
-    parser.add_argument("--max-files-below-target", type=int, default=HEALTH_POLICY.max_files_below_target)
-    parser.add_argument("--min-vacuum-bytes", type=int, default=HEALTH_POLICY.min_vacuum_bytes)
+    parser.add_argument("--poll-minutes", type=int, default=BASE_POLL_MINUTES)
+    parser.add_argument("--min-small-files", type=int, default=BASE_POLICY.min_small_files)
+    parser.add_argument("--max-files-below-target", type=int, default=BASE_POLICY.max_files_below_target)
+    parser.add_argument(
+        "--min-vacuum-bytes", type=int, default=BASE_POLICY.min_vacuum_bytes, help="before --size-scale"
+    )
+    parser.add_argument(
+        "--size-scale",
+        type=int,
+        default=1,
+        help="multiply the file sizes (small, target, VACUUM threshold) too: with --scale N, the same "
+        "day in N times bigger files",
+    )
     parser.add_argument(
         "--plot", help="also draw small files and query latency over the day (PNG; needs matplotlib)"
     )
     args = parser.parse_args(argv)
-    configure(args.poll_minutes, args.min_small_files, args.max_files_below_target, args.min_vacuum_bytes)
+    configure(
+        args.poll_minutes,
+        args.min_small_files,
+        args.max_files_below_target,
+        args.min_vacuum_bytes,
+        args.size_scale,
+    )
     with tempfile.TemporaryDirectory(prefix="maintenance-policy-") as tmp:
         base = Path(tmp) / "base"
         create_tables(base)
@@ -401,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "hours": args.hours,
         "scale": args.scale,
+        "size_scale": args.size_scale,
         "tables": len(TABLES),
         "results": results,
         "health_over_fixed": ratios,

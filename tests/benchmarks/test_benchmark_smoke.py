@@ -110,3 +110,23 @@ def test_maintenance_policy_benchmark_runs_both_policies_on_the_same_day(tmp_pat
     # the files the queries open are counted, and the same table and hour open the same files
     assert fixed["files_read_mean"] > 0 and health["files_read_p95"] >= 1
     assert fixed["peak_unvacuumed_bytes"] >= 0 and health["mean_unvacuumed_bytes"] >= 0
+
+
+def test_maintenance_policy_sizes_scale_with_the_data_and_reruns_start_from_the_defaults(tmp_path):
+    """``--size-scale`` multiplies the policy's sizes (the same day in bigger files); a second run
+    in the same process with the defaults gets the defaults again, not the first run's sizes."""
+    from benchmarks.maintenance_policy import main as maintenance
+
+    scaled, default = tmp_path / "scaled.json", tmp_path / "default.json"
+    args = ["--hours", "1", "--poll-minutes", "20"]
+    assert maintenance([*args, "--scale", "2", "--size-scale", "2", "--out", str(scaled)]) == 0
+    assert maintenance(["--hours", "1", "--out", str(default)]) == 0
+    scaled, default = json.loads(scaled.read_text()), json.loads(default.read_text())
+    assert scaled["size_scale"] == 2 and default["size_scale"] == 1
+    assert (scaled["policy"]["small_file_size"], scaled["policy"]["target_file_size"]) == (256 << 10, 2 << 20)
+    assert scaled["policy"]["min_vacuum_bytes"] == 12 << 20 and scaled["policy"]["poll_minutes"] == 20
+    assert (default["policy"]["small_file_size"], default["policy"]["target_file_size"]) == (
+        128 << 10,
+        1 << 20,
+    )
+    assert default["policy"]["min_vacuum_bytes"] == 6 << 20 and default["policy"]["poll_minutes"] == 30
