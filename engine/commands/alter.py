@@ -25,7 +25,7 @@ from deltaplane.engine.actions import Metadata
 from deltaplane.engine.clustering import FEATURE_PROPERTY as CLUSTERING_FEATURE_PROPERTY
 from deltaplane.engine.clustering import clustering_column_names, is_clustered, resolve_columns
 from deltaplane.engine.clustering import domain_metadata as clustering_domain
-from deltaplane.engine.commands.write import assign_column_mapping, union_protocol
+from deltaplane.engine.commands.context import assign_column_mapping, union_protocol
 from deltaplane.engine.enforcement import check_constraints, table_constraints
 from deltaplane.engine.errors import (
     ConstraintViolationError,

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.actions import DeletionVectorDescriptor, Metadata
-from deltaplane.engine.commands.write import CHANGE_TYPE, files_table
+from deltaplane.engine.commands.context import CHANGE_TYPE
+from deltaplane.engine.commands.write import files_table
 from deltaplane.engine.deletion_vectors import keep_mask, read_deletion_vector
 from deltaplane.engine.errors import (
     ChangeDataNotRecordedError,

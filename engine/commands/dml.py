@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from deltaplane.engine import row_tracking
 from deltaplane.engine.actions import Add, AddCDCFile, row_tags
-from deltaplane.engine.commands.write import CHANGE_TYPE, WriteContext, remove_action
+from deltaplane.engine.commands.context import CHANGE_TYPE, WriteContext, remove_action
 from deltaplane.engine.deletion_vectors import (
     DeletionVectorWriter,
     deserialize_bitmap,

@@ -52,10 +52,10 @@ import pyarrow.parquet as pq
 from deltaplane.engine import row_tracking
 from deltaplane.engine.actions import DeletionVectorDescriptor, Metadata, Protocol, Remove
 from deltaplane.engine.checkpoint_writer import write_checkpoint
+from deltaplane.engine.commands.context import WriteContext, remove_action
 from deltaplane.engine.commands.log_cleanup import execute_log_cleanup, plan_log_cleanup
 from deltaplane.engine.commands.optimize import NO_SIZE_LIMIT, execute_optimize, plan_optimize
 from deltaplane.engine.commands.restore import add_action
-from deltaplane.engine.commands.write import WriteContext, remove_action
 from deltaplane.engine.deletion_vectors import dv_file_key
 from deltaplane.engine.errors import FeatureDropConflictError, FeatureDropError, InvalidArgumentError
 from deltaplane.engine.log.files import LogFileKind, commit_key
@@ -983,7 +983,7 @@ def add_feature(
     that raises the protocol's versions (a legacy protocol becoming writer 7) needs
     ``allow_protocol_versions_increase`` (delta-rs's rule): older clients stop writing it."""
     from deltaplane.engine.commands.alter import set_table_properties
-    from deltaplane.engine.commands.write import union_protocol
+    from deltaplane.engine.commands.context import union_protocol
 
     names = feature_names(features)
     if set(names) <= _features_in(snapshot.protocol):

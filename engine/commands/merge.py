@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine import row_tracking
+from deltaplane.engine.commands.context import WriteContext
 from deltaplane.engine.commands.dml import (
     RowLevelChange,
     _ms,
@@ -42,7 +43,6 @@ from deltaplane.engine.commands.dml import (
     choose_strategy,
     rewrite_threshold,
 )
-from deltaplane.engine.commands.write import WriteContext
 from deltaplane.engine.delta_rs import Refused, delta_rs_names
 from deltaplane.engine.enforcement import conform_table
 from deltaplane.engine.errors import DeltaError, InvalidPredicateError, SchemaMismatchError

@@ -43,9 +43,9 @@ import pyarrow.compute as pc
 from deltaplane.engine import row_tracking
 from deltaplane.engine.actions import Add, Remove
 from deltaplane.engine.clustering import clustering_column_names, key_column, zcube_adds
+from deltaplane.engine.commands.context import WriteContext, remove_action
 from deltaplane.engine.commands.hilbert import hilbert_sort
 from deltaplane.engine.commands.liquid import DEFAULT_MIN_CUBE_SIZE, MAX_BIN_FACTOR, select_bins
-from deltaplane.engine.commands.write import WriteContext, remove_action
 from deltaplane.engine.commands.zorder import cut_points, key_bits, zorder_sort
 from deltaplane.engine.enforcement import conform_table
 from deltaplane.engine.errors import InvalidArgumentError, InvalidPredicateError

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.actions import DeletionVectorDescriptor
-from deltaplane.engine.commands.write import WriteContext
+from deltaplane.engine.commands.context import WriteContext
 from deltaplane.engine.deletion_vectors import dv_file_key
 from deltaplane.engine.log.replay import canonical_paths
 from deltaplane.engine.snapshot import Snapshot

@@ -63,8 +63,8 @@ from deltaplane.engine.actions import (
 )
 from deltaplane.engine.clustering import ClusteringColumn, physical_columns
 from deltaplane.engine.clustering import domain_metadata as clustering_domain
+from deltaplane.engine.commands.context import WriteContext, union_protocol
 from deltaplane.engine.commands.manifest import check_manifest_compatible
-from deltaplane.engine.commands.write import WriteContext, union_protocol
 from deltaplane.engine.deletion_vectors import dv_file_key
 from deltaplane.engine.errors import (
     FilesMissingError,

@@ -52,15 +52,13 @@ from deltaplane.engine.column_values import (
     with_high_water_marks,
     written_high_water_marks,
 )
+from deltaplane.engine.commands.context import WriteContext, _check_app, writer_config
 from deltaplane.engine.commands.write import (
-    WriteContext,
-    _check_app,
     check_creation_settings,
     check_declared_schema,
     new_table_actions,
     replace_where_check,
     stage_overwrite,
-    writer_config,
 )
 from deltaplane.engine.enforcement import check_constraints, table_constraints
 from deltaplane.engine.errors import (

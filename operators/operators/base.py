@@ -233,9 +233,9 @@ class DeltaTableOperator(LocationArguments, BaseOperator):
     def on_kill(self) -> None:
         """Stop any ``spark-submit`` this task started (compaction and DML above their Spark
         threshold run one), with everything it started."""
-        from deltaplane.operators.operators.spark import stop_spark_jobs
+        from deltaplane.operators.hooks.spark import DeltaSparkSubmitHook  # a hook: below every operator
 
-        if stop_spark_jobs():
+        if DeltaSparkSubmitHook.kill_all():
             self.log.info("%s: stopped the running Spark job", self.table_uri)
 
     def open_table(self, hook):

@@ -22,13 +22,7 @@ from deltaplane.operators.hooks.spark import DeltaSparkSubmitHook
 from deltaplane.operators.hooks.spark import spark_job_error as job_error
 from deltaplane.operators.operators.base import DeltaTableOperator
 
-__all__ = ["DeltaSparkJobOperator", "job_error", "run_spark_job", "stop_spark_jobs"]
-
-
-def stop_spark_jobs() -> int:
-    """Stop every ``spark-submit`` this process started and still waits for (``on_kill``); how
-    many there were."""
-    return DeltaSparkSubmitHook.kill_all()
+__all__ = ["DeltaSparkJobOperator", "job_error", "run_spark_job"]
 
 
 def run_spark_job(job: str, args: list[str], *, hook, stamp, timeout: float, log, conf=None) -> dict:

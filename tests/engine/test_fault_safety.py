@@ -15,9 +15,10 @@ import pyarrow as pa
 import pytest
 
 from deltaplane.engine import DeltaTable
+from deltaplane.engine.commands.context import WriteContext
 from deltaplane.engine.commands.dml import execute_delete
 from deltaplane.engine.commands.vacuum import execute_vacuum, plan_vacuum
-from deltaplane.engine.commands.write import WriteContext, execute_append
+from deltaplane.engine.commands.write import execute_append
 from deltaplane.engine.errors import (
     ConcurrentVacuumError,
     CorruptLogError,

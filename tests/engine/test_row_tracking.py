@@ -16,7 +16,7 @@ import pytest
 
 from deltaplane.engine import DeltaTable
 from deltaplane.engine.actions import DomainMetadata
-from deltaplane.engine.commands.write import WriteContext
+from deltaplane.engine.commands.context import WriteContext
 from deltaplane.engine.errors import DeltaError, InvalidArgumentError, SchemaError
 from deltaplane.engine.row_tracking import ROW_COMMIT_VERSION, ROW_ID, RowTrackingError
 from deltaplane.engine.storage import open_store

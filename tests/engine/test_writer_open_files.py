@@ -150,7 +150,7 @@ def test_beyond_the_buffer_budget_partitions_reopen_within_the_limit(tmp_path):
         f"""
         import dataclasses
         from deltaplane.engine import DeltaTable
-        from deltaplane.engine.commands.write import writer_config
+        from deltaplane.engine.commands.context import writer_config
         from deltaplane.engine.transaction import Transaction
         from deltaplane.engine.writer import DataFileWriter
 
