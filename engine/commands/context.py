@@ -61,7 +61,8 @@ from deltaplane.engine.writer import DEFAULT_TARGET_FILE_SIZE, DataFileWriter, W
 CHANGE_TYPE = "_change_type"
 
 
-def _check_app(app_id: str | None, app_version: int | None) -> None:
+def check_app_version(app_id: str | None, app_version: int | None) -> None:
+    """An idempotent writer's ``(app_id, app_version)``: both or neither, the version an int >= 0."""
     if (app_id is None) != (app_version is None):
         raise InvalidArgumentError("app_id and app_version go together")
     if not isinstance(app_version, int) or isinstance(app_version, bool) or app_version < 0:
@@ -188,7 +189,7 @@ class WriteContext:
     def idempotent_skip(self, app_id: str | None, app_version: int | None) -> CommitResult | None:
         if app_id is None and app_version is None:
             return None
-        _check_app(app_id, app_version)
+        check_app_version(app_id, app_version)
         self.txn.read_app_transaction(app_id)  # a concurrent commit of the same work conflicts
         if self.snapshot is not None and WorkKey(app_id, app_version).done_in(self.snapshot):
             return CommitResult(self.snapshot.version, self.txn.operation, {}, skipped=True)
@@ -350,7 +351,8 @@ def union_protocol(current: Protocol, needed: Protocol) -> Protocol:
     return Protocol(max(current.min_reader_version, needed.min_reader_version), 7, None, sorted(writers))
 
 
-def _metrics(writer: DataFileWriter, **extra: int) -> dict[str, int]:
+def writer_metrics(writer: DataFileWriter, **extra: int) -> dict[str, int]:
+    """A write's operation metrics as Delta Spark names them (files, rows, bytes written)."""
     return {
         "numFiles": len(writer.adds),
         "numOutputRows": writer.rows_written,

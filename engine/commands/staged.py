@@ -52,7 +52,7 @@ from deltaplane.engine.column_values import (
     with_high_water_marks,
     written_high_water_marks,
 )
-from deltaplane.engine.commands.context import WriteContext, _check_app, writer_config
+from deltaplane.engine.commands.context import WriteContext, check_app_version, writer_config
 from deltaplane.engine.commands.write import (
     check_creation_settings,
     check_declared_schema,
@@ -226,7 +226,7 @@ def plan_write(
     if schema_mode == "overwrite" and (replace_where is not None or dynamic_partitions):
         raise InvalidArgumentError("schema_mode='overwrite' replaces the whole table: no replace_where")
     if app_id is not None or app_version is not None:
-        _check_app(app_id, app_version)
+        check_app_version(app_id, app_version)
     uri = table_location(uri)
     if not isinstance(schema, pa.Schema):
         raise InvalidArgumentError(

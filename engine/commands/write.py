@@ -30,9 +30,9 @@ from deltaplane.engine.column_values import (
 from deltaplane.engine.commands import dml  # replaceWhere on data columns deletes as DELETE does
 from deltaplane.engine.commands.context import (
     WriteContext,
-    _check_app,
-    _metrics,
     assign_column_mapping,
+    check_app_version,
+    writer_metrics,
 )
 from deltaplane.engine.commands.manifest import check_manifest_compatible
 from deltaplane.engine.enforcement import (
@@ -122,7 +122,7 @@ def execute_create(
         for domain in domains:
             txn.set_domain_metadata(domain)
         if app_id is not None or app_version is not None:
-            _check_app(app_id, app_version)
+            check_app_version(app_id, app_version)
             txn.set_app_transaction(app_id, app_version)
         return txn.commit()
     write = WriteContext(
@@ -141,7 +141,7 @@ def execute_create(
     write.idempotent_skip(app_id, app_version)
     write.evolve(reader.schema)  # only checks the data's column names: the schema is new
     writer = write.write_data(reader)
-    return write.txn.commit(_metrics(writer))
+    return write.txn.commit(writer_metrics(writer))
 
 
 def new_table_actions(
@@ -352,7 +352,7 @@ def execute_append(
         return skipped
     write.evolve(reader.schema)
     writer = write.write_data(reader)
-    return write.txn.commit(_metrics(writer))
+    return write.txn.commit(writer_metrics(writer))
 
 
 def execute_overwrite(
@@ -398,7 +398,7 @@ def execute_overwrite(
     removed = stage_overwrite(
         write, snapshot, writer.adds, predicate=bound, dynamic_partitions=dynamic_partitions
     )
-    return write.txn.commit(_metrics(writer, **removed))
+    return write.txn.commit(writer_metrics(writer, **removed))
 
 
 def replace_where_check(bound: Expr, where: str):
