@@ -182,10 +182,6 @@ def _boolean(value: Any, column: str) -> bool:
     return text == "true"
 
 
-def declares_values(schema: StructType) -> bool:
-    return any(any(k in f.metadata for k in DECLARATION_KEYS) for f in schema.fields)
-
-
 def check_declarations(
     schema: StructType,
     *,

@@ -490,17 +490,6 @@ def changes_between(
     yield from scan
 
 
-def changes_of(
-    store: ObjectStore, versions: list[int], metadata: Metadata | None = None
-) -> Iterator[CommitChanges]:
-    """``changes_between`` for versions already listed (ascending, contiguous)."""
-    if not versions:
-        return
-    scan = IncrementalScan(store, versions[0] - 1, config=None if metadata is None else (None, metadata))
-    scan._versions = list(versions)
-    yield from scan
-
-
 # --- which commits a consumer cares about ----------------------------------------------------
 
 DEFAULT_MAX_VERSIONS = 1000

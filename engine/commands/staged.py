@@ -712,9 +712,6 @@ class StagedWrite:
     def commit(self, *, commit_metadata: Mapping[str, Any] | None = None) -> CommitResult:
         return commit_write(self.spec, self.adds, commit_metadata=commit_metadata)
 
-    def with_storage_options(self, storage_options: Mapping[str, str]) -> StagedWrite:
-        return replace(self, spec=replace(self.spec, storage_options=dict(storage_options)))
-
     def to_json(self) -> dict[str, Any]:
         return {
             "format": _MANIFEST_FORMAT,

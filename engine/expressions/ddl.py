@@ -110,7 +110,5 @@ def _type(kind, name: str, text: str) -> DataType:
         return StructType(tuple(_field(c, text) for c in args))
     primitive = _PRIMITIVES.get(t.name)
     if primitive is None:
-        raise SchemaError(
-            f"column {name!r} of the schema {text!r}: {kind.sql('spark')} is not a Delta type"
-        )
+        raise SchemaError(f"column {name!r} of the schema {text!r}: {kind.sql('spark')} is not a Delta type")
     return PrimitiveType(primitive)

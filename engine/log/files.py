@@ -99,10 +99,6 @@ def checkpoint_key(version: int) -> str:
     return f"{LOG_DIR}/{version:020d}.checkpoint.parquet"
 
 
-def checksum_key(version: int) -> str:
-    return f"{LOG_DIR}/{version:020d}.crc"
-
-
 def version_prefix(version: int) -> str:
     """The key every file of ``version`` starts with (useful as a listing start)."""
     return f"{LOG_DIR}/{version:020d}"

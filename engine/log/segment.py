@@ -62,10 +62,6 @@ class LogSegment:
     commits: tuple[LogFile, ...]  # ascending, checkpoint.version + 1 .. version
     listing: LogListing = field(repr=False, compare=False)
 
-    @property
-    def last_commit(self) -> LogFile | None:
-        return self.commits[-1] if self.commits else None
-
 
 def list_log(store: ObjectStore, start_version: int = 0) -> LogListing:
     """List ``_delta_log`` from ``start_version`` and parse names; complete checkpoints only."""
