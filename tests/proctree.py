@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -94,8 +95,11 @@ def snapshot() -> dict[int, Proc]:
     return out
 
 
-def descendants(root: int, procs: dict[int, Proc] | None = None) -> dict[int, Proc]:
-    """Every process below ``root`` (not ``root`` itself)."""
+def descendants(
+    root: int, procs: dict[int, Proc] | None = None, *, prune: Callable[[Proc], bool] | None = None
+) -> dict[int, Proc]:
+    """Every process below ``root`` (not ``root`` itself); ``prune``: processes left out with
+    everything below them."""
     procs = snapshot() if procs is None else procs
     children: dict[int, list[int]] = {}
     for proc in procs.values():
@@ -103,7 +107,7 @@ def descendants(root: int, procs: dict[int, Proc] | None = None) -> dict[int, Pr
     out, todo = {}, list(children.get(root, ()))
     while todo:
         pid = todo.pop()
-        if pid in procs and pid not in out:
+        if pid in procs and pid not in out and not (prune is not None and prune(procs[pid])):
             out[pid] = procs[pid]
             todo.extend(children.get(pid, ()))
     return out

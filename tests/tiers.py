@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -118,13 +119,15 @@ def _guard_subprocesses() -> None:
 def _watch_descendants(interval: float = 0.2) -> None:
     """What the Popen guard cannot see: a process started by a child (an Airflow task's own
     process, a script). Every descendant of this worker running an external program while a test
-    runs is recorded against it and killed, so that the test fails at once instead of waiting."""
+    runs is recorded against it and killed, so that the test fails at once instead of waiting.
+    Nested pytest runs (the tests of this module start some, with and without ``--fast``) are
+    left alone with everything below them: they are the harness's own subjects."""
     me = os.getpid()
-    stop = threading.Event()
-    while not stop.wait(interval):
+    while True:
+        time.sleep(interval)
         if not _current:
             continue
-        for proc in _policed_descendants(me):
+        for proc in proctree.descendants(me, prune=lambda p: "pytest" in p.cmdline).values():
             program = external_program(proc.cmdline)
             if program is None or not _current:
                 continue
@@ -134,23 +137,6 @@ def _watch_descendants(interval: float = 0.2) -> None:
             )
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
-
-
-def _policed_descendants(root: int) -> list[proctree.Proc]:
-    """Descendants of ``root``, leaving out the trees of nested pytest runs (the tests of this
-    module run some, with and without ``--fast``): those are the harness's own subjects."""
-    procs = proctree.snapshot()
-    children: dict[int, list[int]] = {}
-    for proc in procs.values():
-        children.setdefault(proc.ppid, []).append(proc.pid)
-    out, todo = [], list(children.get(root, ()))
-    while todo:
-        proc = procs.get(todo.pop())
-        if proc is None or "pytest" in proc.cmdline:
-            continue
-        out.append(proc)
-        todo.extend(children.get(proc.pid, ()))
-    return out
 
 
 @pytest.hookimpl(hookwrapper=True)
