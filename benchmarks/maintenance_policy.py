@@ -59,11 +59,9 @@ from deltaplane.engine.snapshot import load_snapshot  # noqa: E402
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("v", pa.float64()), ("k", pa.int32())])
 BASE_SMALL = 128 << 10  # the simulation's small file and target size, scaled down as its data is
 BASE_TARGET = 1 << 20  # (Delta Spark's are 128 MB and 1 GB: the same ratio)
-SMALL, TARGET = BASE_SMALL, BASE_TARGET  # this run's (``--size-scale`` multiplies them)
 MINUTES = 60
-BASE_POLL_MINUTES = POLL_MINUTES = (
-    30  # how often the health policy looks (the health trigger's poll interval)
-)
+# How often the health policy looks (the health trigger's poll interval); ``configure`` sets this run's.
+BASE_POLL_MINUTES = POLL_MINUTES = 30
 
 # name: (kind, properties, partitioned, clustered)
 TABLES = {
@@ -80,7 +78,7 @@ TABLES = {
 }
 
 BASE_POLICY = MaintenancePolicy(
-    small_file_size=SMALL,
+    small_file_size=BASE_SMALL,
     min_small_files=5,
     min_unclustered_files=5,  # the liquid table's new files, as the others' small files
     max_files_below_target=24,
@@ -88,7 +86,7 @@ BASE_POLICY = MaintenancePolicy(
     max_versions_since_checkpoint=50,
     min_vacuum_bytes=6 << 20,
     retention_hours=0,
-    target_file_size=TARGET,
+    target_file_size=BASE_TARGET,
 )
 HEALTH_POLICY = BASE_POLICY  # this run's (``configure``)
 
@@ -215,7 +213,11 @@ def query_suite(table: DeltaTable) -> list[float]:
 def optimize(table: DeltaTable, run: Run, partitions=None, purge=False, min_file_size=None) -> None:
     snapshot = table._latest_for_write()
     plan = plan_optimize(
-        snapshot, target_file_size=TARGET, partitions=partitions, purge=purge, min_file_size=min_file_size
+        snapshot,
+        target_file_size=HEALTH_POLICY.target_file_size,
+        partitions=partitions,
+        purge=purge,
+        min_file_size=min_file_size,
     )
     metrics = execute_optimize(table._store, plan)
     if metrics.commit is not None:
@@ -238,7 +240,9 @@ def sample(root: Path, run: Run, hour: int) -> None:
     small = unvacuumed = 0
     for name in TABLES:
         snapshot = load_snapshot(DeltaTable(str(root / name))._store)
-        small += table_health(snapshot, small_file_size=SMALL, include_history=False).num_small_files
+        small += table_health(
+            snapshot, small_file_size=HEALTH_POLICY.small_file_size, include_history=False
+        ).num_small_files
         unvacuumed += unreferenced_bytes(root / name, snapshot)
     run.small_files.append(small)
     run.unvacuumed.append(unvacuumed)
@@ -254,7 +258,9 @@ def replay(root: Path, policy: str, hours: int, scale: int) -> Run:
     if policy == "health":
         started = time.process_time()
         for name, t in tables.items():
-            trackers[name] = HealthTracker.from_snapshot(t.snapshot, small_file_size=SMALL)
+            trackers[name] = HealthTracker.from_snapshot(
+                t.snapshot, small_file_size=HEALTH_POLICY.small_file_size
+            )
         run.maintenance_cpu += time.process_time() - started
     next_id: dict[str, int] = {}
     events = workload(hours, scale)
@@ -359,14 +365,13 @@ def configure(
     """The health policy's knobs; ``size_scale`` multiplies every size (the small-file size, the
     target, the VACUUM threshold) for runs whose data is scaled by the same factor (``--scale``):
     the same day in bigger files, where a compaction's cost is its bytes more than its fixed part."""
-    global POLL_MINUTES, HEALTH_POLICY, SMALL, TARGET
+    global POLL_MINUTES, HEALTH_POLICY
     POLL_MINUTES = poll_minutes
-    SMALL, TARGET = BASE_SMALL * size_scale, BASE_TARGET * size_scale  # from the base: reruns do not compound
     vacuum_bytes = BASE_POLICY.min_vacuum_bytes if min_vacuum_bytes is None else min_vacuum_bytes
     HEALTH_POLICY = dataclasses.replace(
         BASE_POLICY,
-        small_file_size=SMALL,
-        target_file_size=TARGET,
+        small_file_size=BASE_SMALL * size_scale,  # from the base: reruns do not compound
+        target_file_size=BASE_TARGET * size_scale,
         min_small_files=min_small_files,
         min_unclustered_files=min_small_files,
         max_files_below_target=max_files_below_target,
