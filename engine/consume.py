@@ -35,7 +35,7 @@ from deltaplane.engine.schema_changes import read_incompatibility
 from deltaplane.engine.snapshot import load_table_config
 from deltaplane.engine.storage import table_location
 from deltaplane.engine.tail import APPEND, IncrementalScan, describe_change
-from deltaplane.engine.write_table import write_table
+from deltaplane.engine.write_or_create import write_table
 
 ON_CHANGE = ("fail", "skip", "changes")
 SOURCE_VERSION, CHANGE_TYPE = "_source_version", "_change_type"

@@ -26,18 +26,19 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from deltaplane.engine import DeltaTable
-from deltaplane.engine.commands.optimize import (
+from deltaplane.engine import (
+    DeltaTable,
+    ObjectStore,
     OptimizeBin,
     OptimizePlan,
+    app_transaction_scope,
     bin_tasks,
+    commit_metadata_scope,
     commit_optimize,
     optimize_metrics,
     plan_optimize,
     run_bin_task,
 )
-from deltaplane.engine.storage.base import ObjectStore
-from deltaplane.engine.transaction import app_transaction_scope, commit_metadata_scope
 from deltaplane.spark_jobs import job
 from deltaplane.spark_jobs.options import parse_size
 
@@ -136,7 +137,7 @@ def plan_from_json(doc: Mapping, uri: str, storage_options: Mapping[str, str] | 
 def _plan_location(store: ObjectStore, location: str) -> tuple[ObjectStore, str]:
     """The store and key of a plan file: a URI or an absolute path (the table's storage options
     apply under the table), or a path relative to the working directory."""
-    from deltaplane.engine.storage import resolve_location
+    from deltaplane.engine import resolve_location
 
     if "://" not in location and not location.startswith("/"):
         location = os.path.abspath(location)
@@ -157,7 +158,7 @@ def save_plan(plan: OptimizePlan, store: ObjectStore, location: str | None = Non
 
 
 def load_plan(table: DeltaTable, location: str) -> OptimizePlan:
-    from deltaplane.engine.errors import ObjectNotFoundError
+    from deltaplane.engine import ObjectNotFoundError
 
     store, key = _plan_location(table.snapshot.store, location)
     try:
@@ -203,7 +204,7 @@ def _rewrite(task) -> tuple[list[dict], float]:
 
 
 def main(args) -> dict:
-    from deltaplane.engine.actions import Add
+    from deltaplane.engine import Add
 
     start, driver_cpu = time.perf_counter(), time.process_time()
     options = job.storage_options(args)

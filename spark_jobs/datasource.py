@@ -143,7 +143,7 @@ class DeltaplaneReader(DataSourceReader):
         self.min_partitions = min_partitions
 
     def partitions(self) -> list[FilesPartition]:
-        from deltaplane.engine.portable import PortableSnapshot
+        from deltaplane.engine import PortableSnapshot
 
         snapshot = self.options.open().snapshot
         portable = PortableSnapshot.of(
@@ -174,7 +174,7 @@ class DeltaplaneReader(DataSourceReader):
 class DeltaplaneWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions, schema: SparkStructType, overwrite: bool):
         if options.replace_where is not None and not overwrite:
-            from deltaplane.engine.errors import DeltaError
+            from deltaplane.engine import DeltaError
 
             raise DeltaError("option replaceWhere needs mode('overwrite')")
         self.options = options
@@ -200,15 +200,14 @@ class DeltaplaneWriter(DataSourceArrowWriter):
     def write(self, iterator) -> FilesWritten:
         from pyspark import TaskContext
 
-        from deltaplane.engine.commands.staged import write_files
+        from deltaplane.engine import write_files
 
         context = TaskContext.get()  # the partition id picks the task's block of identity values
         adds = write_files(self.spec, iterator, task=context.partitionId() if context is not None else 0)
         return FilesWritten([a.to_json() for a in adds])
 
     def commit(self, messages) -> None:
-        from deltaplane.engine.actions import Add
-        from deltaplane.engine.commands.staged import StagedWrite, commit_write, write_manifest
+        from deltaplane.engine import Add, StagedWrite, commit_write, write_manifest
 
         adds = [a for m in messages if m is not None for a in m.adds]
         if self.options.stage_manifest is not None:
@@ -228,7 +227,7 @@ class DeltaplaneWriter(DataSourceArrowWriter):
             log.info("committed %d files to %s as version %d", len(adds), self.options.uri, result.version)
 
     def abort(self, messages) -> None:
-        from deltaplane.engine.commands.staged import release_hold_of
+        from deltaplane.engine import release_hold_of
 
         release_hold_of(self.spec)  # nothing will be committed: VACUUM may reclaim the files
         written = sum(len(m.adds) for m in messages if m is not None)

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import time
 
-from deltaplane.engine import DeltaTable
-from deltaplane.engine.commands.dml import change_files, commit_row_level, plan_row_level
-from deltaplane.engine.portable import PortableSnapshot
-from deltaplane.engine.transaction import app_transaction_scope, commit_metadata_scope
+from deltaplane.engine import (
+    DeltaTable,
+    PortableSnapshot,
+    app_transaction_scope,
+    change_files,
+    commit_metadata_scope,
+    commit_row_level,
+    plan_row_level,
+)
 from deltaplane.spark_jobs import job
 from deltaplane.spark_jobs.options import parse_size
 

@@ -18,9 +18,7 @@ import json
 import uuid
 from collections.abc import Mapping
 
-from deltaplane.engine import DeltaTable
-from deltaplane.engine.commands.dml import RowLevelPlan
-from deltaplane.engine.storage.base import ObjectStore
+from deltaplane.engine import DeltaTable, ObjectStore, RowLevelPlan
 from deltaplane.spark_jobs import job
 
 PLAN_FORMAT = "deltaplane.row-level-plan"
@@ -82,8 +80,7 @@ def load_row_level_plan(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from deltaplane.engine.errors import ObjectNotFoundError
-    from deltaplane.engine.storage import open_store, resolve_location
+    from deltaplane.engine import ObjectNotFoundError, open_store, resolve_location
 
     store, key = resolve_location(open_store(uri, storage_options), location)
     try:

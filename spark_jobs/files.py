@@ -19,9 +19,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType as SparkStructType
 
-    from deltaplane.engine.commands.staged import WriteSpec
-    from deltaplane.engine.expressions.tree import Expr
-    from deltaplane.engine.portable import PortableSnapshot
+    from deltaplane.engine import Expr, PortableSnapshot, WriteSpec
     from deltaplane.spark_jobs.options import WriteOptions
 
 
@@ -42,7 +40,7 @@ def read_partition(
     ``row_tracking`` names two columns of ``schema`` that are not table columns: they get each
     row's stable row id and row commit version (``Scan``'s ``row_tracking``), which a rewrite
     hands to the writer so the rows keep them."""
-    from deltaplane.engine.scan import Scan
+    from deltaplane.engine import Scan
     from deltaplane.spark_jobs.types import arrow_schema, conform_batch
 
     if partition.files.num_files == 0:
@@ -68,7 +66,7 @@ class FilesWritten(WriterCommitMessage):
 
 def plan_for(options: WriteOptions, schema: SparkStructType, overwrite: bool, **extra) -> WriteSpec:
     """The write plan (``plan_write``: reads the table's log) for data of ``schema``."""
-    from deltaplane.engine.commands.staged import plan_write
+    from deltaplane.engine import plan_write
     from deltaplane.spark_jobs.types import arrow_schema, as_nullable
 
     schema_mode = (

@@ -25,10 +25,7 @@ import os
 import uuid
 from urllib.parse import unquote, urlsplit
 
-from deltaplane.engine import DeltaTable
-from deltaplane.engine.commands.staged import read_manifest, write_manifest
-from deltaplane.engine.errors import TableNotFoundError
-from deltaplane.engine.work import WorkKey
+from deltaplane.engine import DeltaTable, TableNotFoundError, WorkKey, read_manifest, write_manifest
 from deltaplane.spark_jobs import job
 
 FORMATS = ("csv", "json", "parquet")
@@ -205,7 +202,7 @@ def source_identities(spark, df, sources: list[str] | None = None) -> list[list]
     (``df``'s own paths and globs) with Spark's ``binaryFile`` source, which reports every file's
     length and modification time without reading it.
     """
-    from deltaplane.engine.work import file_identities
+    from deltaplane.engine import file_identities
 
     inputs = df.inputFiles()
     if _is_connect(spark):

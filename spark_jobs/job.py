@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from deltaplane.engine import errors
+import deltaplane.engine as engine
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # anything else (a bug, an unexpected Spark failure)
@@ -42,16 +42,16 @@ NOT_RETRYABLE = frozenset({EXIT_USAGE, EXIT_INPUT})  # the same input fails the 
 # to every user and copied by Spark into its logs and event logs.
 STORAGE_OPTIONS_ENV = "DELTAPLANE_STORAGE_OPTIONS"
 
-_INPUT = errors.INPUT_ERRORS
-_CONFLICT = (errors.CommitConflictError,)
+_INPUT = engine.INPUT_ERRORS
+_CONFLICT = (engine.CommitConflictError,)
 _TABLE = (
-    errors.TableNotFoundError,
-    errors.StorageError,
-    errors.ProtocolError,
-    errors.CorruptLogError,
-    errors.VersionNotFoundError,
-    errors.DataFileError,
-    errors.CommitOutcomeUnknownError,
+    engine.TableNotFoundError,
+    engine.StorageError,
+    engine.ProtocolError,
+    engine.CorruptLogError,
+    engine.VersionNotFoundError,
+    engine.DataFileError,
+    engine.CommitOutcomeUnknownError,
 )
 
 
@@ -101,7 +101,7 @@ def parser(name: str, description: str) -> argparse.ArgumentParser:
 
 def work_key(args):
     """The ``deltaplane.engine.work.WorkKey`` given with ``--app-id``/``--app-version`` (``None``: none)."""
-    from deltaplane.engine.work import WorkKey
+    from deltaplane.engine import WorkKey
 
     if (args.app_id is None) != (args.app_version is None):
         raise JobError("--app-id and --app-version go together", EXIT_USAGE)
@@ -117,7 +117,7 @@ def already_done(table, key) -> dict | None:
     """The metrics of a job whose work the table (``None``: none yet) already holds
     (``deltaplane.engine.work.find_applied``, the same check the Airflow operators make): the version
     holding it, else ``None``."""
-    from deltaplane.engine.work import find_applied
+    from deltaplane.engine import find_applied
 
     applied = find_applied(table.snapshot, key) if table is not None else None
     if applied is None:
@@ -147,12 +147,12 @@ def classify(error: BaseException) -> tuple[int, str]:
             return code, type(error).__name__
     text = str(error)
     for name in re.findall(r"engine\.errors\.(\w+)", text) or re.findall(r"\b(\w+Error): ", text):
-        kind = getattr(errors, name, None)
-        if isinstance(kind, type) and issubclass(kind, errors.DeltaError):
+        kind = getattr(engine, name, None)
+        if isinstance(kind, type) and issubclass(kind, engine.DeltaError):
             for kinds, code in ((_CONFLICT, EXIT_CONFLICT), (_INPUT, EXIT_INPUT), (_TABLE, EXIT_TABLE)):
                 if issubclass(kind, kinds):
                     return code, name
-    if isinstance(error, errors.DeltaError):
+    if isinstance(error, engine.DeltaError):
         return EXIT_FAILED, type(error).__name__
     return EXIT_FAILED, type(error).__name__
 

@@ -47,23 +47,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltaplane.engine.errors import DataFileError, UnsupportedOperationError
-from deltaplane.engine.log.replay import canonical_paths
-from deltaplane.engine.partitions import HIVE_NULL
-from deltaplane.engine.scan import read_file_deletion_vector, typed_partition_column
-from deltaplane.engine.schema import (
+from deltaplane.engine import (
+    HIVE_NULL,
     ArrayType,
+    DataFileError,
     DataType,
+    DeltaTable,
     GeoType,
     MapType,
     PrimitiveType,
+    Snapshot,
     StructField,
     StructType,
+    UnsupportedOperationError,
+    canonical_paths,
     iter_fields,
     iter_types,
+    read_file_deletion_vector,
+    typed_partition_column,
 )
-from deltaplane.engine.snapshot import Snapshot
-from deltaplane.engine.table import DeltaTable
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from deltaplane.engine import units
-from deltaplane.engine.errors import InvalidArgumentError
+from deltaplane.engine import InvalidArgumentError
+from deltaplane.engine import parse_size as parse_engine_size
 
 STORAGE_PREFIX = "storage."
 # Spark's defaults (spark.sql.files.maxPartitionBytes, spark.sql.files.openCostInBytes); the same
@@ -62,12 +62,12 @@ def _size(options: dict[str, str], name: str, *, zero: bool = False) -> int | No
         return None
     if zero and value.strip() == "0":
         return 0
-    return units.parse_size(value, f"option {name}")
+    return parse_engine_size(value, f"option {name}")
 
 
 def parse_size(text: str | None, what: str = "size") -> int | None:
     """A byte count given on a command line (``134217728``, ``128m``, ``1g``); ``None`` if absent."""
-    return units.parse_size(text, what) if text else None
+    return parse_engine_size(text, what) if text else None
 
 
 def _path(options: dict[str, str]) -> str:

@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from deltaplane.engine.errors import DeltaError
+from deltaplane.engine import DeltaError
 from deltaplane.spark_jobs.files import FilesPartition, FilesWritten, plan_for, read_partition
 from deltaplane.spark_jobs.options import DEFAULT_TASKS_PER_CORE, StreamOptions, WriteOptions
 
@@ -46,9 +46,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType as SparkStructType
 
-    from deltaplane.engine.commands.staged import WriteSpec
-    from deltaplane.engine.snapshot import Snapshot
-    from deltaplane.engine.tail import CommitChanges, IncrementalScan
+    from deltaplane.engine import CommitChanges, IncrementalScan, Snapshot, WriteSpec
 
 log = logging.getLogger(__name__)
 
@@ -90,14 +88,14 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     @property
     def store(self):
         if self._store is None:
-            from deltaplane.engine.storage import open_store
+            from deltaplane.engine import open_store
 
             self._store = open_store(self.options.uri, self.options.storage_options)
         return self._store
 
     def _table_config(self):
         if self._config is None:
-            from deltaplane.engine.snapshot import load_table_config
+            from deltaplane.engine import load_table_config
 
             self._config = load_table_config(self.store)
         return self._config
@@ -105,7 +103,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _commits(self, from_version: int) -> IncrementalScan:
         """The commits from ``from_version`` on (up to the ``availableNow`` cap): the engine's
         incremental reader, reusing the commits this reader already holds."""
-        from deltaplane.engine.tail import IncrementalScan
+        from deltaplane.engine import IncrementalScan
 
         return IncrementalScan(
             self.store,
@@ -141,8 +139,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         """The snapshot at ``version`` (``None``: the latest), loaded once: the initial offset,
         every batch's offsets and tasks read the same one. The first one loaded also gives the
         table's protocol and metadata, so no second listing reads them."""
-        from deltaplane.engine.errors import TableNotFoundError
-        from deltaplane.engine.snapshot import load_snapshot
+        from deltaplane.engine import TableNotFoundError, load_snapshot
 
         snapshot = self._snapshots.get(version) if version is not None else None
         if snapshot is None:
@@ -156,15 +153,14 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return snapshot
 
     def _snapshot_files(self, version: int) -> pa.Table:
-        from deltaplane.engine.tail import FILE_COLUMNS
+        from deltaplane.engine import FILE_COLUMNS
 
         files = self._snapshot(version).files.select(list(FILE_COLUMNS))
         return files.sort_by("path") if files.num_rows else files
 
     def _latest_version(self) -> int:
         """The table's latest version, listed from its last checkpoint (not from version 0)."""
-        from deltaplane.engine.errors import TableNotFoundError
-        from deltaplane.engine.log.segment import build_log_segment
+        from deltaplane.engine import TableNotFoundError, build_log_segment
 
         try:
             return build_log_segment(self.store).version
@@ -250,8 +246,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         Delta Spark refuses it (without a schema tracking location). Checked once per query
         start (later commits that change the schema fail in ``_follow``), with no listing of the
         log when the start is the snapshot already loaded or past the availableNow cap."""
-        from deltaplane.engine.schema_changes import read_incompatibility
-        from deltaplane.engine.snapshot import load_table_config
+        from deltaplane.engine import load_table_config, read_incompatibility
 
         if self._schema_checked:
             return
@@ -306,7 +301,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _follow(self, changes: CommitChanges) -> CommitChanges | None:
         """The commit's changes if the stream reads them, ``None`` if it skips the commit."""
-        from deltaplane.engine.tail import describe_change
+        from deltaplane.engine import describe_change
         from deltaplane.spark_jobs.types import spark_schema
 
         version = changes.version
@@ -332,8 +327,7 @@ class DeltaplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def partitions(self, start: dict, end: dict) -> list[FilesPartition]:
         import pyarrow as pa
 
-        from deltaplane.engine.portable import PortableSnapshot
-        from deltaplane.engine.snapshot import files_snapshot
+        from deltaplane.engine import PortableSnapshot, files_snapshot
 
         if _before(end, start):
             raise StreamingSourceError(
@@ -426,7 +420,7 @@ class DeltaplaneStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator) -> FilesWritten:
         from pyspark import TaskContext
 
-        from deltaplane.engine.commands.staged import write_files
+        from deltaplane.engine import write_files
 
         context = TaskContext.get()
         query_id = context.getLocalProperty("sql.streaming.queryId") if context is not None else None
@@ -435,7 +429,7 @@ class DeltaplaneStreamWriter(DataSourceStreamArrowWriter):
         return FilesWritten([a.to_json() for a in adds], query_id, self.spec)
 
     def commit(self, messages, batchId: int) -> None:
-        from deltaplane.engine.commands.staged import commit_write
+        from deltaplane.engine import commit_write
 
         written = [m for m in messages if m is not None]
         adds = [a for m in written for a in m.adds]

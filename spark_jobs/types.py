@@ -17,7 +17,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType as SparkStructType
 
-from deltaplane.engine.schema import StructType
+from deltaplane.engine import StructType
 
 
 def spark_schema(schema: StructType) -> SparkStructType:

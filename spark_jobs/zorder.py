@@ -21,9 +21,14 @@ import json
 import numpy as np
 import pyarrow as pa
 
-from deltaplane.engine import row_tracking
-from deltaplane.engine.commands.optimize import BinTask, write_rows_for_bin
-from deltaplane.engine.commands.zorder import bits_per_column, interleave, scale_ranks
+from deltaplane.engine import (
+    BinTask,
+    bits_per_column,
+    interleave,
+    materialized_columns,
+    scale_ranks,
+    write_rows_for_bin,
+)
 from deltaplane.spark_jobs.files import FilesPartition, read_partition
 from deltaplane.spark_jobs.types import spark_schema
 
@@ -40,7 +45,7 @@ def zorder_partition(spark, task: BinTask) -> list[dict]:
     from pyspark.sql.types import LongType, StructField, StructType
 
     snapshot = task.files.snapshot()
-    lineage = row_tracking.materialized_columns(snapshot.protocol, snapshot.metadata)
+    lineage = materialized_columns(snapshot.protocol, snapshot.metadata)
     schema = spark_schema(snapshot.schema)
     if lineage is not None:  # each row's row id and commit version go along with it
         schema = StructType([*schema.fields, *(StructField(n, LongType(), False) for n in lineage)])

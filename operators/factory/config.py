@@ -49,7 +49,7 @@ class ConfigError(ValueError):
 
 def parse_size(value: Any) -> int:
     """A size in the configuration: bytes or a string such as ``128MB`` / ``128MiB``."""
-    from deltaplane.engine.units import parse_size as parse
+    from deltaplane.engine import parse_size as parse
 
     return parse(value, "a size")
 
@@ -156,7 +156,7 @@ class Ingest(_Model):
     @classmethod
     def _parses(cls, v: str | None) -> str | None:
         if v is not None:
-            from deltaplane.engine.expressions.ddl import parse_ddl
+            from deltaplane.engine import parse_ddl
 
             try:
                 parse_ddl(v)
@@ -530,7 +530,7 @@ def maintenance_policy(table: TableConfig, section: MaintenanceSection | None = 
     """The ``MaintenancePolicy`` of ``table``: its ``maintenance`` over the file's defaults, over
     the thresholds ``auto_optimize`` already sets, with its retention, target size and Spark
     threshold."""
-    from deltaplane.engine.maintenance_plan import DEFAULT_KINDS, MaintenancePolicy
+    from deltaplane.engine import DEFAULT_KINDS, MaintenancePolicy
 
     section = section or MaintenanceSection()
     chosen: dict[str, Any] = {

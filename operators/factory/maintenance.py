@@ -18,10 +18,16 @@ from deltaplane.operators.factory.config import cli_report, maintenance_policy, 
 
 def plan_tables(config, *, now_ms: int | None = None) -> tuple[list, dict[str, str]]:
     """Every table's decisions, ranked across tables, and the tables that could not be read."""
-    from deltaplane.engine import DeltaTable
-    from deltaplane.engine.errors import DeltaError, TableNotFoundError
-    from deltaplane.engine.maintenance_inputs import decide_table, look
-    from deltaplane.engine.maintenance_plan import KINDS, Decision, rank
+    from deltaplane.engine import (
+        KINDS,
+        Decision,
+        DeltaError,
+        DeltaTable,
+        TableNotFoundError,
+        decide_table,
+        look,
+        rank,
+    )
 
     now = int(time.time() * 1000) if now_ms is None else now_ms
     decisions, policies, failures, spent = [], {}, {}, {}

@@ -158,7 +158,7 @@ def _probe(settings: DeltaSettings) -> tuple[bool, str]:
     import itertools
     import os
 
-    from deltaplane.engine.storage import open_store
+    from deltaplane.engine import open_store
 
     options = dict(settings.storage_options)
     endpoint = options.get("endpoint_url") or options.get("aws_endpoint_url") or options.get("endpoint")
@@ -183,7 +183,7 @@ def _probe(settings: DeltaSettings) -> tuple[bool, str]:
         return True, f"listed {uri}{at} ({found}{'+' if found == 1000 else ''} entries); {spark}"
     if not options:
         return True, f"no storage settings: tables are local paths (or S3 from the environment); {spark}"
-    from deltaplane.engine.storage.s3 import S3Store
+    from deltaplane.engine import S3Store
 
     try:
         buckets = S3Store("s3://deltaplane-connection-test", {**options, **quick}).client.list_buckets()

@@ -106,7 +106,7 @@ class DeltaSparkSubmitHook(BaseHook):
     ) -> dict[str, Any]:
         """Run ``job`` with ``args`` and wait for it: its metrics (the job's JSON line). Raises
         ``SparkJobInputError`` (no retry) or ``SparkJobError`` (retry) when it fails."""
-        from deltaplane.engine.transaction import current_app_transaction
+        from deltaplane.engine import current_app_transaction
         from deltaplane.operators.hooks.delta import mask_secrets
         from deltaplane.spark_jobs.submit import is_secret_name, redact_command, start_submit
 

@@ -88,7 +88,7 @@ class DeltaAlterOperator(DeltaTableOperator):
 
 
 def _check_signature(check: Arguments, action: str, arguments: dict[str, Any]) -> None:
-    from deltaplane.engine.table import TableAlterer
+    from deltaplane.engine import TableAlterer
 
     signature = inspect.signature(getattr(TableAlterer, action))
     try:
@@ -115,7 +115,7 @@ def already_done(table, action: str, arguments: dict[str, Any]) -> str | None:
     elif action == "add_columns":
         import pyarrow as pa
 
-        from deltaplane.engine.schema import from_arrow_schema
+        from deltaplane.engine import from_arrow_schema
 
         fields = arguments.get("fields")
         if isinstance(fields, pa.Field):
@@ -139,8 +139,7 @@ def already_done(table, action: str, arguments: dict[str, Any]) -> str | None:
         if isinstance(feature, str) and feature.strip() and _has_feature(table, feature.strip()) is False:
             return f"feature {feature!r} is not in the table's protocol (already dropped)"
     elif action == "add_feature":
-        from deltaplane.engine.commands.features import feature_names
-        from deltaplane.engine.errors import InvalidArgumentError
+        from deltaplane.engine import InvalidArgumentError, feature_names
 
         try:
             names = feature_names(arguments.get("feature"))
@@ -159,7 +158,7 @@ def already_done(table, action: str, arguments: dict[str, Any]) -> str | None:
 def _has_feature(table, name: str) -> bool | None:
     """Whether the table's protocol has the feature (None for a name no feature has: the ALTER
     reports that)."""
-    from deltaplane.engine.table_features import FEATURES, reader_features, writer_features
+    from deltaplane.engine import FEATURES, reader_features, writer_features
 
     if name not in FEATURES:
         return None

@@ -80,7 +80,7 @@ def input_error(error: BaseException) -> bool:
     """Whether ``error`` is the input's fault, so retrying cannot help: one of the engine's
     ``INPUT_ERRORS`` (the same grouping the Spark jobs exit with code 3 for), or a Spark job that
     exited with that code."""
-    from deltaplane.engine.errors import INPUT_ERRORS
+    from deltaplane.engine import INPUT_ERRORS
     from deltaplane.spark_jobs.job import EXIT_INPUT
 
     if isinstance(error, INPUT_ERRORS):
@@ -127,9 +127,12 @@ class DeltaTableOperator(LocationArguments, BaseOperator):
     # --- the shared flow ----------------------------------------------------------------------
 
     def execute(self, context) -> dict[str, Any]:
-        from deltaplane.engine.errors import ConcurrentTransactionError
-        from deltaplane.engine.transaction import app_transaction_scope, commit_metadata_scope
-        from deltaplane.engine.work import find_applied
+        from deltaplane.engine import (
+            ConcurrentTransactionError,
+            app_transaction_scope,
+            commit_metadata_scope,
+            find_applied,
+        )
         from deltaplane.operators.hooks.delta import DeltaHook
         from deltaplane.operators.utils.runs import run_stamp
 
@@ -196,7 +199,7 @@ class DeltaTableOperator(LocationArguments, BaseOperator):
         table, key = flow.get("table"), flow.get("key")
         commit = None
         if raw.get("version") is not None:
-            from deltaplane.engine.tail import commit_changes
+            from deltaplane.engine import commit_changes
 
             fresh = flow["hook"].get_table(self.table_uri)
             flow["fresh"] = fresh
@@ -240,7 +243,7 @@ class DeltaTableOperator(LocationArguments, BaseOperator):
 
     def open_table(self, hook):
         """The table (``None`` when it does not exist yet and the operator may create it)."""
-        from deltaplane.engine.errors import TableNotFoundError
+        from deltaplane.engine import TableNotFoundError
 
         try:
             return hook.get_table(self.table_uri)

@@ -59,7 +59,7 @@ class DeltaCommitOperator(DeltaTableOperator):
         if getattr(self, "_loaded", False):
             return
         if self.staged_manifest is not None:
-            from deltaplane.engine.commands.staged import StagedWrite, manifest_landing, manifest_recipe
+            from deltaplane.engine import StagedWrite, manifest_landing, manifest_recipe
             from deltaplane.operators.utils.batches import read_object
 
             options = hook.settings.storage_options
@@ -80,7 +80,7 @@ class DeltaCommitOperator(DeltaTableOperator):
         """A staged batch is named by its manifest (the key it was staged with, else its files);
         files read from ``source`` by their identities (path, size, modification time) with the
         mode and predicate they are written with."""
-        from deltaplane.engine.work import WorkKey, local_file_identities
+        from deltaplane.engine import WorkKey, local_file_identities
 
         if self.staged_manifest is not None:
             spec = self._staged.spec
@@ -123,8 +123,7 @@ class DeltaCommitOperator(DeltaTableOperator):
     def _commit_staged(self, hook, options) -> dict[str, Any]:
         """Commit the staged batch: staged again first if its files are gone; given back to the
         landing folder if it cannot land for good (then the next run stages it again)."""
-        from deltaplane.engine.commands.staged import commit_write
-        from deltaplane.engine.quarantine import batch_name, release_claimed, release_staged_hold
+        from deltaplane.engine import batch_name, commit_write, release_claimed, release_staged_hold
         from deltaplane.operators.operators.base import input_error
 
         staged = self._staged
@@ -183,7 +182,7 @@ class DeltaCommitOperator(DeltaTableOperator):
         hold is released (both safe to repeat: a retry after a crash here finishes them)."""
         if self.staged_manifest is None or not getattr(self, "_loaded", False):
             return
-        from deltaplane.engine.quarantine import batch_name, finish_claimed, release_staged_hold
+        from deltaplane.engine import batch_name, finish_claimed, release_staged_hold
 
         release_staged_hold(self._staged)
         if self._landing:

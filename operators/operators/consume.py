@@ -62,7 +62,7 @@ class DeltaConsumeOperator(DeltaTableOperator):
         self.max_versions = max_versions
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from deltaplane.engine.consume import consume_appends
+        from deltaplane.engine import consume_appends
 
         result = consume_appends(
             self.source_uri,

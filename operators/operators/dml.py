@@ -21,10 +21,7 @@ def whole_table(predicate: str | None) -> str | None:
     None here: running it fails with the parser's error."""
     if predicate is None or not predicate.strip():
         return "is missing"
-    from deltaplane.engine.errors import InvalidPredicateError
-    from deltaplane.engine.expressions.fold import constant_truth
-    from deltaplane.engine.expressions.parser import parse_predicate
-    from deltaplane.engine.expressions.tree import columns
+    from deltaplane.engine import InvalidPredicateError, columns, constant_truth, parse_predicate
 
     try:
         tree = parse_predicate(predicate)
@@ -157,8 +154,7 @@ class DeltaDMLOperator(DeltaTableOperator):
     def check_rendered(self) -> None:
         """After rendering: the guard against whole-table changes, on what will really run.
         Raises ``InvalidArgumentError`` (an input error: the task fails without retries)."""
-        from deltaplane.engine.errors import InvalidArgumentError
-        from deltaplane.engine.expressions.parser import parse_predicate
+        from deltaplane.engine import InvalidArgumentError, parse_predicate
 
         where = f"{type(self).__name__}(task_id={self.task_id!r})"
         if self.predicate is not None and not isinstance(self.predicate, str):
@@ -193,7 +189,7 @@ class DeltaDMLOperator(DeltaTableOperator):
         """DELETE and UPDATE: the statement as issued by this task of this run (a retry or a
         clear is the same work; a new run issues it again). MERGE: the statement and the
         identity of its source files (the same source is merged once)."""
-        from deltaplane.engine.work import WorkKey, local_file_identities
+        from deltaplane.engine import WorkKey, local_file_identities
         from deltaplane.operators.utils.runs import run_stamp
 
         statement = {
@@ -218,7 +214,7 @@ class DeltaDMLOperator(DeltaTableOperator):
         self.check_rendered()
         if self.operation == "merge":
             return self._merge(table)
-        from deltaplane.engine.commands.dml import plan_row_level
+        from deltaplane.engine import plan_row_level
 
         predicate = self.predicate if self.predicate and self.predicate.strip() else None
         plan = plan_row_level(

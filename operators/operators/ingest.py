@@ -61,7 +61,7 @@ class StageRecipe:
 
     def declared(self):
         """The declared schema as a Delta ``StructType`` (``None``: none declared)."""
-        from deltaplane.engine.schema import parse_schema
+        from deltaplane.engine import parse_schema
 
         return parse_schema(self.schema) if self.schema is not None else None
 
@@ -170,7 +170,7 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         if schema_mode not in (None, "merge"):
             raise ValueError("schema_mode must be None (new columns are refused) or 'merge' (they are added)")
         if schema is not None:
-            from deltaplane.engine.commands.staged import declared_schema
+            from deltaplane.engine import declared_schema
 
             declared_schema(schema)  # a schema that does not parse fails the DAG file, naming why
         for name, value in (("partition_by", partition_by), ("cluster_by", cluster_by)):
@@ -195,7 +195,7 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         return None
 
     def recipe(self) -> StageRecipe:
-        from deltaplane.engine.commands.staged import declared_schema
+        from deltaplane.engine import declared_schema
 
         declared = declared_schema(self.schema)
         return StageRecipe(
@@ -209,9 +209,14 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         )
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from deltaplane.engine.commands.staged import StagedWrite, manifest_landing, write_manifest
-        from deltaplane.engine.errors import ObjectNotFoundError
-        from deltaplane.engine.quarantine import claim_files, release_claimed
+        from deltaplane.engine import (
+            ObjectNotFoundError,
+            StagedWrite,
+            claim_files,
+            manifest_landing,
+            release_claimed,
+            write_manifest,
+        )
         from deltaplane.operators.utils.batches import quarantine_location, read_object
 
         ti = context.get("ti")
@@ -302,7 +307,7 @@ class DeltaStageOperator(DeltaTableOperator, SkipMixin):
         self, context, batch: str, refused: Refused, files: list[Path], destination: str, options
     ) -> BatchRejected:
         """Quarantine the batch, report why (log, XCom, ``rejection.json``): the exception to fail with."""
-        from deltaplane.engine.storage import open_store
+        from deltaplane.engine import open_store
 
         report = {
             "version": None,
@@ -337,8 +342,7 @@ def landing_key(files: list[Path]):
     size, modification time), wherever the batch's claim has moved them since."""
     import os
 
-    from deltaplane.engine.quarantine import home_path
-    from deltaplane.engine.work import WorkKey, file_identities
+    from deltaplane.engine import WorkKey, file_identities, home_path
 
     identities = []
     for f in files:
@@ -360,9 +364,7 @@ def restage(
     """Stage a batch again from its claimed landing files, with the same work key, because its
     staged data files are gone (``missing``); the manifest is rewritten. Fails (retryable: the
     files may come back from a restore) when the landing files are gone too."""
-    from deltaplane.engine.commands.staged import write_manifest
-    from deltaplane.engine.errors import StorageError
-    from deltaplane.engine.work import WorkKey
+    from deltaplane.engine import StorageError, WorkKey, write_manifest
 
     files = [Path(p) for p in landing]
     absent = [str(p) for p in files if not p.exists()]
@@ -403,12 +405,17 @@ def stage_landing_files(table_uri: str, files: list[Path], recipe: StageRecipe, 
     (VACUUM keeps them) until the commit. A file the table cannot take raises ``Refused``."""
     import pyarrow as pa
 
-    from deltaplane.engine.commands.staged import StagedWrite, plan_write, release_hold_of
-    from deltaplane.engine.errors import SchemaMismatchError, TableSettingsMismatchError
-    from deltaplane.engine.log.segment import list_log
-    from deltaplane.engine.schema import parse_schema
-    from deltaplane.engine.snapshot import load_table_config
-    from deltaplane.engine.storage import open_store
+    from deltaplane.engine import (
+        SchemaMismatchError,
+        StagedWrite,
+        TableSettingsMismatchError,
+        list_log,
+        load_table_config,
+        open_store,
+        parse_schema,
+        plan_write,
+        release_hold_of,
+    )
 
     store = open_store(table_uri, options)
     # No table yet: the commit creates it with the declared schema, else the batch's own.
@@ -454,11 +461,14 @@ def _write_landing(spec, sources: list[_Landing], table_uri: str) -> list:
     """Stream the landing files into staged data files of ``spec`` (the one writer of the batch)."""
     import pyarrow as pa
 
-    from deltaplane.engine.column_values import ColumnValues
-    from deltaplane.engine.commands.staged import write_files
-    from deltaplane.engine.enforcement import table_constraints
-    from deltaplane.engine.errors import SchemaMismatchError
-    from deltaplane.engine.schema import StructType, to_arrow_schema
+    from deltaplane.engine import (
+        ColumnValues,
+        SchemaMismatchError,
+        StructType,
+        table_constraints,
+        to_arrow_schema,
+        write_files,
+    )
 
     # The files' rows are conformed to the table's columns, except those the table fills
     # itself when they are missing (generated, default, identity): write_files fills them.
@@ -500,7 +510,7 @@ class _Recording:
         return self._store.open_output(key)
 
     def published(self) -> list[str]:
-        from deltaplane.engine.errors import ObjectNotFoundError
+        from deltaplane.engine import ObjectNotFoundError
 
         out = []
         for key in self._keys:
@@ -589,8 +599,7 @@ class _Landing:
 
     def _read_types(self, names: list[str]) -> dict:
         """Arrow types to parse the table's columns straight into (primitive ones)."""
-        from deltaplane.engine.errors import DeltaError
-        from deltaplane.engine.schema import DecimalType, PrimitiveType, to_arrow_type
+        from deltaplane.engine import DecimalType, DeltaError, PrimitiveType, to_arrow_type
 
         types = {}
         for name in names:
@@ -607,9 +616,7 @@ class _Landing:
         merged them in, NOT NULL columns must be there), then types (lossless casts only)."""
         import pyarrow as pa
 
-        from deltaplane.engine.enforcement import conform_table
-        from deltaplane.engine.errors import SchemaMismatchError
-        from deltaplane.engine.schema import StructType
+        from deltaplane.engine import SchemaMismatchError, StructType, conform_table
 
         present = {n.lower() for n in self.schema.names}
         known = {f.name.lower() for f in target.fields}
@@ -659,8 +666,12 @@ class _Landing:
         """The file's rows conformed to ``target``, record batch by record batch."""
         import pyarrow.compute as pc
 
-        from deltaplane.engine.enforcement import check_constraints, conform_table
-        from deltaplane.engine.errors import ConstraintViolationError, SchemaMismatchError
+        from deltaplane.engine import (
+            ConstraintViolationError,
+            SchemaMismatchError,
+            check_constraints,
+            conform_table,
+        )
 
         read = {"csv": self._csv_batches, "json": self._json_batches, "parquet": self._parquet_batches}
         for batch in read[self.fmt](target):

@@ -67,7 +67,7 @@ class DeltaAutoOptimizeOperator(DeltaTableOperator):
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         from dataclasses import replace
 
-        from deltaplane.engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
+        from deltaplane.engine import AutoOptimizePolicy, decide_auto_optimize
 
         policy = AutoOptimizePolicy.for_table(table.snapshot)
         changes = {
@@ -128,7 +128,7 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
         yield_minutes: float = 10.0,
         **kwargs,
     ):
-        from deltaplane.engine.maintenance_plan import MaintenancePolicy
+        from deltaplane.engine import MaintenancePolicy
 
         check = Arguments(type(self), kwargs)
         check.table_uri(table_uri)
@@ -142,9 +142,14 @@ class DeltaMaintenancePlanOperator(DeltaTableOperator):
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         import time
 
-        from deltaplane.engine.maintenance_inputs import look, plan_table
-        from deltaplane.engine.maintenance_plan import REWRITE_KINDS, MaintenancePolicy
-        from deltaplane.engine.tail import partitions_of, recent_row_changes
+        from deltaplane.engine import (
+            REWRITE_KINDS,
+            MaintenancePolicy,
+            look,
+            partitions_of,
+            plan_table,
+            recent_row_changes,
+        )
 
         policy = MaintenancePolicy.from_dict(self.policy)
         snapshot = table.snapshot
@@ -269,7 +274,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
             and (t.table_uri == self.table_uri or templated(t.table_uri))
         )
         if len(found) > 1:
-            from deltaplane.engine.errors import InvalidArgumentError
+            from deltaplane.engine import InvalidArgumentError
 
             raise InvalidArgumentError(
                 f"{type(self).__name__}(task_id={self.task_id!r}): several auto-optimize tasks "
@@ -278,7 +283,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
         return found[0] if found else None
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from deltaplane.engine.maintenance_plan import REWRITE_KINDS
+        from deltaplane.engine import REWRITE_KINDS
 
         jobs: list[dict[str, Any]] = [{"partitions": None, "purge": False, "min_file_size": None}]
         decision_task = self.decision_task()
@@ -324,7 +329,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
         return {**out, **follows}
 
     def _rewrite(self, table, job: dict[str, Any], hook, stamp, *, fresh: bool) -> dict[str, Any]:
-        from deltaplane.engine.commands.optimize import execute_optimize, plan_optimize
+        from deltaplane.engine import execute_optimize, plan_optimize
 
         snapshot = table.refresh().snapshot if fresh else table.snapshot  # after the job before it
         plan = plan_optimize(
@@ -514,7 +519,7 @@ class DeltaManifestOperator(DeltaTableOperator):
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
         if self.decision_task_id:
-            from deltaplane.engine.commands.manifest import manifest_lag
+            from deltaplane.engine import manifest_lag
 
             lag = manifest_lag(table.snapshot.store, table.version)
             if lag.manifests and not lag.commits_behind:

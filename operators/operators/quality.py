@@ -397,8 +397,7 @@ class DeltaQualityGateOperator(DeltaTableOperator):
         return None  # the gate reads the staged files only; the table may not exist yet
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from deltaplane.engine.commands.staged import StagedWrite, manifest_landing
-        from deltaplane.engine.errors import ObjectNotFoundError
+        from deltaplane.engine import ObjectNotFoundError, StagedWrite, manifest_landing
 
         options = hook.settings.storage_options
         batch = batch_name(self.staged_manifest)
@@ -532,7 +531,7 @@ def quarantine(
 ) -> None:
     """Move a staged batch's files, its manifest and its landing files under ``destination``
     with the validation result (``validation.json``) and ``rejection.json``."""
-    from deltaplane.engine.quarantine import quarantine_staged
+    from deltaplane.engine import quarantine_staged
 
     record = {
         "task": summary.get("task"),

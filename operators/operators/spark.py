@@ -121,7 +121,7 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         idempotent by nature."""
         if self.job != "dml":
             return None
-        from deltaplane.engine.work import WorkKey
+        from deltaplane.engine import WorkKey
         from deltaplane.operators.utils.runs import run_stamp
 
         return WorkKey.named("dml", {"args": self.job_args, "run": run_stamp(context).identity()})
@@ -199,8 +199,7 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         finish."""
         from pathlib import Path
 
-        from deltaplane.engine.commands.staged import StagedWrite, manifest_landing, write_manifest
-        from deltaplane.engine.quarantine import claimed_path
+        from deltaplane.engine import StagedWrite, claimed_path, manifest_landing, write_manifest
         from deltaplane.operators.utils.batches import move_files, read_object
 
         raw = read_object(manifest, options)
@@ -224,9 +223,13 @@ class DeltaSparkJobOperator(DeltaTableOperator, SkipMixin):
         not run again. ``None`` when there is no such manifest."""
         from pathlib import Path
 
-        from deltaplane.engine.commands.staged import StagedWrite, manifest_landing
-        from deltaplane.engine.errors import ObjectNotFoundError
-        from deltaplane.engine.quarantine import claimed_path, home_path
+        from deltaplane.engine import (
+            ObjectNotFoundError,
+            StagedWrite,
+            claimed_path,
+            home_path,
+            manifest_landing,
+        )
         from deltaplane.operators.utils.batches import move_files, read_object
 
         try:

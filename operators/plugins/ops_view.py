@@ -333,7 +333,7 @@ def _gate_xcoms(tasks: tuple[GateTask, ...]) -> list[dict]:
 def _quarantined(uri: str, options) -> list[dict]:
     """Every ``rejection.json`` under the table's ``_quarantine/`` (records anyone may have
     written: typed here), or one row with the error when the folder cannot be listed."""
-    from deltaplane.engine.quarantine import list_rejections
+    from deltaplane.engine import list_rejections
 
     try:
         records = list_rejections(uri, options)
@@ -451,7 +451,7 @@ def table_summary(entry: Entry, runs: Mapping[str, dict] | None = None) -> dict[
 
 def _look(entry: Entry, table):
     """The table as the maintenance planner sees it (health, removed files, manifests, spending)."""
-    from deltaplane.engine.maintenance_inputs import look
+    from deltaplane.engine import look
 
     return look(_policy(entry), snapshot=table.snapshot)
 
@@ -470,8 +470,7 @@ def maintenance_status(entry: Entry, seen, runs: Mapping[str, dict] | None) -> d
     of one of its DAGs failed; over budget: work is due but its daily budget is spent; needs
     maintenance: the health-driven plan wants a run; healthy), the next action with its reason,
     and every decision of the plan (``deltaplane maintenance plan`` says the same)."""
-    from deltaplane.engine.maintenance_inputs import plan_table
-    from deltaplane.engine.maintenance_plan import rank
+    from deltaplane.engine import plan_table, rank
 
     policy = _policy(entry)
     ranked = rank(plan_table(entry.name, seen, policy), {})
@@ -524,7 +523,7 @@ def urgency_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _summary(entry: Entry, table, seen, runs: Mapping[str, dict] | None = None) -> dict[str, Any]:
-    from deltaplane.engine.auto_optimize import AutoOptimizePolicy, decide_auto_optimize
+    from deltaplane.engine import AutoOptimizePolicy, decide_auto_optimize
 
     health = seen.health
     config = entry.config
@@ -573,8 +572,7 @@ def waiting_batches(table, now_ms: int | None = None) -> list[dict[str, Any]]:
     look: its gate or commit never ran, or failed for good."""
     import time
 
-    from deltaplane.engine.holds import hold_is_live, list_holds
-    from deltaplane.engine.work import WorkKey
+    from deltaplane.engine import WorkKey, hold_is_live, list_holds
 
     snapshot = table.snapshot
     now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -676,7 +674,7 @@ def maintenance_effects(points: list[dict], commits: list[dict]) -> list[dict[st
 
 
 def table_detail(entry: Entry, runs: Mapping[str, dict] | None = None) -> dict[str, Any]:
-    from deltaplane.engine.health_tracker import health_history
+    from deltaplane.engine import health_history
 
     try:
         table = _open(entry.config)

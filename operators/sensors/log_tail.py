@@ -14,7 +14,7 @@ from typing import Any
 from airflow.sdk import conf
 from airflow.sdk.bases.sensor import BaseSensorOperator, PokeReturnValue
 
-from deltaplane.engine.commit_filter import DEFAULT_START, LATEST, check_start
+from deltaplane.engine import DEFAULT_START, LATEST, check_start
 from deltaplane.operators.operators.base import DeltaTableOperator
 from deltaplane.operators.utils.arguments import LocationArguments
 from deltaplane.operators.utils.conditions import CommitFilter, take_filter
@@ -141,14 +141,13 @@ class DeltaLogTailSensor(LocationArguments, BaseSensorOperator):
     def _start(self) -> int:
         if self.after_version not in (None, ""):
             return self._after_version()
-        from deltaplane.engine.watermarks import read_watermark, write_watermark
+        from deltaplane.engine import read_watermark, write_watermark
 
         options = self._options()
         known = read_watermark(self.table_uri, self._key(), options)
         if known is not None:
             return known
-        from deltaplane.engine.storage import open_store
-        from deltaplane.engine.tail import start_after
+        from deltaplane.engine import open_store, start_after
 
         after = start_after(open_store(self.table_uri, options), self.start)
         if self.start == LATEST:
@@ -166,7 +165,7 @@ class DeltaLogTailSensor(LocationArguments, BaseSensorOperator):
         except ValueError:
             version = None
         if version is None or version < -1:
-            from deltaplane.engine.errors import InvalidArgumentError
+            from deltaplane.engine import InvalidArgumentError
 
             raise InvalidArgumentError(
                 f"{self.task_id}: after_version must render to a version (an int >= -1), got "
@@ -176,7 +175,7 @@ class DeltaLogTailSensor(LocationArguments, BaseSensorOperator):
         return version
 
     def _check(self, after: int) -> dict[str, Any]:
-        from deltaplane.engine.tail import find_new_commits
+        from deltaplane.engine import find_new_commits
 
         return find_new_commits(
             self.table_uri, after, storage_options=self._options(), commit_filter=self._filter()
@@ -239,7 +238,7 @@ class DeltaLogTailSensor(LocationArguments, BaseSensorOperator):
         from deltaplane.operators.utils.results import shape_result
 
         if self.advance_watermark and result and result.get("commits"):
-            from deltaplane.engine.watermarks import write_watermark
+            from deltaplane.engine import write_watermark
 
             write_watermark(self.table_uri, self._key(), int(result["latest_version"]), self._options())
         found = len(result.get("commits") or [])
@@ -312,7 +311,7 @@ class DeltaWatermarkOperator(DeltaTableOperator):
         return None  # only the watermark beside the table is written
 
     def run(self, context, hook, table, stamp) -> dict[str, Any]:
-        from deltaplane.engine.watermarks import read_watermark, write_watermark
+        from deltaplane.engine import read_watermark, write_watermark
 
         seen = context["ti"].xcom_pull(task_ids=self.sensor_task_id)
         if not isinstance(seen, dict) or not isinstance(seen.get("latest_version"), int):

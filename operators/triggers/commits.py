@@ -38,8 +38,7 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
-from deltaplane.engine.commit_filter import DEFAULT_START, check_start
-from deltaplane.engine.errors import InvalidArgumentError
+from deltaplane.engine import DEFAULT_START, InvalidArgumentError, check_start
 from deltaplane.operators.utils.arguments import location
 from deltaplane.operators.utils.conditions import FILTER_ARGS, CommitFilter, take_filter
 
@@ -96,7 +95,7 @@ class DeltaCommitTrigger(BaseTrigger):
         }
 
     def check(self) -> dict[str, Any]:
-        from deltaplane.engine.tail import find_new_commits
+        from deltaplane.engine import find_new_commits
 
         return find_new_commits(
             self.table_uri,
@@ -224,7 +223,7 @@ def _event(table_uri: str, raw: dict[str, Any]) -> TriggerEvent | None:
 # Errors that polling again cannot cure until someone acts: the table is gone, or the log was
 # cleaned past the stream's position. Reported once as an error event, then polled quietly.
 def _lasting(error: BaseException) -> bool:
-    from deltaplane.engine.errors import CorruptLogError, TableNotFoundError
+    from deltaplane.engine import CorruptLogError, TableNotFoundError
 
     return isinstance(error, TableNotFoundError | CorruptLogError)
 
@@ -260,9 +259,7 @@ class CommitLogProducer(SharedStreamProducer):
         self._reported: str | None = None  # the lasting error last reported
 
     def _start(self) -> int:
-        from deltaplane.engine.storage import open_store
-        from deltaplane.engine.tail import start_after
-        from deltaplane.engine.watermarks import read_watermark, write_watermark
+        from deltaplane.engine import open_store, read_watermark, start_after, write_watermark
 
         known = read_watermark(self.table_uri, self.watermark_key, self._options)
         if known is not None:
@@ -274,7 +271,7 @@ class CommitLogProducer(SharedStreamProducer):
     def _scan(self, after: int) -> list[tuple[int, dict | None]]:
         """Each commit after ``after``: its summary when this stream announces it (it matches
         the filter and no task announced it through an outlet), else ``None``."""
-        from deltaplane.engine.tail import IncrementalScan, matching
+        from deltaplane.engine import IncrementalScan, matching
         from deltaplane.operators.utils.runs import announced_by_a_task
 
         scan = IncrementalScan.of(self.table_uri, after, storage_options=self._options)
@@ -330,7 +327,7 @@ class CommitLogProducer(SharedStreamProducer):
         return True
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        from deltaplane.engine.watermarks import write_watermark
+        from deltaplane.engine import write_watermark
 
         done = None
         for item in batch:

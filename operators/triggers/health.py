@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 def _policy(values: dict[str, Any] | None):
-    from deltaplane.engine.maintenance_plan import MaintenancePolicy
+    from deltaplane.engine import MaintenancePolicy
 
     return MaintenancePolicy.from_dict(values, owner="DeltaHealthEventTrigger")
 
@@ -131,10 +131,7 @@ class HealthProducer(SharedStreamProducer):
     # --- the blocking parts, run in a thread -----------------------------------------------------
 
     def _open(self) -> None:
-        from deltaplane.engine.health_tracker import HealthTracker
-        from deltaplane.engine.snapshot import load_snapshot
-        from deltaplane.engine.storage import open_store
-        from deltaplane.engine.watermarks import read_watermark
+        from deltaplane.engine import HealthTracker, load_snapshot, open_store, read_watermark
 
         store = open_store(self.table_uri, self._options)
         self._tracker = HealthTracker.from_snapshot(
@@ -144,8 +141,7 @@ class HealthProducer(SharedStreamProducer):
 
     def _look(self) -> dict[str, Any] | None:
         """Advance over the new commits; the announcement to make now, if any."""
-        from deltaplane.engine.maintenance_inputs import look, plan_table
-        from deltaplane.engine.storage import open_store
+        from deltaplane.engine import look, open_store, plan_table
 
         tracker = self._tracker
         store = open_store(self.table_uri, self._options)
@@ -228,7 +224,7 @@ class HealthProducer(SharedStreamProducer):
         return True
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        from deltaplane.engine.watermarks import write_watermark
+        from deltaplane.engine import write_watermark
 
         stored = None
         for item in batch:

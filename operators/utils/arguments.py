@@ -72,7 +72,7 @@ class Arguments:
         if value is None and optional:
             return None
         if unit == "bytes" and isinstance(value, str):
-            from deltaplane.engine.units import parse_size
+            from deltaplane.engine import parse_size
 
             try:
                 value = parse_size(value, name)

@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from deltaplane.engine.quarantine import (  # re-exported: what the stages and the gate share
+from deltaplane.engine import (
     QUARANTINE_DIR,
     REJECTION,
     batch_name,
@@ -22,7 +22,7 @@ from deltaplane.engine.quarantine import (  # re-exported: what the stages and t
     quarantine_location,
     read_object,
 )
-from deltaplane.engine.quarantine import read_rejection as recorded_rejection
+from deltaplane.engine import read_rejection as recorded_rejection
 from deltaplane.operators.exceptions import BatchRejected
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deltaplane.engine.commit_filter import FILTER_ARGS, CommitFilter
+from deltaplane.engine import FILTER_ARGS, CommitFilter
 
 __all__ = ["FILTER_ARGS", "CommitFilter", "take_filter"]
 

@@ -112,7 +112,7 @@ def schema_facet(schema_string: str):
     """``SchemaDatasetFacet`` of a Delta schema string (nested fields included)."""
     from openlineage.client.facet_v2 import schema_dataset
 
-    from deltaplane.engine.schema import ArrayType, MapType, StructType, parse_schema
+    from deltaplane.engine import ArrayType, MapType, StructType, parse_schema
 
     def type_name(t) -> str:
         if isinstance(t, StructType):

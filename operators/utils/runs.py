@@ -102,7 +102,7 @@ def outlet_extra(payload: dict[str, Any]) -> dict[str, Any]:
 def commit_event(table, version: int, table_uri: str | None = None) -> dict[str, Any]:
     """The Asset event ``extra`` a task publishes for commit ``version`` of ``table``:
     ``{"from_trigger": false, "payload": event_payload(...)}``."""
-    from deltaplane.engine.tail import commit_changes
+    from deltaplane.engine import commit_changes
 
     changes = commit_changes(table.snapshot.store, version, table.snapshot.metadata)
     return outlet_extra(event_payload(table_uri or table.uri, changes.summary()))

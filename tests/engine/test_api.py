@@ -463,26 +463,3 @@ def test_repair_removes_entries_for_files_that_are_gone(tmp_path):
     assert sorted_ids(DeltaTable(uri).to_arrow()) == [3]
     assert sorted_ids(rs_rows(uri)) == [3]
     assert table.repair(dry_run=False).skipped  # nothing left to repair
-
-
-def test_public_names_stay_the_functions_once_their_modules_are_imported(tmp_path):
-    """``write_table`` is a public name and the module defining it: the README's
-    ``from deltaplane.engine import write_table`` gives the function even after something
-    (the consume API, the commit operator) imported ``deltaplane.engine.write_table``."""
-    import subprocess
-    import sys
-
-    script = f"""
-import deltaplane.engine.consume, deltaplane.engine.write_table
-import deltaplane.engine as engine
-from deltaplane.engine import write_table
-import pyarrow as pa
-assert callable(write_table) and write_table.__module__ == "deltaplane.engine.write_table", write_table
-assert engine.write_table is write_table
-write_table({str(tmp_path / "t")!r}, pa.table({{"id": [1]}}))
-from deltaplane.engine.write_table import MODES  # the module itself still imports by name
-print("ok", MODES)
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert DeltaTable(str(tmp_path / "t")).count() == 1
