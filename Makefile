@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYVER       := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 CONSTRAINTS := constraints/constraints-$(PYVER).txt
 
-.PHONY: run airflow stack stack-down test check lint bench clean reference constraints
+.PHONY: run airflow stack stack-down test check lint docs docs-build bench clean reference constraints
 
 # setuptools' editable build always adds a notice ("Editable installation ... folders in your
 # working directory"): the install prints nothing else, so that one is filtered out too.
@@ -69,6 +69,15 @@ reference: $(REFERENCE)/stamp
 # Spark, Delta Spark, Airflow component, SeaweedFS or Chromium; tests/tiers.py says which and
 # fails a test that starts one anyway) and is not marked slow (scale and end-to-end runs).
 # Needs neither Java nor the reference virtualenv.
+# The docs site (mkdocs.yml, docs/): served on 127.0.0.1 only, rebuilt as pages change.
+# DOCS_PORT picks another port. tests/test_docs_site.py builds it with --strict in `make test`.
+DOCS_PORT ?= 8000
+docs: $(STAMP)
+	$(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+docs-build: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
 check: lint
 	$(BIN)/python -m pytest --fast -m "not slow" -n 3 -q
 

@@ -35,7 +35,7 @@ table afterwards, untimed), every mutation on a fresh copy made before the clock
 
 Every number is the median of ``--repeat`` (3) runs after ``--warmup`` (1) untimed runs; JVM
 start-up is not in any row and is reported on its own. The deltaplane data source plans no file
-skipping (see the README's Spark section): its filters and probes read every file.
+skipping (see docs/spark.md): its filters and probes read every file.
 
     python benchmarks/delta_spark.py [--quick] [--rows 10000000] [--repeat 3]
 

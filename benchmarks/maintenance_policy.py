@@ -27,7 +27,7 @@ each policy vacuums.
     python benchmarks/maintenance_policy.py [--hours 24] [--scale 1]
 
 Writes ``benchmarks/results/maintenance_policy.json`` (and with ``--plot PNG`` the hourly small files
-and query latency of both, as in the README: ``docs/images/maintenance_policy.png``).
+and query latency of both, as in docs/operating.md: ``docs/images/maintenance_policy.png``).
 """
 
 from __future__ import annotations

@@ -87,7 +87,8 @@ class CommitFilter:
 
 FILTER_ARGS = tuple(f.name for f in fields(CommitFilter))
 
-EARLIEST, LATEST = "earliest", "latest"
+EARLIEST = "earliest"
+LATEST = "latest"
 DEFAULT_START = EARLIEST
 
 

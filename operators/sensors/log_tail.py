@@ -62,7 +62,7 @@ class DeltaLogTailSensor(LocationArguments, BaseSensorOperator):
     too) says where a watermark that does not exist yet begins; ``"latest"`` records the version
     it resolved to, so a run that ends before a commit lands does not move the start on.
 
-    The XCom (the README documents each key): the operators' one shape
+    The XCom (docs/reference.md documents each key): the operators' one shape
     (``deltaplane.operators.utils.results``: ``operation`` ``LOG TAIL``, ``version`` null,
     ``read_version`` the latest version examined, ``committed`` false, ``engine`` ``in-process``
     or ``triggerer``) plus ``after_version`` (where it started), ``latest_version`` (the newest

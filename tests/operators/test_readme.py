@@ -1,4 +1,4 @@
-"""The README's DAG-author guide works as written: its four DAG files are taken from README.md
+"""The DAG author's guide works as written: its four DAG files are taken from docs/dag-authors.md
 verbatim and run with real Airflow (``dag.test()``) on a lake in a temporary folder, the way a new
 user would try them: several runs, a run with nothing landed, a bad batch, reruns."""
 
@@ -11,16 +11,17 @@ from pathlib import Path
 import pytest
 
 from tests.operators.conftest import DAGS, task_states
+from tests.readme import python_blocks
 
 pytestmark = pytest.mark.airflow
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-_BLOCK = re.compile(r"```python\n(# dags/(\w+)\.py\n.*?)```", re.S)
+_NAME = re.compile(r"# dags/(\w+)\.py\n")
 
 
 def readme_dags() -> dict[str, str]:
-    """``{file name: source}`` of every README block that starts with ``# dags/<name>.py``."""
-    return {name: source for source, name in _BLOCK.findall(README.read_text())}
+    """``{file name: source}`` of every block of the README and the docs site that starts with
+    ``# dags/<name>.py``."""
+    return {_NAME.match(b.source).group(1): b.source for b in python_blocks(dag_files=True)}
 
 
 def _load(name: str, source: str):
