@@ -19,7 +19,9 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
     (title, module, tuple(names.split()))
     for title, module, names in (
         # Tables, snapshots and one-call writes
-        ("Tables", "table", "DeltaTable TableAlterer"),
+        ("Tables", "table", "DeltaTable"),
+        ("Tables", "alterer", "TableAlterer"),
+        ("Tables", "deltalake_compat", "TableOptimizer"),
         ("Tables", "write_or_create", "write_table write_deltalake"),
         (
             "Tables",

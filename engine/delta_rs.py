@@ -160,10 +160,11 @@ class DeltaRsOnly:
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.name = f"{owner.__name__}.{name}"
+        self.name = name
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        raise AttributeError(f"{self.name} is delta-rs's, not deltaplane's: {self.instead}")
+        cls = owner if owner is not None else type(instance)  # DeltaTable, not the mixin defining it
+        raise AttributeError(f"{cls.__name__}.{self.name} is delta-rs's, not deltaplane's: {self.instead}")
 
 
 class DeltaRsVersion(int):

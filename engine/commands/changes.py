@@ -29,6 +29,7 @@ from deltaplane.engine.errors import (
     TimestampOutOfRangeError,
     VersionNotFoundError,
 )
+from deltaplane.engine.expressions.tree import Expr
 from deltaplane.engine.log.commits import LogActions
 from deltaplane.engine.log.replay import canonical_paths, normalize_partition_values
 from deltaplane.engine.log.segment import earliest_available_version, list_log
@@ -52,6 +53,71 @@ COMMIT_TIMESTAMP = "_commit_timestamp"
 def read_changes(store: ObjectStore, *args, **kwargs) -> pa.Table:
     """The change data feed as one table (the arguments of ``iter_changes``)."""
     return iter_changes(store, *args, **kwargs).read_all()
+
+
+def change_feed(
+    store: ObjectStore,
+    start_version: int | None,
+    end_version: int | None,
+    *,
+    starting_timestamp: str | int | dt.datetime | None = None,
+    ending_timestamp: str | int | dt.datetime | None = None,
+    columns: list[str] | None = None,
+    predicate: str | Expr | None = None,
+    allow_out_of_range: bool = False,
+    read_schema: str = "default",
+) -> pa.RecordBatchReader:
+    """``DeltaTable.changes``/``load_cdf``: ``iter_changes`` from version 0 when no start is given,
+    ``allow_out_of_range`` clamping the range to the log (a start after the latest version is no
+    rows), and ``predicate`` (SQL) filtering the change rows before ``columns`` projects them."""
+    start, end = start_version, end_version
+    if start is None and starting_timestamp is None:
+        start = 0
+    if allow_out_of_range:
+        latest = list_log(store, 0).max_version
+        if end is not None and latest is not None and end > latest:
+            end = latest
+        if start is not None and latest is not None and start > latest:
+            schema = iter_changes(store, latest, latest, columns=columns).schema
+            return pa.RecordBatchReader.from_batches(schema, iter(()))
+    reader = iter_changes(
+        store,
+        start,
+        end,
+        starting_timestamp=starting_timestamp,
+        ending_timestamp=ending_timestamp,
+        columns=None if predicate is not None else columns,
+        read_schema=read_schema,
+    )
+    if predicate is None:
+        return reader
+    return _filtered_changes(reader, predicate, columns)
+
+
+def _filtered_changes(reader: pa.RecordBatchReader, predicate: str | Expr, columns: list[str] | None):
+    """The change rows matching ``predicate`` (bound to the change feed's own schema), then
+    projected to ``columns`` and the change columns."""
+    from deltaplane.engine.expressions.arrow import filter_rows
+    from deltaplane.engine.expressions.bind import bind_predicate
+    from deltaplane.engine.expressions.parser import parse_predicate
+    from deltaplane.engine.schema import from_arrow_schema
+
+    expr = parse_predicate(predicate) if isinstance(predicate, str) else predicate
+    bound = bind_predicate(expr, from_arrow_schema(reader.schema))
+    schema = reader.schema
+    if columns is not None:
+        change = ["_change_type", "_commit_version", "_commit_timestamp"]
+        unknown = [c for c in columns if c not in schema.names or c in change]
+        if unknown:
+            raise InvalidArgumentError(f"unknown column {unknown[0]!r} (columns: {', '.join(schema.names)})")
+        schema = pa.schema([schema.field(n) for n in [*dict.fromkeys(columns), *change]])
+
+    def batches():
+        for batch in reader:
+            rows = filter_rows(pa.Table.from_batches([batch]), bound, "the change feed")
+            yield from rows.select(schema.names).to_batches()
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def iter_changes(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,11 +43,11 @@ from deltaplane.engine.deletion_vectors import (
 from deltaplane.engine.enforcement import check_constraints, conform_table, table_constraints
 from deltaplane.engine.errors import DeltaError, InvalidArgumentError, InvalidPredicateError
 from deltaplane.engine.expressions.arrow import evaluate
-from deltaplane.engine.expressions.bind import bind, bind_predicate
+from deltaplane.engine.expressions.bind import bind, bind_predicate, coerce_literal
 from deltaplane.engine.expressions.parser import parse_expression, parse_predicate
 from deltaplane.engine.expressions.tree import Expr, Literal, columns
 from deltaplane.engine.scan import FileRows, Scan, file_keep_mask
-from deltaplane.engine.schema import DecimalType, PrimitiveType, to_arrow_type
+from deltaplane.engine.schema import DecimalType, PrimitiveType, StructType, to_arrow_type
 from deltaplane.engine.snapshot import Snapshot
 from deltaplane.engine.storage.base import ObjectStore
 from deltaplane.engine.table_features import reader_features
@@ -678,3 +679,32 @@ def commit_row_level(
     metrics = {name: matched, **change.file_metrics()}
     metrics |= {"rewriteTimeMs": _ms(start), "executionTimeMs": int(seconds * 1000) + _ms(start)}
     return context.txn.commit_if_needed(metrics)
+
+
+def update_assignments(
+    updates: Mapping[str, str] | None, new_values: Mapping[str, Any] | None, schema: StructType
+) -> dict:
+    """UPDATE's assignments from ``updates`` (column -> SQL expression) or ``new_values`` (column ->
+    Python value, typed as the column), exactly one of them."""
+    if updates is not None and new_values is not None:
+        raise InvalidArgumentError("pass updates (SQL expressions) or new_values (Python values), not both")
+    if updates is None and new_values is None:
+        raise InvalidArgumentError("update() needs updates (SQL expressions) or new_values (Python values)")
+    given = updates if updates is not None else new_values
+    if not isinstance(given, Mapping):
+        which = "updates" if updates is not None else "new_values"
+        raise InvalidArgumentError(f"{which} must be a mapping of column name to value, got {given!r}")
+    if updates is not None:
+        bad = {k: v for k, v in updates.items() if not isinstance(v, str | Expr)}
+        if bad:
+            raise InvalidArgumentError(
+                f"updates are SQL expressions (strings); for Python values use new_values: {bad!r}"
+            )
+        return dict(updates)
+
+    out: dict[str, Any] = {}
+    for name, value in new_values.items():
+        f = schema.find(name) if isinstance(name, str) else None
+        # typed as the column (a value that does not fit stays wider and is refused on write)
+        out[name] = Literal(value) if f is None else coerce_literal(value, f.type, f"column {name!r}")
+    return out

@@ -55,9 +55,9 @@ def test_update_and_merge_are_planned_again_too(tmp_path):
     before = t.to_arrow().to_pylist()
     read = DeltaTable(t.uri).snapshot
     DeltaTable(t.uri).optimize()
-    from deltaplane.engine.table import _assignments
+    from deltaplane.engine.commands.dml import update_assignments
 
-    updates = _assignments({"value": "value + 0.5"}, None, read.schema)
+    updates = update_assignments({"value": "value + 0.5"}, None, read.schema)
     execute = lambda snap: execute_update(t._store, snap, updates, "id = 7")  # noqa: E731
     result, _ = rerun_past_rearrangements(execute, read)
     assert result.committed
