@@ -60,6 +60,7 @@ def test_the_api_page_documents_every_declared_name_in_its_group(site):
     missing = [n for n, module in EXPORTS.items() if f'id="deltaplane.engine.{module}.{n}"' not in built]
     assert not missing, f"declared but not rendered: {missing}"
     assert "DeltaTable.to_arrow" in built  # a class renders with its methods
+    assert "DeltaTable.vacuum" in built and "DeltaTable.load_cdf" in built  # and its mixins'
 
 
 def test_a_broken_link_fails_the_build(tmp_path):
