@@ -1,4 +1,4 @@
-"""Whole-file reads of local tables go through Arrow's dataset scanner (engine/scan.py
+"""Whole-file reads of local tables go through Arrow's dataset scanner (engine/scan/dataset_path.py
 ``_read_dataset``); files that need the engine's conformance are read again on the engine's path
 and spliced in at their place. Logs are built by hand, so every expected row is stated here.
 """
@@ -295,7 +295,7 @@ def test_a_stream_over_large_files_reads_them_one_at_a_time_on_the_engine_path(
 ):
     """Reading ahead across files is for small files; a stream over large ones must stay within
     a batch's memory (the quality gate validates staged batches larger than memory this way)."""
-    import deltaplane.engine.scan as scan_module
+    import deltaplane.engine.scan.dataset_path as scan_module
 
     store = mixed_table(tmp_path)
     monkeypatch.setattr(scan_module, "_STREAM_FILE_BYTES", 99)  # every file of the table is larger

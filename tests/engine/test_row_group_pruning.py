@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deltaplane.engine import DeltaTable
-from deltaplane.engine import scan as scan_module
+from deltaplane.engine.scan import file_path as scan_module
 
 ROWS = 60_000
 GROUP_ROWS = 5_000  # 12 row groups per file
