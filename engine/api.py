@@ -60,8 +60,12 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
             "Staged writes",
             "commands.staged",
             "WriteSpec StagedWrite plan_write stage_write write_files commit_write "
-            "declared_schema release_hold_of write_manifest read_manifest "
-            "manifest_landing manifest_recipe",
+            "declared_schema release_hold_of",
+        ),
+        (
+            "Staged writes",
+            "commands.staged_manifest",
+            "write_manifest read_manifest manifest_landing manifest_recipe",
         ),
         ("Staged writes", "holds", "hold_is_live list_holds"),
         ("Staged writes", "work", "WorkKey file_identities local_file_identities find_applied"),

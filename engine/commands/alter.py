@@ -25,6 +25,19 @@ from deltaplane.engine.actions import Metadata
 from deltaplane.engine.clustering import FEATURE_PROPERTY as CLUSTERING_FEATURE_PROPERTY
 from deltaplane.engine.clustering import clustering_column_names, is_clustered, resolve_columns
 from deltaplane.engine.clustering import domain_metadata as clustering_domain
+from deltaplane.engine.commands.column_paths import (
+    data_type_of,
+    dropped_stats_columns,
+    field_at,
+    field_path,
+    map_field,
+    renamed_stats_columns,
+    replace_inside,
+    resolve_path,
+    sibling_fields,
+    type_inside,
+    type_text,
+)
 from deltaplane.engine.commands.context import assign_column_mapping, union_protocol
 from deltaplane.engine.enforcement import check_constraints, table_constraints
 from deltaplane.engine.errors import (
@@ -36,14 +49,11 @@ from deltaplane.engine.errors import (
 from deltaplane.engine.expressions.tree import columns as expr_columns
 from deltaplane.engine.scan import ScanBuilder
 from deltaplane.engine.schema import (
-    ArrayType,
-    MapType,
     StructField,
     StructType,
     from_arrow_schema,
     iter_fields,
     parse_schema,
-    split_field_path,
 )
 from deltaplane.engine.snapshot import Snapshot
 from deltaplane.engine.storage.base import ObjectStore
@@ -452,16 +462,14 @@ def rename_column(store: ObjectStore, snapshot: Snapshot, column: str, new_name:
     name, so no file is rewritten. Needs column mapping (files name columns by their physical
     names); ``column`` may be nested (``s.x``; the new name is the last part's). Refused, as Delta
     Spark refuses it, when a CHECK constraint or a generation expression reads the column."""
-    path = _field_path(store, snapshot, column, "rename")
+    path = field_path(store, snapshot, column, "rename")
     if not isinstance(new_name, str) or not new_name:
         raise InvalidArgumentError(f"a new column name is a non-empty string, got {new_name!r}")
-    siblings = _siblings(snapshot.schema, path)
+    siblings = sibling_fields(snapshot.schema, path)
     if any(s.name.lower() == new_name.lower() for s in siblings if s.name != path[-1]):
         raise SchemaError(f"{store.root} already has a column named {'.'.join([*path[:-1], new_name])!r}")
     _check_not_referenced(store, snapshot, path, "rename")
-    schema = _map_field(
-        snapshot.schema, path, lambda f: StructField(new_name, f.type, f.nullable, f.metadata)
-    )
+    schema = map_field(snapshot.schema, path, lambda f: StructField(new_name, f.type, f.nullable, f.metadata))
     metadata = dataclasses.replace(
         snapshot.metadata,
         schema_string=schema.to_json_string(),
@@ -469,7 +477,7 @@ def rename_column(store: ObjectStore, snapshot: Snapshot, column: str, new_name:
             new_name if len(path) == 1 and c.lower() == path[0].lower() else c
             for c in snapshot.metadata.partition_columns
         ],
-        configuration=_renamed_stats_columns(snapshot.metadata.configuration, path, new_name),
+        configuration=renamed_stats_columns(snapshot.metadata.configuration, path, new_name),
     )
     parameters = {"oldColumnPath": ".".join(path), "newColumnPath": ".".join([*path[:-1], new_name])}
     return _commit(store, snapshot, "RENAME COLUMN", parameters, metadata)
@@ -486,7 +494,7 @@ def drop_columns(store: ObjectStore, snapshot: Snapshot, columns: Iterable[str])
     schema = snapshot.schema
     paths = []
     for column in columns:
-        path = _field_path(store, snapshot, column, "drop")
+        path = field_path(store, snapshot, column, "drop")
         if len(path) == 1 and path[0].lower() in {c.lower() for c in snapshot.metadata.partition_columns}:
             raise SchemaError(f"cannot drop partition column {path[0]!r} of {store.root}")
         clustering = clustering_column_names(snapshot) or []
@@ -498,101 +506,17 @@ def drop_columns(store: ObjectStore, snapshot: Snapshot, columns: Iterable[str])
         _check_not_referenced(store, snapshot, path, "drop")
         paths.append(path)
     for path in paths:
-        schema = _map_field(schema, path, lambda f: None)
+        schema = map_field(schema, path, lambda f: None)
     if not schema.fields:
         raise SchemaError(f"cannot drop every column of {store.root}")
     metadata = dataclasses.replace(
         snapshot.metadata,
         schema_string=schema.to_json_string(),
-        configuration=_dropped_stats_columns(snapshot.metadata.configuration, paths),
+        configuration=dropped_stats_columns(snapshot.metadata.configuration, paths),
     )
     return _commit(
         store, snapshot, "DROP COLUMNS", {"columns": _params_json([".".join(p) for p in paths])}, metadata
     )
-
-
-def _field_path(store: ObjectStore, snapshot: Snapshot, column: str, verb: str) -> list[str]:
-    """``column`` split and resolved (case-insensitively) to the schema's spelling; requires
-    column mapping."""
-    if TableProperties(snapshot.metadata.configuration).column_mapping_mode == "none":
-        raise TableReadOnlyError(
-            f"cannot {verb} a column of {store.root} without column mapping: its files name columns by "
-            "their names. Enable it first: alter.set_table_properties({'delta.columnMapping.mode': 'name'})"
-        )
-    if not isinstance(column, str) or not column:
-        raise InvalidArgumentError(f"a column name is a non-empty string, got {column!r}")
-    parts = split_field_path(column)
-    resolved: list[str] = []
-    t: Any = snapshot.schema
-    for part in parts:
-        if isinstance(t, ArrayType) and part.lower() == "element":
-            resolved.append("element")
-            t = t.element_type
-            continue
-        if isinstance(t, MapType) and part.lower() in ("key", "value"):
-            resolved.append(part.lower())
-            t = t.key_type if part.lower() == "key" else t.value_type
-            continue
-        f = t.find(part) if isinstance(t, StructType) else None
-        if f is None:
-            raise InvalidArgumentError(
-                f"{store.root} has no column {column!r} (columns: {', '.join(snapshot.schema.names)})"
-            )
-        resolved.append(f.name)
-        t = f.type
-    if resolved[-1] in ("element", "key", "value") and not isinstance(
-        _parent_type(snapshot.schema, resolved), StructType
-    ):
-        raise InvalidArgumentError(f"{column!r} is not a field: only struct fields can be renamed or dropped")
-    return resolved
-
-
-def _parent_type(schema: StructType, path: list[str]) -> Any:
-    t: Any = schema
-    for part in path[:-1]:
-        t = _child(t, part)
-    return t
-
-
-def _child(t: Any, part: str) -> Any:
-    if isinstance(t, StructType):
-        return t[part].type
-    if isinstance(t, ArrayType):
-        return t.element_type
-    if isinstance(t, MapType):
-        return t.key_type if part == "key" else t.value_type
-    raise KeyError(part)
-
-
-def _siblings(schema: StructType, path: list[str]) -> tuple[StructField, ...]:
-    parent = _parent_type(schema, path)
-    return parent.fields if isinstance(parent, StructType) else ()
-
-
-def _map_field(schema: StructType, path: list[str], change) -> StructType:
-    """``schema`` with the field at ``path`` replaced by ``change(field)`` (``None`` drops it)."""
-
-    def visit(t: Any, rest: list[str]) -> Any:
-        head, tail = rest[0], rest[1:]
-        if isinstance(t, ArrayType):
-            return ArrayType(visit(t.element_type, tail), t.contains_null)
-        if isinstance(t, MapType):
-            if head == "key":
-                return MapType(visit(t.key_type, tail), t.value_type, t.value_contains_null)
-            return MapType(t.key_type, visit(t.value_type, tail), t.value_contains_null)
-        fields = []
-        for f in t.fields:
-            if f.name != head:
-                fields.append(f)
-            elif not tail:
-                changed = change(f)
-                if changed is not None:
-                    fields.append(changed)
-            else:
-                fields.append(StructField(f.name, visit(f.type, tail), f.nullable, f.metadata))
-        return StructType(tuple(fields))
-
-    return visit(schema, path)
 
 
 def _check_not_referenced(store: ObjectStore, snapshot: Snapshot, path: list[str], verb: str) -> None:
@@ -625,44 +549,6 @@ def _check_not_referenced(store: ObjectStore, snapshot: Snapshot, path: list[str
             )
 
 
-def _quoted(path: list[str]) -> str:
-    return ".".join(f"`{p.replace('`', '``')}`" if not p.isidentifier() else p for p in path)
-
-
-def _stats_columns(configuration: Mapping[str, str]) -> list[str] | None:
-    return TableProperties(dict(configuration)).data_skipping_stats_columns
-
-
-def _renamed_stats_columns(
-    configuration: Mapping[str, str], path: list[str], new_name: str
-) -> dict[str, str]:
-    listed = _stats_columns(configuration)
-    if not listed:
-        return dict(configuration)
-    renamed = []
-    for name in listed:
-        parts = split_field_path(name)
-        if [p.lower() for p in parts[: len(path)]] == [p.lower() for p in path]:
-            parts = [*path[:-1], new_name, *parts[len(path) :]]
-        renamed.append(_quoted(parts))
-    return {**configuration, "delta.dataSkippingStatsColumns": ",".join(renamed)}
-
-
-def _dropped_stats_columns(configuration: Mapping[str, str], paths: list[list[str]]) -> dict[str, str]:
-    listed = _stats_columns(configuration)
-    if not listed:
-        return dict(configuration)
-    kept = [
-        name
-        for name in listed
-        if not any(
-            [p.lower() for p in split_field_path(name)[: len(path)]] == [p.lower() for p in path]
-            for path in paths
-        )
-    ]
-    return {**configuration, "delta.dataSkippingStatsColumns": ",".join(kept)}
-
-
 # --- changing a column: type, nullability, comment, position ------------------------------------
 
 
@@ -685,8 +571,8 @@ def change_column(
     ``after`` a sibling). Works on nested struct fields (``s.x``) without column mapping."""
     from deltaplane.engine.schema import is_widening
 
-    path, inside = _resolve_path(store, snapshot.schema, column)
-    field = _field_at(snapshot.schema, path)
+    path, inside = resolve_path(store, snapshot.schema, column)
+    field = field_at(snapshot.schema, path)
     assert field is not None
     if inside and (nullable is not None or comment is not None or first or after is not None):
         raise InvalidArgumentError(
@@ -695,8 +581,8 @@ def change_column(
     changes = {}
     new_field = field
     if new_type is not None:
-        target = _data_type(new_type)
-        current = _type_inside(field.type, inside)
+        target = data_type_of(new_type)
+        current = type_inside(field.type, inside)
         if target != current:
             if not TableProperties(dict(snapshot.metadata.configuration)).enable_type_widening:
                 raise SchemaError(
@@ -705,14 +591,14 @@ def change_column(
                 )
             if not is_widening(current, target):
                 raise SchemaError(
-                    f"cannot change the type of {column!r} in {store.root} from {_type_text(current)} to "
-                    f"{_type_text(target)}: only widenings are allowed (byte->short->int->long, "
+                    f"cannot change the type of {column!r} in {store.root} from {type_text(current)} to "
+                    f"{type_text(target)}: only widenings are allowed (byte->short->int->long, "
                     "float->double, integers->double or a wide enough decimal, date->timestamp_ntz, "
                     "decimal to a larger precision and scale)"
                 )
             if len(path) == 1 and path[0].lower() in {c.lower() for c in snapshot.metadata.partition_columns}:
                 raise SchemaError(f"cannot change the type of partition column {path[0]!r} of {store.root}")
-            widened = _replace_inside(field.type, inside, target)
+            widened = replace_inside(field.type, inside, target)
             new_field = StructField(new_field.name, widened, new_field.nullable, new_field.metadata)
             changes["type"] = True
     if nullable is not None and nullable != field.nullable:
@@ -731,7 +617,7 @@ def change_column(
         )
     if first and after is not None:
         raise InvalidArgumentError("give first=True or after=<column>, not both")
-    schema = _map_field(snapshot.schema, path, lambda f: new_field)
+    schema = map_field(snapshot.schema, path, lambda f: new_field)
     position = None
     if first or after is not None:
         schema, position = _moved(store, schema, path, first, after)
@@ -745,7 +631,7 @@ def change_column(
     if inside:
         named = {
             "name": None,
-            "type": _type_inside(new_field.type, inside).to_json(),
+            "type": type_inside(new_field.type, inside).to_json(),
             "nullable": True,
             "metadata": {},
         }
@@ -756,69 +642,11 @@ def change_column(
     return _commit(store, snapshot, "CHANGE COLUMN", parameters, metadata)
 
 
-def _resolve_path(store: ObjectStore, schema: StructType, column: str) -> tuple[list[str], list[str]]:
-    """The struct-field path of ``column`` (resolved case-insensitively) and, after it, the
-    ``element``/``key``/``value`` steps into arrays and maps (``arr.element``)."""
-    if not isinstance(column, str) or not column:
-        raise InvalidArgumentError(f"a column name is a non-empty string, got {column!r}")
-    resolved: list[str] = []
-    inside: list[str] = []
-    t: Any = schema
-    for part in split_field_path(column):
-        step = part.lower()
-        if isinstance(t, ArrayType) and step == "element":
-            inside.append(step)
-            t = t.element_type
-            continue
-        if isinstance(t, MapType) and step in ("key", "value"):
-            inside.append(step)
-            t = t.key_type if step == "key" else t.value_type
-            continue
-        f = t.find(part) if isinstance(t, StructType) and not inside else None
-        if f is None:
-            raise InvalidArgumentError(
-                f"{store.root} has no column {column!r} (columns: {', '.join(schema.names)})"
-            )
-        resolved.append(f.name)
-        t = f.type
-    return resolved, inside
-
-
-def _type_inside(t: Any, steps: list[str]) -> Any:
-    for step in steps:
-        t = t.element_type if step == "element" else t.key_type if step == "key" else t.value_type
-    return t
-
-
-def _replace_inside(t: Any, steps: list[str], target: Any) -> Any:
-    if not steps:
-        return target
-    head, rest = steps[0], steps[1:]
-    if isinstance(t, ArrayType):
-        return ArrayType(_replace_inside(t.element_type, rest, target), t.contains_null)
-    if head == "key":
-        return MapType(_replace_inside(t.key_type, rest, target), t.value_type, t.value_contains_null)
-    return MapType(t.key_type, _replace_inside(t.value_type, rest, target), t.value_contains_null)
-
-
-def _field_at(schema: StructType, path: list[str]) -> StructField | None:
-    t: Any = schema
-    found = None
-    for part in path:
-        if not isinstance(t, StructType):
-            return None
-        found = t.find(part)
-        if found is None:
-            return None
-        t = found.type
-    return found
-
-
 def _moved(
     store: ObjectStore, schema: StructType, path: list[str], first: bool, after: str | None
 ) -> tuple[StructType, str]:
     parent_path = path[:-1]
-    parent = schema if not parent_path else _field_at(schema, parent_path).type  # type: ignore[union-attr]
+    parent = schema if not parent_path else field_at(schema, parent_path).type  # type: ignore[union-attr]
     assert isinstance(parent, StructType)
     moving = parent[path[-1]]
     rest = [f for f in parent.fields if f is not moving]
@@ -835,40 +663,8 @@ def _moved(
     moved = StructType(tuple(fields))
     if not parent_path:
         return moved, position
-    parent_field = _field_at(schema, parent_path)
+    parent_field = field_at(schema, parent_path)
     assert parent_field is not None
-    return _map_field(
+    return map_field(
         schema, parent_path, lambda f: StructField(f.name, moved, f.nullable, f.metadata)
     ), position
-
-
-def _data_type(value: Any):
-    from deltaplane.engine.schema import DecimalType, PrimitiveType, from_arrow_type
-
-    if isinstance(value, pa.DataType):
-        return from_arrow_type(value)
-    if isinstance(value, (PrimitiveType, DecimalType)):
-        return value
-    if isinstance(value, str):
-        text = value.strip().lower().replace(" ", "")
-        names = {
-            "tinyint": "byte", "byte": "byte", "smallint": "short", "short": "short", "int": "integer",
-            "integer": "integer", "bigint": "long", "long": "long", "float": "float", "real": "float",
-            "double": "double", "date": "date", "timestamp_ntz": "timestamp_ntz", "timestamp": "timestamp",
-            "string": "string", "boolean": "boolean", "binary": "binary",
-        }  # fmt: skip
-        if text in names:
-            return PrimitiveType(names[text])
-        if text.startswith("decimal(") and text.endswith(")"):
-            try:
-                precision, scale = (int(v) for v in text[len("decimal(") : -1].split(","))
-            except ValueError:
-                pass
-            else:
-                return DecimalType(precision, scale)
-    raise InvalidArgumentError(f"not a column type: {value!r} (give a pyarrow type or a name like 'bigint')")
-
-
-def _type_text(t: Any) -> str:
-    value = t.to_json()
-    return value if isinstance(value, str) else json.dumps(value)

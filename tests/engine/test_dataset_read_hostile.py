@@ -1,4 +1,4 @@
-"""Adversarial cases for the scan's dataset path (engine/scan/dataset_path.py ``_read_dataset``): each table is
+"""Adversarial cases for the scan's dataset path (``scan/dataset_path.py``): each table is
 built by hand so the expected rows are stated here, and each read is also done on the engine's
 per-file path (``_read_dataset`` disabled) or by DuckDB, which must agree.
 """

@@ -519,7 +519,7 @@ HOSTILE_FOLDERS = ["plain", "a b", "ünï cödé", "dots.and`ticks`", "per%cent#
 def test_table_uris_may_be_path_like_everywhere(tmp_path, folder):
     from deltaplane.engine import stage_write, write_table
     from deltaplane.engine.cli import main
-    from deltaplane.engine.commands.staged import read_manifest, write_manifest
+    from deltaplane.engine.commands.staged_manifest import read_manifest, write_manifest
     from deltaplane.engine.consume import consume_appends, consumed_version
     from deltaplane.engine.tail import IncrementalScan, find_new_commits
     from deltaplane.engine.watermarks import read_watermark, write_watermark

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from deltaplane.engine import DeltaTable, stage_write, write_table
-from deltaplane.engine.commands.staged import write_manifest
+from deltaplane.engine.commands.staged_manifest import write_manifest
 from deltaplane.engine.quarantine import (
     batch_name,
     list_rejections,

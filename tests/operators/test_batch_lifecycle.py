@@ -210,7 +210,8 @@ COMMITTED_BEFORE_THE_TASK = """
     def commit_and_die(manifest):
         # The commit task's first try: its commit landed, then it was killed (kill -9) before it
         # moved the landing files or released the hold.
-        from deltaplane.engine.commands.staged import commit_write, read_manifest
+        from deltaplane.engine.commands.staged import commit_write
+        from deltaplane.engine.commands.staged_manifest import read_manifest
 
         staged = read_manifest(manifest)
         commit_write(staged.spec, staged.adds, release_hold=False)

@@ -207,7 +207,7 @@ def tree_bytes(root: Path, skip: str = "_quarantine") -> dict[str, bytes]:
 
 def test_quality_gate_commits_good_batches_and_quarantines_bad_ones(airflow_db, tmp_path):
     from deltaplane.engine import stage_write, write_table
-    from deltaplane.engine.commands.staged import write_manifest
+    from deltaplane.engine.commands.staged_manifest import write_manifest
 
     table = tmp_path / "orders"
     write_table(str(table), pa.table({"id": pa.array([1, 2], pa.int64()), "amount": [5.0, 6.0]}))
@@ -384,7 +384,7 @@ def test_gate_sensor_manifest_consumer_and_spark_on_s3(airflow_db, tmp_path, s3_
     """The rest of the operators on SeaweedFS: a staged batch gated and committed, a bad batch
     quarantined on S3, the deferred log-tail sensor, manifests, the consumer, a Spark compaction."""
     from deltaplane.engine import stage_write, write_table
-    from deltaplane.engine.commands.staged import write_manifest
+    from deltaplane.engine.commands.staged_manifest import write_manifest
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_LAKE",
