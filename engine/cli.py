@@ -451,6 +451,11 @@ disk or S3. Every command prints JSON with --json; errors print one line and exi
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``deltaplane`` command line: every verb and its flags.
+
+    Long because it is a declaration, one ``add_argument`` per flag of every verb in the order
+    ``--help`` shows them: the CLI's reference in one place.
+    """
     parser = _Parser(
         prog="deltaplane", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -80,8 +80,28 @@ def check_conflicts(
     table_root: str,
 ) -> None:
     """Raise the first conflict between ``ours`` and one winning commit; return if none."""
-    version = winner.version
-    where = f"{table_root} version {version}"
+    where = f"{table_root} version {winner.version}"
+    _check_protocol_and_metadata(ours, winner, metadata, where, table_root)
+    touched = {d.domain for d in winner.domains} & ours.domains
+    if touched:
+        raise DomainMetadataConflictError(f"{where} changed metadata domains {sorted(touched)} too")
+    apps = {t.app_id for t in winner.txns} & ours.read_app_ids
+    if apps:
+        raise ConcurrentTransactionError(f"{where} committed application transaction(s) {sorted(apps)}")
+
+    files = winner.file_actions
+    if files is None or files.num_rows == 0:
+        return
+    schema = parse_schema(metadata.schema_string)
+    _check_appends(ours, winner, files, schema, metadata, where, table_root)
+    _check_removes(ours, files.filter(pc.invert(files.column("is_add"))), where, table_root)
+
+
+def _check_protocol_and_metadata(
+    ours: TransactionSummary, winner: LogActions, metadata: Metadata, where: str, table_root: str
+) -> None:
+    """A winner that changed the protocol (to one we cannot write, or at all when we change it too)
+    or the metadata (an identity-only update passes a write that changes no metadata)."""
     if winner.protocol is not None:
         try:
             check_write_supported(winner.protocol, metadata, parse_schema(metadata.schema_string), table_root)
@@ -103,38 +123,39 @@ def check_conflicts(
             raise MetadataChangedError(
                 f"{where} changed the table metadata (schema, properties or partitioning)"
             )
-    touched = {d.domain for d in winner.domains} & ours.domains
-    if touched:
-        raise DomainMetadataConflictError(f"{where} changed metadata domains {sorted(touched)} too")
-    apps = {t.app_id for t in winner.txns} & ours.read_app_ids
-    if apps:
-        raise ConcurrentTransactionError(f"{where} committed application transaction(s) {sorted(apps)}")
 
-    files = winner.file_actions
-    if files is None or files.num_rows == 0:
+
+def _check_appends(
+    ours: TransactionSummary,
+    winner: LogActions,
+    files: pa.Table,
+    schema: StructType,
+    metadata: Metadata,
+    where: str,
+    table_root: str,
+) -> None:
+    """Data the winner added that this transaction should have read (not under snapshot
+    isolation; a blind append passes a write-serializable write that changes no metadata)."""
+    if ours.isolation_level == SNAPSHOT_ISOLATION or not (ours.read_whole_table or ours.read_predicates):
         return
-    schema = parse_schema(metadata.schema_string)
+    blind = bool(winner.commit_info and winner.commit_info.values.get("isBlindAppend"))
+    if blind and ours.isolation_level == WRITE_SERIALIZABLE and not ours.changes_metadata:
+        return
     is_add = files.column("is_add")
-    data_change = pc.fill_null(files.column("data_change"), True)
+    added = files.filter(pc.and_(is_add, pc.fill_null(files.column("data_change"), True)))
+    # A file re-added with a new deletion vector in the same commit is a deletion, not new data:
+    # it is judged by the delete checks.
+    replaced = files.filter(pc.invert(is_add)).column("path")
+    if added.num_rows and len(replaced):
+        added = added.filter(pc.invert(pc.is_in(added.column("path"), value_set=replaced.combine_chunks())))
+    if added.num_rows and _matches_reads(added, ours, schema, metadata, table_root):
+        raise ConcurrentAppendError(
+            f"{where} added data this transaction should have read (isolation {ours.isolation_level})"
+        )
 
-    if ours.isolation_level != SNAPSHOT_ISOLATION and (ours.read_whole_table or ours.read_predicates):
-        blind = bool(winner.commit_info and winner.commit_info.values.get("isBlindAppend"))
-        ignore_blind = ours.isolation_level == WRITE_SERIALIZABLE and not ours.changes_metadata
-        if not (blind and ignore_blind):
-            added = files.filter(pc.and_(is_add, data_change))
-            # A file re-added with a new deletion vector in the same commit is a deletion, not
-            # new data: it is judged by the delete checks below.
-            replaced = files.filter(pc.invert(is_add)).column("path")
-            if added.num_rows and len(replaced):
-                added = added.filter(
-                    pc.invert(pc.is_in(added.column("path"), value_set=replaced.combine_chunks()))
-                )
-            if added.num_rows and _matches_reads(added, ours, schema, metadata, table_root):
-                raise ConcurrentAppendError(
-                    f"{where} added data this transaction should have read (isolation {ours.isolation_level})"
-                )
 
-    removed = files.filter(pc.invert(is_add))
+def _check_removes(ours: TransactionSummary, removed: pa.Table, where: str, table_root: str) -> None:
+    """Files the winner removed that this transaction removes too, or read."""
     if removed.num_rows == 0:
         return
     removed_keys = set(canonical_paths(removed.column("path"), table_root).to_pylist())

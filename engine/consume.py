@@ -87,6 +87,28 @@ def consumed_version(
     return table.snapshot.app_transaction_version(consume_app_id(source_uri))
 
 
+def _rows_of(scan: IncrementalScan, change, on_change: str, source_uri: str) -> pa.Table | None:
+    """The rows one data commit brings to the target, stamped with its version: an append's new
+    rows; another commit's change feed with ``on_change="changes"``, nothing with ``"skip"``
+    (``None``), an error naming what it did otherwise."""
+    if change.kind == APPEND:
+        rows = scan.appended_rows(change)
+        rows = rows.append_column(SOURCE_VERSION, pa.repeat(pa.scalar(change.version, pa.int64()), len(rows)))
+        if on_change == "changes":
+            rows = rows.append_column(CHANGE_TYPE, pa.repeat(pa.scalar("insert"), rows.num_rows))
+        return rows
+    if on_change == "skip":
+        return None
+    if on_change == "changes":
+        return _change_feed(scan.change_rows(change))
+    raise ChangeNotConsumableError(
+        f"{source_uri} version {change.version} ({change.operation}) is a {change.kind}: "
+        f"{describe_change(change)}; set on_change='skip' to ignore such commits "
+        "or on_change='changes' to consume the change data feed",
+        change.version,
+    )
+
+
 def consume_appends(
     source_uri: str,
     target_uri: str,
@@ -98,15 +120,13 @@ def consume_appends(
     after_version: int | None = None,
 ) -> ConsumeResult:
     """Append the rows of ``source_uri``'s commits after the target's recorded position (or
-    ``after_version``, when the target has none) to ``target_uri`` (created by the first
-    write), at most ``max_versions`` source commits per call. ``source_storage_options``
-    default to ``storage_options``."""
+    ``after_version``, when it has none) to ``target_uri`` (created by the first write), at most
+    ``max_versions`` commits per call; ``source_storage_options`` default to ``storage_options``."""
     if not isinstance(on_change, str) or on_change.lower() not in ON_CHANGE:
         raise InvalidArgumentError(f"on_change must be one of {', '.join(ON_CHANGE)}, got {on_change!r}")
     on_change = on_change.lower()
     source_uri, target_uri = table_location(source_uri), table_location(target_uri)
-    if source_storage_options is None:
-        source_storage_options = storage_options
+    source_storage_options = storage_options if source_storage_options is None else source_storage_options
     done = consumed_version(target_uri, source_uri, storage_options)
     watermark = done if done is not None else (-1 if after_version is None else int(after_version))
     scan = IncrementalScan.of(
@@ -127,25 +147,10 @@ def consume_appends(
         before = change.table_metadata
         if not change.data_change:
             continue
-        if change.kind == APPEND:
-            rows = scan.appended_rows(change)
-            rows = rows.append_column(
-                SOURCE_VERSION, pa.repeat(pa.scalar(change.version, pa.int64()), len(rows))
-            )
-            if on_change == "changes":
-                rows = rows.append_column(CHANGE_TYPE, pa.repeat(pa.scalar("insert"), rows.num_rows))
-        elif on_change == "skip":
+        rows = _rows_of(scan, change, on_change, source_uri)
+        if rows is None:  # on_change="skip": a commit that is not an append
             skipped.append(change.version)
             continue
-        elif on_change == "changes":
-            rows = _change_feed(scan.change_rows(change))
-        else:
-            raise ChangeNotConsumableError(
-                f"{source_uri} version {change.version} ({change.operation}) is a {change.kind}: "
-                f"{describe_change(change)}; set on_change='skip' to ignore such commits "
-                "or on_change='changes' to consume the change data feed",
-                change.version,
-            )
         if rows.num_rows:
             pieces.append(rows)
             consumed.append(change.version)

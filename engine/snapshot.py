@@ -296,15 +296,9 @@ def _as_base(snapshot: Snapshot) -> LogActions:
     )
 
 
-def _assemble(
-    store: ObjectStore,
-    segment: LogSegment,
-    parsed: list[LogActions],
-    checkpoint: LogActions | None,
-    base_infos: dict[int, dict] | None = None,
-) -> Snapshot:
-    """Protocol, metadata and replayed state from commits (ascending) over a checkpoint or base."""
-    newest_first = [*reversed(parsed), *([checkpoint] if checkpoint else [])]
+def _table_config(store: ObjectStore, segment: LogSegment, newest_first: list[LogActions]):
+    """The newest protocol and metadata (both must exist; the protocol must be readable) and the
+    physical names of the partition columns."""
     protocol = next((a.protocol for a in newest_first if a.protocol is not None), None)
     metadata = next((a.metadata for a in newest_first if a.metadata is not None), None)
     if protocol is None:
@@ -317,6 +311,29 @@ def _assemble(
         physical = partition_physical_names(schema, metadata.partition_columns)
     except SchemaError as e:
         raise SchemaError(f"{store.root}: {e}") from None
+    return protocol, metadata, physical
+
+
+def _commit_infos(parsed: list[LogActions], base_infos: dict[int, dict] | None) -> dict[int, dict]:
+    """commitInfo by version: the base snapshot's and the new commits', at most the newest
+    ``_KEPT_COMMIT_INFOS`` (a writer that lives for many commits)."""
+    infos = dict(base_infos or {})
+    infos.update({a.version: a.commit_info.values for a in parsed if a.commit_info is not None})
+    if len(infos) > _KEPT_COMMIT_INFOS:
+        infos = dict(sorted(infos.items())[-_KEPT_COMMIT_INFOS:])
+    return infos
+
+
+def _assemble(
+    store: ObjectStore,
+    segment: LogSegment,
+    parsed: list[LogActions],
+    checkpoint: LogActions | None,
+    base_infos: dict[int, dict] | None = None,
+) -> Snapshot:
+    """Protocol, metadata and replayed state from commits (ascending) over a checkpoint or base."""
+    newest_first = [*reversed(parsed), *([checkpoint] if checkpoint else [])]
+    protocol, metadata, physical = _table_config(store, segment, newest_first)
 
     txns: dict[str, Txn] = {}
     domains: dict[str, DomainMetadata] = {}
@@ -371,10 +388,7 @@ def _assemble(
     del checkpoint_table
 
     commit_info = parsed[-1].commit_info if parsed and parsed[-1].version == segment.version else None
-    infos = dict(base_infos or {})
-    infos.update({a.version: a.commit_info.values for a in parsed if a.commit_info is not None})
-    if len(infos) > _KEPT_COMMIT_INFOS:  # a writer that lives for many commits keeps the newest
-        infos = dict(sorted(infos.items())[-_KEPT_COMMIT_INFOS:])
+    infos = _commit_infos(parsed, base_infos)
     return Snapshot(
         store=store,
         version=segment.version,

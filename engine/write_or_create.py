@@ -58,7 +58,11 @@ def write_table(
     anything with ``__arrow_c_stream__``) to the table at ``uri``; returns the commit's result
     (``skipped`` for ``mode="ignore"`` on an existing table or an already applied
     ``app_id``/``app_version``). ``uri`` may be a ``DeltaTable`` (its location and storage
-    options), as delta-rs's ``table_or_uri``."""
+    options), as delta-rs's ``table_or_uri``.
+
+    Long because of delta-rs's and deltaplane's arguments and their
+    documentation: the body (about 60 lines) dispatches on ``mode``.
+    """
     if isinstance(uri, DeltaTable):
         storage_options = uri.storage_options if storage_options is None else storage_options
         uri = uri.uri

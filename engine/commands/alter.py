@@ -568,7 +568,11 @@ def change_column(
     allows, and no file is rewritten: readers cast, the change is recorded in
     ``delta.typeChanges``), drops NOT NULL (``nullable=True``; making a nullable column NOT
     NULL is refused, as in Delta Spark), sets the comment, or moves the column (``first`` or
-    ``after`` a sibling). Works on nested struct fields (``s.x``) without column mapping."""
+    ``after`` a sibling). Works on nested struct fields (``s.x``) without column mapping.
+
+    Long because of its signature and this docstring: the body is one
+    CHANGE COLUMN commit built step by step (type, nullability, comment, position).
+    """
     from deltaplane.engine.schema import is_widening
 
     path, inside = resolve_path(store, snapshot.schema, column)

@@ -144,6 +144,9 @@ def iter_changes(
     read (a column renamed or dropped, a type widened, a column made NOT NULL in between) is
     refused with ``ChangeDataSchemaError`` naming the version and the pieces that can be read;
     one where the feed was off at some version with ``ChangeDataNotRecordedError``.
+
+    Long because of this docstring, Delta Spark's reading rules written down;
+    the body (about 60 lines) plans the range, then streams it.
     """
     if start_version is not None and starting_timestamp is not None:
         raise InvalidArgumentError("give a starting version or a starting timestamp, not both")

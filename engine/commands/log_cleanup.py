@@ -207,21 +207,9 @@ def plan_log_cleanup(
     """
     props = snapshot.properties
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
-    table_retention = props.log_retention_ms
-    retention = table_retention if retention_ms is None else int(retention_ms)
-    if retention < 0:
-        raise InvalidArgumentError(f"the log retention cannot be negative, got {retention} ms")
-    if enforce_retention and retention < table_retention:
-        raise RetentionTooShortError(
-            f"log cleanup of {store.root} with a retention of {_duration(retention)} is shorter than "
-            f"the table's delta.logRetentionDuration ({_duration(table_retention)}): time travel, "
-            "the change data feed and VACUUM lite rely on the commits it would delete. Use at least "
-            f"{_duration(table_retention)}, or pass enforce_retention=False if you are sure."
-        )
-    step = DAY_MS if granularity_ms is None else int(granularity_ms)
-    if step <= 0:
-        raise InvalidArgumentError(f"granularity_ms must be positive, got {step}")
-    cutoff = (now - retention) - (now - retention) % step
+    retention, cutoff = _retention_and_cutoff(
+        store, props, now, retention_ms, enforce_retention, granularity_ms
+    )
     plan = LogCleanupPlan(
         table_root=store.root,
         read_version=snapshot.version,
@@ -273,6 +261,44 @@ def plan_log_cleanup(
                 ),
             )
 
+    return dataclasses.replace(
+        plan, **_expired_files(store, files, listed, keep_from, min(cutoff, now - SIDECAR_MIN_AGE_MS))
+    )
+
+
+def _retention_and_cutoff(
+    store: ObjectStore,
+    props,
+    now: int,
+    retention_ms: int | None,
+    enforce_retention: bool,
+    granularity_ms: int | None,
+) -> tuple[int, int]:
+    """The retention in force (the table's unless given; shorter only without enforcement) and the
+    cutoff it gives, cut to the start of its UTC day (or of ``granularity_ms``)."""
+    table_retention = props.log_retention_ms
+    retention = table_retention if retention_ms is None else int(retention_ms)
+    if retention < 0:
+        raise InvalidArgumentError(f"the log retention cannot be negative, got {retention} ms")
+    if enforce_retention and retention < table_retention:
+        raise RetentionTooShortError(
+            f"log cleanup of {store.root} with a retention of {_duration(retention)} is shorter than "
+            f"the table's delta.logRetentionDuration ({_duration(table_retention)}): time travel, "
+            "the change data feed and VACUUM lite rely on the commits it would delete. Use at least "
+            f"{_duration(table_retention)}, or pass enforce_retention=False if you are sure."
+        )
+    step = DAY_MS if granularity_ms is None else int(granularity_ms)
+    if step <= 0:
+        raise InvalidArgumentError(f"granularity_ms must be positive, got {step}")
+    return retention, (now - retention) - (now - retention) % step
+
+
+def _expired_files(
+    store: ObjectStore, files: list, listed: list, keep_from: int, sidecar_cutoff: int
+) -> dict:
+    """What goes once version ``keep_from``'s checkpoint is the oldest kept: the commits,
+    checksums, compactions and checkpoints before it, sidecars no kept checkpoint references, and
+    the Hadoop ``.crc`` companions of all of those."""
     old_commits = sorted(
         (f for f in files if f.kind is LogFileKind.COMMIT and f.version < keep_from), key=_order
     )
@@ -289,21 +315,20 @@ def plan_log_cleanup(
         (f for f in files if f.kind in _CHECKPOINT_KINDS and f.version < keep_from), key=_order
     )
     deleted = {f.key for f in (*old_commits, *old_checks, *old_checkpoints)}
-    sidecars = _unreferenced_sidecars(store, files, keep_from, min(cutoff, now - SIDECAR_MIN_AGE_MS))
+    sidecars = _unreferenced_sidecars(store, files, keep_from, sidecar_cutoff)
     names = {m.key for m in listed}
     side_files = sorted(
         companion
         for key in deleted
         if (companion := _hadoop_checksum(key)) in names and companion not in deleted
     )
-    return dataclasses.replace(
-        plan,
-        commits=tuple(f.key for f in old_commits),
-        checksums=tuple(f.key for f in old_checks),
-        checkpoints=tuple(f.key for f in old_checkpoints),
-        sidecars=tuple(sidecars),
-        side_files=tuple(side_files),
-    )
+    return {
+        "commits": tuple(f.key for f in old_commits),
+        "checksums": tuple(f.key for f in old_checks),
+        "checkpoints": tuple(f.key for f in old_checkpoints),
+        "sidecars": tuple(sidecars),
+        "side_files": tuple(side_files),
+    }
 
 
 def _order(f: LogFile) -> tuple[int, str]:

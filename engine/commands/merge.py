@@ -291,10 +291,10 @@ def execute_merge(
     strategy: str | None,
     threshold: float | None,
 ) -> CommitResult:
+    """MERGE: plan (join keys, compiled clauses, candidate files), join, apply the clauses to the
+    matched, unmatched-source and unmatched-target rows, write and commit the changed files."""
     start = time.perf_counter()
-    target_schema = snapshot.schema
-    source_schema = delta_schema(source.schema)
-    scope = _Scope(target_schema, source_schema, target_alias, source_alias)
+    scope = _Scope(snapshot.schema, delta_schema(source.schema), target_alias, source_alias)
     bound_condition = require_condition(scope.qualify(parse_predicate(condition), "the merge condition"))
     keys, residual = _join_keys(bound_condition, scope)
     if not keys:
@@ -303,16 +303,13 @@ def execute_merge(
             "deltaplane needs one to join on"
         )
     compiled = _compile(clauses, scope, snapshot)
-    params = {
-        "predicate": condition,
-        "matchedPredicates": [{"actionType": c.action} for c in clauses if c.kind == "matched"],
-        "notMatchedPredicates": [{"actionType": c.action} for c in clauses if c.kind == "not_matched"],
-        "notMatchedBySourcePredicates": [
-            {"actionType": c.action} for c in clauses if c.kind == "not_matched_by_source"
-        ],
-    }
     context = WriteContext(
-        store, snapshot, params, target_file_size=None, schema_mode=None, operation="MERGE"
+        store,
+        snapshot,
+        _merge_parameters(condition, clauses),
+        target_file_size=None,
+        schema_mode=None,
+        operation="MERGE",
     )
     for clause, _, assignments in compiled:
         if clause.action in ("update", "update_all"):
@@ -322,26 +319,109 @@ def execute_merge(
     )
     needs_all_targets = any(c.kind == "not_matched_by_source" for c, _, _ in compiled)
     pruning = None if needs_all_targets else _target_pruning(keys, residual, scope, source)
-    files = snapshot.files
-    if pruning is not None and files.num_rows:
-        pruning = bind(pruning, target_schema)
-        files = files.filter(file_keep_mask(files, pruning, target_schema, snapshot.metadata, store.root))
-    context.txn.read_files(files, pruning)
+    files = _candidate_files(store, snapshot, pruning)
+    context.txn.read_files(files, None if pruning is None else bind(pruning, snapshot.schema))
 
-    # Read candidate target rows, remembering where each came from.
     scan_start = time.perf_counter()
+    joined = _join(store, snapshot, files, source, keys, residual, scope)
+    scan_ms = _ms(scan_start)
+    _check_single_match(joined.tid, [c for c in compiled if c[0].kind == "matched"])
+
+    where = f"the MERGE source and the target rows of {store.root}"
+    applied = _Clauses(
+        compiled, scope, snapshot.schema, context, change, joined.lineage, where, source.num_rows
+    )
+    tid = joined.tid.to_numpy() if len(joined.tid) else np.empty(0, np.int64)
+    applied.apply("matched", joined.pairs, tid)
+    unmatched_source = np.ones(source.num_rows, dtype=bool)
+    unmatched_source[joined.sid.to_numpy() if len(joined.sid) else []] = False
+    if unmatched_source.any():
+        applied.apply("not_matched", _pairs(None, source.filter(pa.array(unmatched_source)), scope), None)
+    if needs_all_targets:
+        unmatched_target = np.ones(joined.target.num_rows, dtype=bool)
+        unmatched_target[tid] = False
+        ids = np.flatnonzero(unmatched_target)
+        if len(ids):
+            applied.apply(
+                "not_matched_by_source", _pairs(joined.target.take(pa.array(ids)), None, scope), ids
+            )
+
+    rewrite_start = time.perf_counter()
+    file_list = files.to_pylist()
+    touched = applied.touched(joined.target.num_rows)
+    for i, rows in enumerate(joined.file_rows):
+        mask = touched[joined.offsets[i] : joined.offsets[i + 1]]
+        if mask.any():
+            change.delete_rows(file_list[i], rows, mask)
+    for table, lineage in zip(applied.new_rows, applied.new_lineage, strict=True):
+        change.add_rows(table, lineage)
+    change.stage()
+    metrics = applied.metrics | _change_metrics(change.counters, applied.new_rows)
+    metrics |= {"scanTimeMs": scan_ms, "rewriteTimeMs": _ms(rewrite_start), "executionTimeMs": _ms(start)}
+    return context.txn.commit_if_needed(metrics)
+
+
+def _candidate_files(store: ObjectStore, snapshot: Snapshot, pruning: Expr | None) -> pa.Table:
+    """The target files whose statistics may hold a row the source's keys match (all of them
+    when a clause needs the unmatched target rows: ``pruning`` is then ``None``)."""
+    files = snapshot.files
+    if pruning is None or not files.num_rows:
+        return files
+    bound = bind(pruning, snapshot.schema)
+    return files.filter(file_keep_mask(files, bound, snapshot.schema, snapshot.metadata, store.root))
+
+
+def _merge_parameters(condition: str, clauses: list[_Clause]) -> dict[str, Any]:
+    """The commit's operationParameters, as Delta Spark writes them for a MERGE."""
+    return {
+        "predicate": condition,
+        "matchedPredicates": [{"actionType": c.action} for c in clauses if c.kind == "matched"],
+        "notMatchedPredicates": [{"actionType": c.action} for c in clauses if c.kind == "not_matched"],
+        "notMatchedBySourcePredicates": [
+            {"actionType": c.action} for c in clauses if c.kind == "not_matched_by_source"
+        ],
+    }
+
+
+@dataclass
+class _Joined:
+    """The candidate target rows (with the file each came from) joined with the source: ``tid`` and
+    ``sid`` are the matched pairs' row numbers on each side, ``pairs`` their rows side by side."""
+
+    file_rows: list
+    offsets: np.ndarray
+    target: pa.Table
+    lineage: pa.Table | None
+    tid: pa.Array
+    sid: pa.Array
+    pairs: pa.Table
+
+
+def _join(
+    store, snapshot: Snapshot, files: pa.Table, source: pa.Table, keys, residual, scope: _Scope
+) -> _Joined:
+    """Read the candidate target rows, remembering where each came from, and hash-join them with
+    the source on the condition's equalities; the rest of the condition filters the pairs."""
     file_rows = [rows for _, rows in Scan(snapshot, None, None, files=files).read_files_with_positions()]
     offsets = np.cumsum([0] + [r.table.num_rows for r in file_rows])
     target = (
-        pa.concat_tables([r.table for r in file_rows]) if file_rows else target_schema_empty(target_schema)
+        pa.concat_tables([r.table for r in file_rows]) if file_rows else target_schema_empty(snapshot.schema)
     )
     tracked = [r.lineage for r in file_rows if r.lineage is not None]  # row tracking: stable ids
-    target_lineage = pa.concat_tables(tracked) if tracked else None
-    target_ids = pa.array(np.arange(target.num_rows), pa.int64())
-    source_ids = pa.array(np.arange(source.num_rows), pa.int64())
+    lineage = pa.concat_tables(tracked) if tracked else None
     left_keys, right_keys = _join_columns(keys, target, source, scope)
-    left = pa.table({**{f"__t{i}": c for i, c in enumerate(left_keys)}, "__tid": target_ids})
-    right = pa.table({**{f"__s{i}": c for i, c in enumerate(right_keys)}, "__sid": source_ids})
+    left = pa.table(
+        {
+            **{f"__t{i}": c for i, c in enumerate(left_keys)},
+            "__tid": pa.array(np.arange(target.num_rows), pa.int64()),
+        }
+    )
+    right = pa.table(
+        {
+            **{f"__s{i}": c for i, c in enumerate(right_keys)},
+            "__sid": pa.array(np.arange(source.num_rows), pa.int64()),
+        }
+    )
     joined = left.join(
         right,
         keys=[f"__t{i}" for i in range(len(keys))],
@@ -351,121 +431,116 @@ def execute_merge(
     tid = joined.column("__tid").combine_chunks() if joined.num_rows else pa.array([], pa.int64())
     sid = joined.column("__sid").combine_chunks() if joined.num_rows else pa.array([], pa.int64())
     pairs = _pairs(target.take(tid), source.take(sid), scope)
-    where = f"the MERGE source and the target rows of {store.root}"
     if residual and pairs.num_rows:
+        where = f"the MERGE source and the target rows of {store.root}"
         keep = pc.fill_null(
             evaluate(pairs, And(tuple(residual)) if len(residual) > 1 else residual[0], where), False
         )
         tid, sid, pairs = tid.filter(keep), sid.filter(keep), pairs.filter(keep)
-    scan_ms = _ms(scan_start)
+    return _Joined(file_rows, offsets, target, lineage, tid, sid, pairs)
 
-    matched_clauses = [c for c in compiled if c[0].kind == "matched"]
-    _check_single_match(tid, matched_clauses)
 
-    touched = np.zeros(target.num_rows, dtype=bool)  # target rows that leave their file
-    new_rows: list[pa.Table] = []
-    new_lineage: list[pa.Table | None] = []  # updated rows keep their row ids
-    m = {
-        "numSourceRows": source.num_rows,
-        "numTargetRowsInserted": 0,
-        "numTargetRowsUpdated": 0,
-        "numTargetRowsMatchedUpdated": 0,
-        "numTargetRowsNotMatchedBySourceUpdated": 0,
-        "numTargetRowsDeleted": 0,
-        "numTargetRowsMatchedDeleted": 0,
-        "numTargetRowsNotMatchedBySourceDeleted": 0,
-    }
+class _Clauses:
+    """The compiled WHEN clauses applied to rows: each row takes the first clause whose condition
+    holds, in order; deleted and updated target rows are marked to leave their files, updated and
+    inserted rows collected with their lineage, Delta Spark's row counters kept."""
 
-    def apply(kind: str, rows: pa.Table, ids: np.ndarray | None) -> None:
+    def __init__(
+        self, compiled, scope: _Scope, schema, context, change, target_lineage, where: str, source_rows: int
+    ):
+        self.compiled, self.scope, self.schema, self.context, self.change = (
+            compiled,
+            scope,
+            schema,
+            context,
+            change,
+        )
+        self.target_lineage, self.where = target_lineage, where
+        self.touched_ids: list[np.ndarray] = []  # target rows that leave their file
+        self.new_rows: list[pa.Table] = []
+        self.new_lineage: list[pa.Table | None] = []  # updated rows keep their row ids
+        self.metrics = {
+            "numSourceRows": source_rows,
+            "numTargetRowsInserted": 0,
+            "numTargetRowsUpdated": 0,
+            "numTargetRowsMatchedUpdated": 0,
+            "numTargetRowsNotMatchedBySourceUpdated": 0,
+            "numTargetRowsDeleted": 0,
+            "numTargetRowsMatchedDeleted": 0,
+            "numTargetRowsNotMatchedBySourceDeleted": 0,
+        }
+
+    def touched(self, target_rows: int) -> np.ndarray:
+        mask = np.zeros(target_rows, dtype=bool)
+        for ids in self.touched_ids:
+            mask[ids] = True
+        return mask
+
+    def apply(self, kind: str, rows: pa.Table, ids: np.ndarray | None) -> None:
         pending = np.ones(rows.num_rows, dtype=bool)
-        for clause, cond, assignments in compiled:
+        for clause, cond, assignments in self.compiled:
             if clause.kind != kind or not pending.any():
                 continue
             hit = pending.copy()
             if cond is not None:
-                hit &= pc.fill_null(evaluate(rows, cond, where), False).to_numpy(zero_copy_only=False)
+                hit &= pc.fill_null(evaluate(rows, cond, self.where), False).to_numpy(zero_copy_only=False)
             if not hit.any():
                 continue
             pending &= ~hit
             chosen = rows.filter(pa.array(hit))
-            count = int(hit.sum())
+            which = "Matched" if kind == "matched" else "NotMatchedBySource"
             if clause.action == "delete":
-                touched[ids[hit]] = True
-                change.record_change(_side(chosen, scope.t), "delete")
-                m["numTargetRowsDeleted"] += count
-                m[
-                    "numTargetRowsMatchedDeleted"
-                    if kind == "matched"
-                    else "numTargetRowsNotMatchedBySourceDeleted"
-                ] += count
+                self._delete(chosen, ids[hit], which)
             elif clause.action in ("update", "update_all"):
-                touched[ids[hit]] = True
-                before = _side(chosen, scope.t)
-                after = _assign(chosen, before, assignments, target_schema, where)
-                after = context.values.update(after, assignments)  # generated columns follow
-                new_rows.append(after)
-                new_lineage.append(row_tracking.updated(row_tracking.take(target_lineage, ids[hit])))
-                change.record_change(before, "update_preimage")
-                change.record_change(after, "update_postimage")
-                m["numTargetRowsUpdated"] += count
-                m[
-                    "numTargetRowsMatchedUpdated"
-                    if kind == "matched"
-                    else "numTargetRowsNotMatchedBySourceUpdated"
-                ] += count
+                self._update(chosen, ids[hit], assignments, which)
             else:  # insert / insert_all
-                inserted = _assign(chosen, None, assignments, target_schema, where)
-                # Columns the clause does not set get the table's values (generated, default,
-                # identity) rather than nulls.
-                values = context.values
-                keep = [n for n in inserted.column_names if n in assignments or not values.computes(n)]
-                inserted = values.insert(inserted.select(keep))
-                new_rows.append(inserted)
-                new_lineage.append(None)
-                change.record_change(inserted, "insert")
-                m["numTargetRowsInserted"] += count
+                self._insert(chosen, assignments)
 
-    tid_np = tid.to_numpy() if len(tid) else np.empty(0, np.int64)
-    apply("matched", pairs, tid_np)
-    unmatched_source = np.ones(source.num_rows, dtype=bool)
-    unmatched_source[sid.to_numpy() if len(sid) else []] = False
-    if unmatched_source.any():
-        apply("not_matched", _pairs(None, source.filter(pa.array(unmatched_source)), scope), None)
-    if needs_all_targets:
-        unmatched_target = np.ones(target.num_rows, dtype=bool)
-        unmatched_target[tid_np] = False
-        ids = np.flatnonzero(unmatched_target)
-        if len(ids):
-            apply("not_matched_by_source", _pairs(target.take(pa.array(ids)), None, scope), ids)
+    def _delete(self, chosen: pa.Table, ids: np.ndarray, which: str) -> None:
+        self.touched_ids.append(ids)
+        self.change.record_change(_side(chosen, self.scope.t), "delete")
+        self.metrics["numTargetRowsDeleted"] += chosen.num_rows
+        self.metrics[f"numTargetRows{which}Deleted"] += chosen.num_rows
 
-    rewrite_start = time.perf_counter()
-    file_list = files.to_pylist()
-    for i, rows in enumerate(file_rows):
-        mask = touched[offsets[i] : offsets[i + 1]]
-        if mask.any():
-            change.delete_rows(file_list[i], rows, mask)
-    for table, lineage in zip(new_rows, new_lineage, strict=True):
-        change.add_rows(table, lineage)
-    change.stage()
-    c = change.counters
-    m.update(
-        {
-            "numTargetRowsCopied": c.copied_rows,
-            "numOutputRows": c.copied_rows + sum(t.num_rows for t in new_rows),
-            "numTargetFilesAdded": c.added_files,
-            "numTargetFilesRemoved": c.removed_files,
-            "numTargetChangeFilesAdded": c.change_files,
-            "numTargetDeletionVectorsAdded": c.dvs_added,
-            "numTargetDeletionVectorsRemoved": c.dvs_removed,
-            "numTargetDeletionVectorsUpdated": c.dvs_updated,
-            "numTargetBytesAdded": c.added_bytes,
-            "numTargetBytesRemoved": c.removed_bytes,
-            "scanTimeMs": scan_ms,
-            "rewriteTimeMs": _ms(rewrite_start),
-            "executionTimeMs": _ms(start),
-        }
-    )
-    return context.txn.commit_if_needed(m)
+    def _update(self, chosen: pa.Table, ids: np.ndarray, assignments, which: str) -> None:
+        self.touched_ids.append(ids)
+        before = _side(chosen, self.scope.t)
+        after = _assign(chosen, before, assignments, self.schema, self.where)
+        after = self.context.values.update(after, assignments)  # generated columns follow
+        self.new_rows.append(after)
+        self.new_lineage.append(row_tracking.updated(row_tracking.take(self.target_lineage, ids)))
+        self.change.record_change(before, "update_preimage")
+        self.change.record_change(after, "update_postimage")
+        self.metrics["numTargetRowsUpdated"] += chosen.num_rows
+        self.metrics[f"numTargetRows{which}Updated"] += chosen.num_rows
+
+    def _insert(self, chosen: pa.Table, assignments) -> None:
+        inserted = _assign(chosen, None, assignments, self.schema, self.where)
+        # Columns the clause does not set get the table's values (generated, default, identity)
+        # rather than nulls.
+        values = self.context.values
+        keep = [n for n in inserted.column_names if n in assignments or not values.computes(n)]
+        inserted = values.insert(inserted.select(keep))
+        self.new_rows.append(inserted)
+        self.new_lineage.append(None)
+        self.change.record_change(inserted, "insert")
+        self.metrics["numTargetRowsInserted"] += chosen.num_rows
+
+
+def _change_metrics(c, new_rows: list[pa.Table]) -> dict[str, int]:
+    """Delta Spark's file and byte counters of a MERGE, from what the change wrote."""
+    return {
+        "numTargetRowsCopied": c.copied_rows,
+        "numOutputRows": c.copied_rows + sum(t.num_rows for t in new_rows),
+        "numTargetFilesAdded": c.added_files,
+        "numTargetFilesRemoved": c.removed_files,
+        "numTargetChangeFilesAdded": c.change_files,
+        "numTargetDeletionVectorsAdded": c.dvs_added,
+        "numTargetDeletionVectorsRemoved": c.dvs_removed,
+        "numTargetDeletionVectorsUpdated": c.dvs_updated,
+        "numTargetBytesAdded": c.added_bytes,
+        "numTargetBytesRemoved": c.removed_bytes,
+    }
 
 
 def _join_columns(keys, target: pa.Table, source: pa.Table, scope: _Scope):

@@ -171,6 +171,36 @@ def _row_counts(files: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return records, deleted
 
 
+def _partition_groups(partition_values: list, partitions: list[dict] | None) -> dict[tuple, list[int]]:
+    """The files' row numbers by partition (as sorted items of the log's values), only the
+    partitions given when ``partitions`` is."""
+    wanted = None if partitions is None else {tuple(sorted(p.items())) for p in partitions}
+    groups: dict[tuple, list[int]] = {}
+    for i, pv in enumerate(partition_values):
+        key = tuple(sorted((pv or {}).items()))
+        if wanted is None or key in wanted:
+            groups.setdefault(key, []).append(i)
+    return groups
+
+
+def _pack(candidates: list[int], sizes: np.ndarray, paths: list[str], target: int) -> list[list[int]]:
+    """Bin-pack files smallest first (ties by path, so a plan is reproducible) into bins of at
+    most ``target`` bytes; a file larger than the target is a bin of its own."""
+    candidates = sorted(candidates, key=lambda i: (sizes[i], paths[i]))
+    packed: list[list[int]] = []
+    current: list[int] = []
+    current_size = 0
+    for i in candidates:
+        if current and current_size + sizes[i] > target:
+            packed.append(current)
+            current, current_size = [], 0
+        current.append(i)
+        current_size += int(sizes[i])
+    if current:
+        packed.append(current)
+    return packed
+
+
 def plan_optimize(
     snapshot: Snapshot,
     *,
@@ -203,6 +233,9 @@ def plan_optimize(
     ``min_file_size`` (Delta Spark's ``optimize.minFileSize``): only files smaller than it are
     compacted (default: the target size), so files already compacted to a useful size are not
     rewritten again and again.
+
+    Long because of its 14 keyword arguments and their documentation: the
+    body (about 60 lines) is file selection, then packing (``_pack``) per partition.
     """
     target = target_file_size or snapshot.properties.target_file_size or DEFAULT_OPTIMIZE_FILE_SIZE
     if target <= 0:
@@ -236,37 +269,20 @@ def plan_optimize(
         chosen_paths = set(reorg)
         purge_file = (has_dv & purge) | np.array([p in chosen_paths for p in paths], dtype=bool)
 
-    wanted = None if partitions is None else {tuple(sorted(p.items())) for p in partitions}
-    groups: dict[tuple, list[int]] = {}
-    for i, pv in enumerate(partition_values):
-        key = tuple(sorted((pv or {}).items()))
-        if wanted is None or key in wanted:
-            groups.setdefault(key, []).append(i)
-
     bins: list[list[int]] = []
     bin_keys: list[tuple] = []
-    for key, members in groups.items():
+    for key, members in _partition_groups(partition_values, partitions).items():
         if zorder:  # the whole partition is re-clustered, whatever its file sizes
-            bins.append(members)
-            bin_keys.append(key)
-            continue
-        candidates = [i for i in members if (sizes[i] < smaller_than and reorg is None) or purge_file[i]]
-        candidates.sort(key=lambda i: (sizes[i], paths[i]))
-        current: list[int] = []
-        current_size = 0
-        packed: list[list[int]] = []
-        for i in candidates:
-            if current and current_size + sizes[i] > target:
-                packed.append(current)
-                current, current_size = [], 0
-            current.append(i)
-            current_size += int(sizes[i])
-        if current:
-            packed.append(current)
-        for b in packed:
-            if len(b) >= min_num_files or purge_file[b].any():
-                bins.append(b)
-                bin_keys.append(key)
+            packed = [members]
+        else:
+            rewrite = [i for i in members if (sizes[i] < smaller_than and reorg is None) or purge_file[i]]
+            packed = [
+                b
+                for b in _pack(rewrite, sizes, paths, target)
+                if len(b) >= min_num_files or purge_file[b].any()
+            ]
+        bins += packed
+        bin_keys += [key] * len(packed)
 
     chosen = sorted(i for b in bins for i in b)
     out_bins = []

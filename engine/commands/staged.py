@@ -213,17 +213,11 @@ def plan_write(
     table before any file is written (``True``: for ``holds.DEFAULT_LIFETIME_HOURS``; a number:
     for that many hours), so VACUUM keeps them whatever its retention, until ``commit_write``
     releases it (``engine/holds.py``). ``hold_note`` says who holds (a batch's name).
+
+    Long because of its 18 keyword arguments and their documentation: the
+    body (about 50 lines) checks the arguments, then plans a new table or a write to this one.
     """
-    if mode not in MODES:
-        raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "append" and (replace_where is not None or dynamic_partitions or schema_mode == "overwrite"):
-        raise InvalidArgumentError(
-            "replace_where, dynamic_partitions and schema_mode='overwrite' need mode='overwrite'"
-        )
-    if replace_where is not None and dynamic_partitions:
-        raise InvalidArgumentError("give replace_where or dynamic_partitions, not both")
-    if schema_mode == "overwrite" and (replace_where is not None or dynamic_partitions):
-        raise InvalidArgumentError("schema_mode='overwrite' replaces the whole table: no replace_where")
+    _check_mode(mode, replace_where, dynamic_partitions, schema_mode)
     if app_id is not None or app_version is not None:
         check_app_version(app_id, app_version)
     uri = table_location(uri)
@@ -248,26 +242,9 @@ def plan_write(
     if list_log(store, 0).max_version is None:
         if replace_where is not None or dynamic_partitions:
             raise TableNotFoundError(f"no Delta table at {uri} to overwrite selectively")
-        protocol, metadata = new_table_actions(
-            store,
-            declared if declared is not None else schema,
-            partition_by=partition_by,
-            properties=properties,
-            cluster_by=cluster_by,
-        )
-        table_schema = parse_schema(metadata.schema_string)
-        _check_predicate(replace_where, table_schema)
-        return _held(
-            store,
-            hold,
-            hold_note,
-            read_version=None,
-            identity_columns=assigned_identity_columns(table_schema, schema.names),
-            protocol_json=json.dumps(protocol.to_json()),
-            metadata_json=json.dumps(metadata.to_json()),
-            metadata_changed=True,
-            cluster_by=tuple(cluster_by) if cluster_by else None,
-            **common,
+        creation = {"partition_by": partition_by, "properties": properties, "cluster_by": cluster_by}
+        return _plan_create(
+            store, declared if declared is not None else schema, schema, creation, hold, hold_note, common
         )
     snapshot = load_snapshot(store)
     check_creation_settings(snapshot, partition_by=partition_by, properties=properties, cluster_by=cluster_by)
@@ -289,6 +266,50 @@ def plan_write(
         metadata_changed=write.metadata != snapshot.metadata,
         identity_columns=assigned_identity_columns(write.schema, schema.names),
         skip=skip,
+        **common,
+    )
+
+
+def _check_mode(
+    mode: str, replace_where: str | None, dynamic_partitions: bool, schema_mode: str | None
+) -> None:
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "append" and (replace_where is not None or dynamic_partitions or schema_mode == "overwrite"):
+        raise InvalidArgumentError(
+            "replace_where, dynamic_partitions and schema_mode='overwrite' need mode='overwrite'"
+        )
+    if replace_where is not None and dynamic_partitions:
+        raise InvalidArgumentError("give replace_where or dynamic_partitions, not both")
+    if schema_mode == "overwrite" and (replace_where is not None or dynamic_partitions):
+        raise InvalidArgumentError("schema_mode='overwrite' replaces the whole table: no replace_where")
+
+
+def _plan_create(
+    store: ObjectStore,
+    table_schema: Any,
+    data_schema: pa.Schema,
+    creation: dict,
+    hold,
+    hold_note,
+    common: dict,
+) -> WriteSpec:
+    """The spec of a write whose commit creates the table (``table_schema``: the declared schema or
+    the data's; ``creation``: partitioning, properties, clustering)."""
+    protocol, metadata = new_table_actions(store, table_schema, **creation)
+    schema = parse_schema(metadata.schema_string)
+    _check_predicate(common["replace_where"], schema)
+    cluster_by = creation["cluster_by"]
+    return _held(
+        store,
+        hold,
+        hold_note,
+        read_version=None,
+        identity_columns=assigned_identity_columns(schema, data_schema.names),
+        protocol_json=json.dumps(protocol.to_json()),
+        metadata_json=json.dumps(metadata.to_json()),
+        metadata_changed=True,
+        cluster_by=tuple(cluster_by) if cluster_by else None,
         **common,
     )
 

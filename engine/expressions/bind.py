@@ -286,7 +286,11 @@ def _as_string(expr: Expr) -> Expr:
 
 def coerce_literal(value, dtype: DataType, target: object) -> Literal:
     """A literal of ``dtype`` (or of a wider numeric type when the value does not fit exactly);
-    ``target`` (what it is compared with) is only formatted into an error message."""
+    ``target`` (what it is compared with) is only formatted into an error message.
+
+    Long because it is one dispatch over Delta's primitive types, a short branch
+    per type family, read as a table of conversions.
+    """
     if value is None:
         return Literal(None, dtype)
 
