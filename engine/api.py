@@ -79,6 +79,11 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
             "processed_path move_files claimed_path home_path claim_files "
             "finish_claimed release_claimed release_staged_hold",
         ),
+        (
+            "Landing batches",
+            "landing",
+            "LANDING_FORMATS StageRecipe LandingFile LandingRefused landing_key stage_landing_files",
+        ),
         # Row-level changes and compaction run elsewhere (the Spark jobs)
         ("Row-level plans", "commands.dml", "RowLevelPlan plan_row_level commit_row_level change_files"),
         (

@@ -131,7 +131,8 @@ class DeltaCommitOperator(DeltaTableOperator):
         restaged = False
         missing = [] if staged.spec.skip else staged.missing_files()
         if missing:
-            from deltaplane.operators.operators.ingest import StageRecipe, restage
+            from deltaplane.engine import StageRecipe
+            from deltaplane.operators.operators.ingest import restage
 
             recipe = StageRecipe.from_json(self._recipe) if self._recipe else None
             manifest = self.staged_manifest

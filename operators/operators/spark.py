@@ -321,9 +321,9 @@ def pin_sources(job_args: list[str], files: list[str]) -> list[str]:
 def _recipe_from_names(paths) -> dict[str, str] | None:
     """How to read the files again when the job was not told their format: by their extension
     (as the job itself decides); ``None`` when they do not agree."""
-    from deltaplane.operators.operators.ingest import FORMATS
+    from deltaplane.engine import LANDING_FORMATS
 
-    found = {fmt for p in paths for fmt, ends in FORMATS.items() if str(p).endswith(ends)}
+    found = {fmt for p in paths for fmt, ends in LANDING_FORMATS.items() if str(p).endswith(ends)}
     return {"format": found.pop()} if len(found) == 1 else None
 
 
