@@ -84,6 +84,13 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
             "landing",
             "LANDING_FORMATS StageRecipe LandingFile LandingRefused landing_key stage_landing_files",
         ),
+        (
+            "Quality gates",
+            "quality",
+            "validate_staged validate_rows summarize describe_failure expectation_class snake_name "
+            "import_great_expectations ROW_LEVEL_EXPECTATIONS "
+            "QUALITY_MAX_ROWS QUALITY_MAX_BYTES QUALITY_CHUNK_ROWS",
+        ),
         # Row-level changes and compaction run elsewhere (the Spark jobs)
         ("Row-level plans", "commands.dml", "RowLevelPlan plan_row_level commit_row_level change_files"),
         (

@@ -482,8 +482,7 @@ def test_the_gate_validates_a_large_batch_chunk_by_chunk(tmp_path):
     row-level expectations' results: the same counts as one whole-batch validation, examples
     with their row numbers in the batch. Expectations that need a whole column at once are
     refused with a clear message."""
-    from deltaplane.engine import stage_write, write_table
-    from deltaplane.operators.operators.quality import validate_staged
+    from deltaplane.engine import stage_write, validate_staged, write_table
 
     table = tmp_path / "t"
     write_table(str(table), pa.table({"id": pa.array([0], pa.int64()), "v": [0.0]}))
@@ -566,7 +565,7 @@ import airflow.sdk
 from airflow.models import DagRun  # noqa
 import importlib.util
 import deltaplane.operators.operators.ingest, deltaplane.operators.operators.quality, deltaplane.operators.operators.commit  # noqa
-from deltaplane.operators.operators.quality import _gx
+from deltaplane.engine import import_great_expectations as _gx
 _gx()
 spec = importlib.util.spec_from_file_location("memory_dag", dag_file)  # a DAG file in the dags folder
 module = importlib.util.module_from_spec(spec)
