@@ -101,6 +101,12 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
         ),
         ("Compaction plans", "commands.zorder", "bits_per_column interleave scale_ranks"),
         ("Compaction plans", "commands.manifest", "manifest_lag"),
+        (
+            "Plans as files",
+            "plans",
+            "PlanKind OPTIMIZE_PLAN ROW_LEVEL_PLAN PlanError plan_kind plan_to_json plan_from_json save_plan "
+            "load_plan files_at",
+        ),
         # Following a table's log
         (
             "Following the log",

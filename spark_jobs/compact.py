@@ -9,7 +9,8 @@ one transaction with ``dataChange=false``.
 With ``--plan`` the job plans nothing: it rewrites the bins of a plan made elsewhere (by
 ``--dry-run --write-plan``, or by the Airflow compaction operator, which hands over the plan it
 made from an auto-optimize decision: its partitions and its deletion-vector purge) and commits
-them at the plan's read version, rebased by the engine's conflict rules like any commit.
+them at the plan's read version, rebased by the engine's conflict rules like any commit (the plan
+file is the engine's: ``engine/plans.py``).
 
 Each bin (files of one partition packed up to the target size; with Z-order, a whole
 partition) is one task, running the engine's ``rewrite_bin``. A Z-order partition larger than
@@ -20,154 +21,26 @@ data skipping is as good as when one process does it.
 
 from __future__ import annotations
 
-import json
-import os
 import time
-import uuid
-from collections.abc import Mapping
 
 from deltaplane.engine import (
+    OPTIMIZE_PLAN,
     DeltaTable,
-    ObjectStore,
-    OptimizeBin,
-    OptimizePlan,
     app_transaction_scope,
     bin_tasks,
     commit_metadata_scope,
     commit_optimize,
+    load_plan,
     optimize_metrics,
     plan_optimize,
     run_bin_task,
+    save_plan,
 )
 from deltaplane.spark_jobs import job
 from deltaplane.spark_jobs.options import parse_size
 
 DEFAULT_MAX_TASK_BYTES = 1 << 30
 DEFAULT_MIN_FILES = 2
-PLAN_FORMAT = "deltaplane.optimize-plan"
-PLAN_FORMAT_VERSION = 1
-PLAN_DIRECTORY = "_deltaplane/optimize-plans"  # hidden from readers and VACUUM (a "_" path)
-
-
-# --- plans as files ----------------------------------------------------------------------------
-
-
-def plan_to_json(plan: OptimizePlan) -> dict:
-    """What a plan is, without its snapshot: the table, the version it was made at, and its bins
-    (files by path, as the log names them)."""
-    return {
-        "format": PLAN_FORMAT,
-        "formatVersion": PLAN_FORMAT_VERSION,
-        "table": plan.table_root,
-        "readVersion": plan.read_version,
-        "targetFileSize": plan.target_file_size,
-        "zOrderBy": list(plan.zorder_by),
-        **({"clusterBy": list(plan.cluster_by), "isFull": plan.full} if plan.cluster_by else {}),
-        "filter": plan.filter,
-        "auto": plan.auto,
-        "totalConsideredFiles": plan.total_considered_files,
-        "totalFilesSkipped": plan.total_files_skipped,
-        "bins": [
-            {
-                "partitionValues": [list(pair) for pair in b.partition_values],
-                "paths": list(b.paths),
-                "size": b.size,
-                "numRecords": b.num_records,
-                "deletedRows": b.deleted_rows,
-            }
-            for b in plan.bins
-        ],
-    }
-
-
-def plan_from_json(doc: Mapping, uri: str, storage_options: Mapping[str, str] | None = None) -> OptimizePlan:
-    """The plan ``doc`` describes, bound again to the table at ``uri`` at the plan's version;
-    ``JobError`` (bad input) when it is not a plan, is for another table, or names files that
-    version does not hold."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not isinstance(doc, Mapping) or doc.get("format") != PLAN_FORMAT:
-        raise job.JobError(f'not an OPTIMIZE plan (no "format": "{PLAN_FORMAT}")')
-    if doc.get("formatVersion") != PLAN_FORMAT_VERSION:
-        raise job.JobError(f"OPTIMIZE plan format version {doc.get('formatVersion')!r} is not supported")
-    try:
-        snapshot = DeltaTable(uri, version=int(doc["readVersion"]), storage_options=storage_options).snapshot
-        if snapshot.store.root != doc["table"]:
-            raise job.JobError(f"the plan was made for {doc['table']}, not {snapshot.store.root}")
-        bins = tuple(
-            OptimizeBin(
-                partition_values=tuple((str(k), v) for k, v in b["partitionValues"]),
-                paths=tuple(b["paths"]),
-                size=int(b["size"]),
-                num_records=int(b["numRecords"]),
-                deleted_rows=int(b["deletedRows"]),
-            )
-            for b in doc["bins"]
-        )
-        paths = sorted({p for b in bins for p in b.paths})
-        files = snapshot.files
-        files = files.filter(pc.is_in(files.column("path"), value_set=pa.array(paths, pa.string())))
-        if files.num_rows != len(paths):
-            held = set(files.column("path").to_pylist())
-            missing = [p for p in paths if p not in held]
-            raise job.JobError(
-                f"the plan names {len(missing)} file(s) that version {snapshot.version} of "
-                f"{snapshot.store.root} does not hold, e.g. {missing[0]}"
-            )
-        return OptimizePlan(
-            table_root=snapshot.store.root,
-            read_version=snapshot.version,
-            target_file_size=int(doc["targetFileSize"]),
-            zorder_by=tuple(doc.get("zOrderBy") or ()),
-            filter=doc.get("filter"),
-            bins=bins,
-            total_considered_files=int(doc.get("totalConsideredFiles", len(paths))),
-            total_files_skipped=int(doc.get("totalFilesSkipped", 0)),
-            auto=bool(doc.get("auto", False)),
-            snapshot=snapshot,
-            files=files,
-            cluster_by=tuple(doc.get("clusterBy") or ()),
-            full=bool(doc.get("isFull", False)),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise job.JobError(f"malformed OPTIMIZE plan: {type(e).__name__}: {e}") from None
-
-
-def _plan_location(store: ObjectStore, location: str) -> tuple[ObjectStore, str]:
-    """The store and key of a plan file: a URI or an absolute path (the table's storage options
-    apply under the table), or a path relative to the working directory."""
-    from deltaplane.engine import resolve_location
-
-    if "://" not in location and not location.startswith("/"):
-        location = os.path.abspath(location)
-    return resolve_location(store, location)
-
-
-def save_plan(plan: OptimizePlan, store: ObjectStore, location: str | None = None) -> str:
-    """Write ``plan`` as JSON: at ``location``, or under the table's ``_deltaplane/optimize-plans/``
-    (``store`` is the table's); returns the key written, relative to the store it went to."""
-    data = json.dumps(plan_to_json(plan), indent=1).encode()
-    if location is None:
-        key = f"{PLAN_DIRECTORY}/{plan.read_version:020d}-{uuid.uuid4().hex}.json"
-        store.put(key, data, mode="create")
-        return key
-    target, key = _plan_location(store, location)
-    target.put(key, data)
-    return key
-
-
-def load_plan(table: DeltaTable, location: str) -> OptimizePlan:
-    from deltaplane.engine import ObjectNotFoundError
-
-    store, key = _plan_location(table.snapshot.store, location)
-    try:
-        doc = json.loads(store.get(key))
-    except ObjectNotFoundError:
-        raise job.JobError(f"no OPTIMIZE plan at {location}") from None
-    except ValueError as e:
-        raise job.JobError(f"{location} is not JSON: {e}") from None
-    return plan_from_json(doc, table.uri, table.storage_options)
 
 
 # --- the job -----------------------------------------------------------------------------------
@@ -227,7 +100,7 @@ def main(args) -> dict:
         ]
         if given:
             raise job.JobError(f"--plan is a whole plan: {', '.join(given)} cannot change it", job.EXIT_USAGE)
-        plan = load_plan(table, args.plan)
+        _, plan = load_plan(OPTIMIZE_PLAN, table.uri, args.plan, table.storage_options)
     else:
         zorder = [c.strip() for c in args.zorder.split(",") if c.strip()] if args.zorder else None
         plan = plan_optimize(

@@ -364,8 +364,8 @@ class DeltaCompactionOperator(DeltaTableOperator):
         """Hand ``plan`` itself to ``deltaplane.spark_jobs.compact`` (a file beside the table, under
         ``_deltaplane/optimize-plans/``, which any driver can read with the table's storage
         options), so the job rewrites exactly these bins and never plans again."""
+        from deltaplane.engine import save_plan
         from deltaplane.operators.operators.spark import run_spark_job
-        from deltaplane.spark_jobs.compact import save_plan
 
         store = plan.snapshot.store
         key = save_plan(plan, store)

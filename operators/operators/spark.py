@@ -37,9 +37,10 @@ def run_row_level_plan(plan, uri: str, store, *, hook, stamp, timeout: float, lo
     ``deltaplane.spark_jobs.dml`` as a file beside the table (``dml --plan``): the job works on
     exactly the plan's version, candidate files and strategy, and refuses a plan that does not
     fit the table; the file is deleted afterwards. ``store``: the table's (its snapshot's)."""
-    from deltaplane.spark_jobs.dml_plan import job_arguments, save_row_level_plan
+    from deltaplane.engine import save_plan
+    from deltaplane.spark_jobs.dml_plan import job_arguments
 
-    key = save_row_level_plan(plan, store)
+    key = save_plan(plan, store)
     log.info(
         "%s: %s with Spark, plan %s (version %d)", uri, plan.operation, store.uri(key), plan.read_version
     )

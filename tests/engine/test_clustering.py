@@ -447,13 +447,13 @@ def test_the_spark_jobs_plan_clusters_too(tmp_path):
     """The compaction path of the operators and the Spark job: the plan chosen once, shipped as
     JSON, rewritten bin by bin where the tasks run, committed by the driver."""
     from deltaplane.engine.commands.optimize import bin_tasks, commit_optimize, run_bin_task
-    from deltaplane.spark_jobs.compact import plan_from_json, plan_to_json
+    from deltaplane.engine.plans import OPTIMIZE_PLAN, plan_from_json, plan_to_json
 
     dt = clustered(tmp_path, appends=3)
     plan = plan_optimize(dt.snapshot, target_file_size=8_000)
-    doc = json.loads(json.dumps(plan_to_json(plan)))
+    doc = json.loads(json.dumps(plan_to_json(plan, dt.snapshot.store.root)))
     assert doc["clusterBy"] == ["a", "b"] and doc["zOrderBy"] == []
-    shipped = plan_from_json(doc, dt.uri)
+    _, shipped = plan_from_json(OPTIMIZE_PLAN, doc, dt.uri)
     assert shipped.cluster_by == ("a", "b") and [b.paths for b in shipped.bins] == [
         b.paths for b in plan.bins
     ]

@@ -16,6 +16,7 @@ import pytest
 
 from deltaplane.engine import DeltaTable
 from deltaplane.engine.commands.optimize import plan_optimize
+from deltaplane.engine.plans import OPTIMIZE_PLAN, save_plan
 from deltaplane.spark_jobs import compact, job
 from tests.spark.test_jobs import run
 
@@ -48,7 +49,7 @@ def test_a_written_plan_is_what_the_job_rewrites(spark, tmp_path, capsys):
     )
     assert code == 0 and out["dryRun"] and out["numFilesToRewrite"] == 3, out
     doc = json.loads(plan_file.read_text())
-    assert doc["format"] == compact.PLAN_FORMAT and doc["readVersion"] == 5 and len(doc["bins"]) == 1
+    assert doc["format"] == OPTIMIZE_PLAN.format and doc["readVersion"] == 5 and len(doc["bins"]) == 1
     assert DeltaTable(uri).version == 5  # a dry run changes nothing
 
     # An append after the plan was made: the job still commits the plan (OPTIMIZE does not conflict
@@ -70,8 +71,8 @@ def test_a_plan_keeps_its_partitions_and_purge(spark, tmp_path, capsys):
     DeltaTable(uri).delete("id = 0")
     table = DeltaTable(uri)
     plan = plan_optimize(table.snapshot, partitions=[{"p": "a"}], purge=True)
-    key = compact.save_plan(plan, table.snapshot.store)
-    assert key.startswith(compact.PLAN_DIRECTORY + "/")
+    key = save_plan(plan, table.snapshot.store)
+    assert key.startswith(OPTIMIZE_PLAN.directory + "/")
     code, out = run(compact, ["--table", uri, "--plan", table.snapshot.store.uri(key)], capsys)
     assert code == 0 and out["num_deletion_vectors_removed"] == 1 and out["num_files_removed"] == 1, out
     removes, adds = removed_and_added(uri, out["version"])

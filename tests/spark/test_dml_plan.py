@@ -12,8 +12,9 @@ import pytest
 
 from deltaplane.engine import DeltaTable, write_table
 from deltaplane.engine.commands.dml import plan_row_level
+from deltaplane.engine.plans import save_plan
 from deltaplane.spark_jobs import dml, job
-from deltaplane.spark_jobs.dml_plan import job_arguments, save_row_level_plan
+from deltaplane.spark_jobs.dml_plan import job_arguments
 
 
 def _table(uri: str) -> DeltaTable:
@@ -34,7 +35,7 @@ def planned(tmp_path):
     table = _table(uri)
     plan = plan_row_level(table.snapshot, predicate="id >= 15")
     store = table.snapshot.store
-    location = store.uri(save_row_level_plan(plan, store))
+    location = store.uri(save_plan(plan, store))
     return uri, plan, location
 
 
