@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from deltaplane.engine.deletion_vectors import keep_mask
@@ -35,8 +34,10 @@ _STREAM_BATCH_READAHEAD = 2
 
 
 @functools.cache
-def _dataset_format() -> ds.ParquetFileFormat:
+def _dataset_format():
     # As the engine opens a file: INT96 as microseconds, and pages written with a CRC checked.
+    import pyarrow.dataset as ds  # loaded on first use: it imports pandas (0.3 s) when installed
+
     return ds.ParquetFileFormat(
         read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"),
         default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True),
@@ -46,6 +47,13 @@ def _dataset_format() -> ds.ParquetFileFormat:
 @functools.cache
 def _local_filesystem() -> pafs.LocalFileSystem:
     return pafs.LocalFileSystem()
+
+
+def _file_dataset(fragments: list, schema: pa.Schema):
+    """Arrow's dataset over these local Parquet files, read with the scan's options."""
+    import pyarrow.dataset as ds
+
+    return ds.FileSystemDataset(fragments, schema, _dataset_format(), _local_filesystem())
 
 
 class DatasetPath:
@@ -75,7 +83,7 @@ class DatasetPath:
         if dvs.null_count < len(dvs):
             return self._concat(list(self._dataset_batch_stream(fragments, expected, BATCH_ROWS)))
         try:
-            dataset = ds.FileSystemDataset(fragments, expected, _dataset_format(), _local_filesystem())
+            dataset = _file_dataset(fragments, expected)
             raw = dataset.to_table(columns=expected.names, use_threads=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
             return None  # the engine's path names the file and the cause
@@ -191,7 +199,7 @@ class DatasetPath:
     def _dataset_batch_stream(
         self, fragments: list, expected: pa.Schema, batch_size: int
     ) -> Iterator[pa.RecordBatch]:
-        dataset = ds.FileSystemDataset(fragments, expected, _dataset_format(), _local_filesystem())
+        dataset = _file_dataset(fragments, expected)
         index = {f.path: i for i, f in enumerate(fragments)}
         typed = {name: self._typed_partition_column(name, self.files) for name in self._partitions_needed}
         dvs = self.files.column("deletion_vector")
