@@ -138,3 +138,32 @@ def test_the_config_points_the_api_reference_at_the_import_layout():
     assert "docs/hooks.py" in config["hooks"]
     (plugin,) = [p for p in config["plugins"] if isinstance(p, dict) and "mkdocstrings" in p]
     assert plugin["mkdocstrings"]["handlers"]["python"]["paths"] == ["build/docs-src"]
+
+
+def _config_keys(model, prefix: str = "") -> set[str]:
+    """Every key of the tables file, dotted (``tables.<name>.ingest.format`` is ``ingest.format``)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    keys = set()
+    for name, field in model.model_fields.items():
+        key = prefix + (field.alias or name)
+        keys.add(key)
+        for kind in (field.annotation, *typing.get_args(field.annotation)):
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                keys |= _config_keys(kind, key + ".")
+    return keys
+
+
+def test_the_configuration_reference_names_every_key_of_the_tables_file():
+    from deltaplane.operators.factory.config import MaintenanceSection, TableConfig
+
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    documented = set(re.findall(r"^\| `([\w\[\].]+)` \|", page, re.M))
+    leaves = {k.rsplit(".", 1)[-1] for k in _config_keys(TableConfig) | _config_keys(MaintenanceSection)}
+    missing = sorted(k for k in leaves if k not in documented and f"expectations[].{k}" not in documented)
+    assert not missing, f"tables.yaml keys the configuration reference does not document: {missing}"
+    sections = re.findall(r"^## `([^`]+)`", page, re.M)
+    for section in ("schedules", "auto_optimize", "ingest", "quality", "consumer"):
+        assert f"tables.<name>.{section}" in sections, section
