@@ -224,6 +224,16 @@ class DeltaRsTable:
         )
 
 
+# delta-rs's arguments of dt.optimize.compact() and z_order()
+_OPTIMIZE_NAMES = dict(
+    max_spill_size=EXECUTION,
+    max_temp_directory_size=EXECUTION,
+    min_commit_interval=Refused("deltaplane's OPTIMIZE is one commit, however long it runs"),
+    writer_properties=WRITER_PROPERTIES,
+    **COMMIT_OPTIONS,
+)
+
+
 class TableOptimizer:
     """``dt.optimize``: called, it is ``DeltaTable.optimize``'s compaction (and Z-order with
     ``zorder_by``); ``compact()`` and ``z_order()`` are delta-rs's spellings, returning
@@ -237,13 +247,7 @@ class TableOptimizer:
     def __call__(self, *args: Any, **kwargs: Any) -> OptimizeMetrics | OptimizePlan:
         return self._table._optimize(*args, **kwargs)
 
-    @delta_rs_names(
-        max_spill_size=EXECUTION,
-        max_temp_directory_size=EXECUTION,
-        min_commit_interval=Refused("deltaplane's OPTIMIZE is one commit, however long it runs"),
-        writer_properties=WRITER_PROPERTIES,
-        **COMMIT_OPTIONS,
-    )
+    @delta_rs_names(**_OPTIMIZE_NAMES)
     def compact(
         self,
         partition_filters: list | None = None,
@@ -254,21 +258,9 @@ class TableOptimizer:
     ) -> dict[str, Any]:
         """Bin-pack small files (delta-rs's ``compact``); ``partition_filters`` are tuple
         filters on partition columns (AND), ``target_size`` in bytes."""
-        metrics = self._table._optimize(
-            target_file_size=target_size,
-            filter=combined_filter((partition_filters, True)),
-            max_concurrent_bins=max_concurrent_tasks,
-            commit_metadata=commit_metadata,
-        )
-        return _deltalake_optimize_metrics(metrics, zorder=False)
+        return self._rewrite(None, partition_filters, target_size, max_concurrent_tasks, commit_metadata)
 
-    @delta_rs_names(
-        max_spill_size=EXECUTION,
-        max_temp_directory_size=EXECUTION,
-        min_commit_interval=Refused("deltaplane's OPTIMIZE is one commit, however long it runs"),
-        writer_properties=WRITER_PROPERTIES,
-        **COMMIT_OPTIONS,
-    )
+    @delta_rs_names(**_OPTIMIZE_NAMES)
     def z_order(
         self,
         columns: list[str],
@@ -281,14 +273,22 @@ class TableOptimizer:
         """Rewrite files sorted along a Z-order curve of ``columns`` (delta-rs's ``z_order``)."""
         if isinstance(columns, str) or not isinstance(columns, list | tuple) or not columns:
             raise InvalidArgumentError(f"z_order takes a non-empty list of column names, got {columns!r}")
+        return self._rewrite(
+            list(columns), partition_filters, target_size, max_concurrent_tasks, commit_metadata
+        )
+
+    def _rewrite(
+        self, zorder_by, partition_filters, target_size, max_concurrent_tasks, commit_metadata
+    ) -> dict:
+        """The table's OPTIMIZE with delta-rs's arguments, answered with delta-rs's metrics."""
         metrics = self._table._optimize(
             target_file_size=target_size,
-            zorder_by=list(columns),
+            **({"zorder_by": zorder_by} if zorder_by else {}),
             filter=combined_filter((partition_filters, True)),
             max_concurrent_bins=max_concurrent_tasks,
             commit_metadata=commit_metadata,
         )
-        return _deltalake_optimize_metrics(metrics, zorder=True)
+        return _deltalake_optimize_metrics(metrics, zorder=bool(zorder_by))
 
 
 def _deltalake_optimize_metrics(metrics: OptimizeMetrics, *, zorder: bool) -> dict[str, Any]:

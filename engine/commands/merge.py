@@ -319,8 +319,9 @@ def execute_merge(
     )
     needs_all_targets = any(c.kind == "not_matched_by_source" for c, _, _ in compiled)
     pruning = None if needs_all_targets else _target_pruning(keys, residual, scope, source)
+    pruning = None if pruning is None else bind(pruning, snapshot.schema)
     files = _candidate_files(store, snapshot, pruning)
-    context.txn.read_files(files, None if pruning is None else bind(pruning, snapshot.schema))
+    context.txn.read_files(files, pruning)
 
     scan_start = time.perf_counter()
     joined = _join(store, snapshot, files, source, keys, residual, scope)
@@ -363,12 +364,11 @@ def execute_merge(
 
 def _candidate_files(store: ObjectStore, snapshot: Snapshot, pruning: Expr | None) -> pa.Table:
     """The target files whose statistics may hold a row the source's keys match (all of them
-    when a clause needs the unmatched target rows: ``pruning`` is then ``None``)."""
+    when a clause needs the unmatched target rows: ``pruning``, bound, is then ``None``)."""
     files = snapshot.files
     if pruning is None or not files.num_rows:
         return files
-    bound = bind(pruning, snapshot.schema)
-    return files.filter(file_keep_mask(files, bound, snapshot.schema, snapshot.metadata, store.root))
+    return files.filter(file_keep_mask(files, pruning, snapshot.schema, snapshot.metadata, store.root))
 
 
 def _merge_parameters(condition: str, clauses: list[_Clause]) -> dict[str, Any]:
