@@ -237,14 +237,6 @@ def _columns_text(names: list[str]) -> str:
     return f"column {quoted}" if len(names) == 1 else f"columns {quoted}"
 
 
-def _type_text(t) -> str:
-    name = getattr(t, "name", None)
-    if isinstance(name, str):
-        return name
-    body = t.to_json()
-    return body if isinstance(body, str) else json.dumps(body)
-
-
 def _squash(name: str) -> str:
     return re.sub(r"[^0-9a-z]", "", name.lower())
 
@@ -479,6 +471,8 @@ class LandingFile:
     def _csv_error(self, error: Exception, names: list[str]) -> LandingRefused:
         """pyarrow's CSV error as a ``LandingRefused`` with the line (and column) it is about: pyarrow
         names neither, so the file is scanned again for the first offending line."""
+        from deltaplane.engine.schema import type_text
+
         message = str(error)
         ragged = re.search(r"Expected (\d+) columns, got (\d+): ?(.*)", message, re.S)
         if ragged:
@@ -500,7 +494,7 @@ class LandingFile:
             name = names[int(bad.group(1))]
             value = bad.group(3) if bad.group(3) is not None else bad.group(4)
             f = self._field(name)
-            wanted = _type_text(f.type) if f is not None else bad.group(2) or bad.group(5)
+            wanted = type_text(f.type) if f is not None else bad.group(2) or bad.group(5)
             return LandingRefused(
                 self.name,
                 f"{value!r} is not a {wanted} (the column's type in the table)",

@@ -547,6 +547,13 @@ def split_field_path(name: str) -> list[str]:
     return parts
 
 
+def type_text(t: DataType) -> str:
+    """A type as messages write it: a primitive's name (``long``, ``decimal(10,2)``), a nested
+    type's Delta JSON."""
+    value = t.to_json()
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def split_name_list(text: str) -> list[str]:
     """A comma-separated list of column names (``delta.dataSkippingStatsColumns``); commas
     inside back-quotes belong to the name."""

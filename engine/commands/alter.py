@@ -36,7 +36,6 @@ from deltaplane.engine.commands.column_paths import (
     resolve_path,
     sibling_fields,
     type_inside,
-    type_text,
 )
 from deltaplane.engine.commands.context import assign_column_mapping, union_protocol
 from deltaplane.engine.enforcement import check_constraints, table_constraints
@@ -54,6 +53,7 @@ from deltaplane.engine.schema import (
     from_arrow_schema,
     iter_fields,
     parse_schema,
+    type_text,
 )
 from deltaplane.engine.snapshot import Snapshot
 from deltaplane.engine.storage.base import ObjectStore

@@ -4,7 +4,6 @@ statistics-column properties that follow a rename or a drop."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -229,8 +228,3 @@ def data_type_of(value: Any):
             else:
                 return DecimalType(precision, scale)
     raise InvalidArgumentError(f"not a column type: {value!r} (give a pyarrow type or a name like 'bigint')")
-
-
-def type_text(t: Any) -> str:
-    value = t.to_json()
-    return value if isinstance(value, str) else json.dumps(value)

@@ -319,8 +319,7 @@ def execute_merge(
     )
     needs_all_targets = any(c.kind == "not_matched_by_source" for c, _, _ in compiled)
     pruning = None if needs_all_targets else _target_pruning(keys, residual, scope, source)
-    pruning = None if pruning is None else bind(pruning, snapshot.schema)
-    files = _candidate_files(store, snapshot, pruning)
+    files, pruning = _candidate_files(store, snapshot, pruning)
     context.txn.read_files(files, pruning)
 
     scan_start = time.perf_counter()
@@ -362,13 +361,19 @@ def execute_merge(
     return context.txn.commit_if_needed(metrics)
 
 
-def _candidate_files(store: ObjectStore, snapshot: Snapshot, pruning: Expr | None) -> pa.Table:
+def _candidate_files(
+    store: ObjectStore, snapshot: Snapshot, pruning: Expr | None
+) -> tuple[pa.Table, Expr | None]:
     """The target files whose statistics may hold a row the source's keys match (all of them
-    when a clause needs the unmatched target rows: ``pruning``, bound, is then ``None``)."""
+    when a clause needs the unmatched target rows: ``pruning`` is then ``None``), and the pruning
+    predicate bound to the table's schema (what the transaction records it read)."""
+    if pruning is None:
+        return snapshot.files, None
+    bound = bind(pruning, snapshot.schema)
     files = snapshot.files
-    if pruning is None or not files.num_rows:
-        return files
-    return files.filter(file_keep_mask(files, pruning, snapshot.schema, snapshot.metadata, store.root))
+    if not files.num_rows:
+        return files, bound
+    return files.filter(file_keep_mask(files, bound, snapshot.schema, snapshot.metadata, store.root)), bound
 
 
 def _merge_parameters(condition: str, clauses: list[_Clause]) -> dict[str, Any]:
