@@ -288,7 +288,9 @@ def test_every_data_commit_reaches_a_consumer_run_while_the_triggerer_is_killed(
         deadline = time.time() + 300
         while True:
             read = _consumed_versions(db)
-            copied = DeltaTable(target).to_arrow()["id"].to_pylist() if Path(target).exists() else []
+            copied = (
+                DeltaTable(target).to_arrow()["id"].to_pylist() if DeltaTable.is_deltatable(target) else []
+            )
             if set(data_versions) <= read and set(range(1, DATA_COMMITS + 1)) <= set(copied):
                 break
             assert time.time() < deadline, (
