@@ -3,8 +3,10 @@
 Every CLI call, Airflow task and Spark Python worker is a new process that imports the engine.
 Each case below runs in a fresh interpreter (``python -c``), timed from spawn to exit; the cases
 are interleaved and each is reported as the median of ``--repeat`` runs. The floor is a process
-that makes one Arrow array (pyarrow imports pandas, when it is installed, on the first array it
-builds from Python objects: every engine here pays that). Each process ends with ``os._exit(0)``
+that imports pyarrow (and with it NumPy). A process that builds one Arrow array from Python
+objects pays pandas on top (pyarrow imports it, when installed, on the first such conversion):
+deltaplane's open and one-file read convert through ``pyarrow.json`` and buffers instead
+(``deltaplane.engine.values_to_arrow``). Each process ends with ``os._exit(0)``
 once its work is done, so teardown is not timed: delta-rs's pyarrow reader aborts at interpreter
 exit here ("terminate called without an active exception", pyarrow 26).
 
@@ -30,7 +32,8 @@ OURS = "from deltaplane.engine import DeltaTable"
 THEIRS = "from deltalake import DeltaTable"
 CASES = {
     "python (nothing imported)": "pass",
-    "floor: import pyarrow, build one array": "import pyarrow as pa; pa.array([1])",
+    "floor: import pyarrow": "import pyarrow",
+    "import pyarrow, build one array from a list (loads pandas)": "import pyarrow as pa; pa.array([1])",
     "deltaplane: import DeltaTable": OURS,
     "delta-rs: import DeltaTable": THEIRS,
     "deltaplane: import + open + version": OURS + "; DeltaTable({t!r}).version()",
@@ -38,6 +41,8 @@ CASES = {
     "deltaplane: import + open + read": OURS + "; DeltaTable({t!r}).to_arrow()",
     "delta-rs: import + open + read": THEIRS + "; DeltaTable({t!r}).to_pyarrow_table()",
     "deltaplane CLI: --version": "import sys; sys.argv = ['deltaplane', '--version']\n"
+    "from deltaplane.engine.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass",
+    "deltaplane CLI: describe the table": "import sys; sys.argv = ['deltaplane', 'describe', {t!r}]\n"
     "from deltaplane.engine.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass",
     "Airflow task: import the operator, open the table": "import deltaplane.operators.operators.commit; "
     + OURS

@@ -10,9 +10,10 @@ table's own ``__arrow_c_stream__`` handle both.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from deltaplane.engine.errors import UnsupportedOperationError
 from deltaplane.engine.log.replay import canonical_paths
@@ -20,6 +21,10 @@ from deltaplane.engine.partitions import parse_partition_values
 from deltaplane.engine.schema import DataType, StructType, to_arrow_schema, to_arrow_type
 from deltaplane.engine.snapshot import Snapshot
 from deltaplane.engine.stats import parse_file_stats, stats_supported
+from deltaplane.engine.values_to_arrow import scalar
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 Path = tuple[str, ...]
 
@@ -54,7 +59,10 @@ def add_actions_table(snapshot: Snapshot, *, flatten: bool = False) -> pa.Table:
     leaves = _stats_leaves(schema, {f.name for f in partition_fields})
     stats = parse_file_stats(files, {pp: t for _, pp, t in leaves}, for_skipping=False)
     dv = files.column("deletion_vector")
-    deleted = pc.fill_null(pc.struct_field(dv, "cardinality"), 0) if dv.null_count < n else pa.repeat(0, n)
+    zero = scalar(0, pa.int64())
+    deleted = (
+        pc.fill_null(pc.struct_field(dv, "cardinality"), zero) if dv.null_count < n else pa.repeat(zero, n)
+    )
     columns: dict[str, pa.Array | pa.ChunkedArray] = {
         "path": files.column("path"),
         "size_bytes": files.column("size"),
@@ -112,6 +120,8 @@ def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
 def pyarrow_dataset(snapshot: Snapshot, files: pa.Table | None = None) -> ds.Dataset:
     """A ``pyarrow.dataset`` of the live files (or of ``files``, some of them: a scan's pruned
     list) with typed partition columns as expressions."""
+    import pyarrow.dataset as ds  # on first use: importing it imports pandas (0.2-0.3 s)
+
     root = snapshot.store.root
     if snapshot.column_mapping_mode != "none":
         raise UnsupportedOperationError(

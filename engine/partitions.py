@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from deltaplane.engine.errors import SchemaError
 from deltaplane.engine.schema import DataType, DecimalType, PrimitiveType, to_arrow_type
+from deltaplane.engine.values_to_arrow import array_from_values, scalar
 
 _ZONED = r"(Z|[+-]\d{2}:?\d{2})$"
 
@@ -19,11 +20,11 @@ _ZONED = r"(Z|[+-]\d{2}:?\d{2})$"
 def parse_partition_values(values: pa.Array | pa.ChunkedArray, dtype: DataType) -> pa.Array:
     """Typed partition values from their serialized strings (``""`` and null become null)."""
     if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks() if values.num_chunks else pa.array([], pa.string())
+        values = values.combine_chunks() if values.num_chunks else pa.nulls(0, pa.string())
     if pa.types.is_null(values.type):
         return pa.nulls(len(values), to_arrow_type(dtype))
     strings = values.cast(pa.string())
-    strings = pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
+    strings = pc.if_else(pc.equal(strings, scalar("", pa.string())), scalar(None, pa.string()), strings)
     try:
         return _convert(strings, dtype)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
@@ -42,7 +43,10 @@ def _convert(strings: pa.Array, dtype: DataType) -> pa.Array:
         return strings.cast(pa.binary())
     if name == "boolean":
         lowered = pc.utf8_lower(strings)
-        bad = pc.and_(pc.is_valid(lowered), pc.invert(pc.is_in(lowered, pa.array(["true", "false"]))))
+        bad = pc.and_(
+            pc.is_valid(lowered),
+            pc.invert(pc.is_in(lowered, array_from_values(["true", "false"], pa.string()))),
+        )
         if pc.any(bad).as_py():
             raise pa.ArrowInvalid("boolean partition values must be 'true' or 'false'")
         return pc.equal(lowered, "true")
@@ -62,11 +66,11 @@ def parse_utc_timestamps(strings: pa.Array) -> pa.Array:
     zoned = pc.match_substring_regex(strings, _ZONED)
     if pc.all(pc.fill_null(zoned, True)).as_py():
         return pc.cast(strings, target)
-    naive = pc.if_else(zoned, pa.scalar(None, pa.string()), strings)
+    naive = pc.if_else(zoned, scalar(None, pa.string()), strings)
     from_naive = pc.cast(pc.cast(naive, pa.timestamp("us")), target)
     if not pc.any(pc.fill_null(zoned, False)).as_py():
         return from_naive
-    with_zone = pc.if_else(zoned, strings, pa.scalar(None, pa.string()))
+    with_zone = pc.if_else(zoned, strings, scalar(None, pa.string()))
     return pc.coalesce(pc.cast(with_zone, target), from_naive)
 
 

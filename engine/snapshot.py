@@ -43,6 +43,7 @@ from deltaplane.engine.schema import StructField, StructType, parse_schema, part
 from deltaplane.engine.storage.base import ObjectStore
 from deltaplane.engine.table_features import check_read_supported
 from deltaplane.engine.table_properties import TableProperties
+from deltaplane.engine.values_to_arrow import scalar
 
 log = logging.getLogger(__name__)
 
@@ -371,7 +372,7 @@ def _assemble(
             actions.file_actions = None  # replay owns the data now; let it free sources early
             if "version" not in table.column_names:
                 table = table.append_column(
-                    "version", pa.repeat(pa.scalar(actions.version, pa.int64()), table.num_rows)
+                    "version", pa.repeat(scalar(actions.version, pa.int64()), table.num_rows)
                 )
             if actions is checkpoint:
                 checkpoint_table = table

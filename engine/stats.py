@@ -24,6 +24,7 @@ import pyarrow.json as pj
 from deltaplane.engine.errors import SchemaError
 from deltaplane.engine.partitions import parse_utc_timestamps
 from deltaplane.engine.schema import DataType, DecimalType, PrimitiveType, to_arrow_type
+from deltaplane.engine.values_to_arrow import array_from_values, scalar
 
 Path = tuple[str, ...]
 
@@ -209,7 +210,7 @@ def _column_from_objs(values: list, typ: pa.DataType) -> pa.Array:
         # Delta Spark writes NaN and infinities as the strings "NaN", "Infinity", "-Infinity".
         values = [_FROM_TEXT.get(v, v) if isinstance(v, str) else v for v in values]
     try:
-        return pa.array(values, typ)  # all convertible: what the loop below gives, at once
+        return array_from_values(values, typ)  # all convertible: what the loop below gives, at once
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         pass
     out = []
@@ -218,7 +219,7 @@ def _column_from_objs(values: list, typ: pa.DataType) -> pa.Array:
             out.append(pa.scalar(v, typ).as_py() if v is not None else None)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             out.append(None)
-    return pa.array(out, typ)
+    return array_from_values(out, typ)
 
 
 def _extract(table: pa.Table, path: tuple[str, ...], typ: pa.DataType, n: int) -> pa.Array:
@@ -305,7 +306,7 @@ def _convert(arr: pa.Array, dtype: DataType, widen: bool) -> pa.Array:
         out = pc.cast(arr, target)
     if widen and name in ("timestamp", "timestamp_ntz"):
         # Writers truncate timestamps to milliseconds: the true maximum can be up to 999us later.
-        out = pc.add(out, pa.scalar(999, pa.duration("us")))
+        out = pc.add(out, scalar(999, pa.int64()).cast(pa.duration("us")))
     return out
 
 

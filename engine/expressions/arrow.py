@@ -36,6 +36,7 @@ from deltaplane.engine.schema import (
     to_arrow_schema,
     to_arrow_type,
 )
+from deltaplane.engine.values_to_arrow import array_from_values, empty_table, scalar
 
 
 def compare(op: str, left, right, left_nan: bool = False, right_nan: bool = False):
@@ -86,7 +87,7 @@ def may_be_nan(expr: Expr) -> bool:
 def literal_scalar(lit: Literal) -> pa.Scalar:
     if lit.dtype is None:
         return pa.scalar(lit.value)
-    return pa.scalar(lit.value, to_arrow_type(lit.dtype))
+    return scalar(lit.value, to_arrow_type(lit.dtype))
 
 
 def to_arrow_expression(expr: Expr) -> pc.Expression:
@@ -116,8 +117,8 @@ def to_arrow_expression(expr: Expr) -> pc.Expression:
         child = to_arrow_expression(expr.child)
         values = [v for v in expr.values if v.value is not None]
         typ = to_arrow_type(values[0].dtype) if values and values[0].dtype else None
-        member = child.isin(pa.array([v.value for v in values], type=typ))
-        unknown = pc.scalar(pa.scalar(None, pa.bool_()))
+        member = child.isin(array_from_values([v.value for v in values], typ))
+        unknown = pc.scalar(scalar(None, pa.bool_()))
         if len(values) != len(expr.values):
             member = pc.if_else(member, pc.scalar(True), unknown)
         result = pc.if_else(child.is_valid(), member, unknown)
@@ -236,7 +237,7 @@ def _function(expr: Func) -> pc.Expression:
         flags = [pc.coalesce(pc.is_nan(x), pc.scalar(False)) for x, _ in nan_args]
         any_nan = functools.reduce(pc.or_kleene, flags)
         double = any(_kind(arg) == "double" for _, arg in nan_args)
-        nan = pa.scalar(float("nan"), pa.float64() if double else pa.float32())
+        nan = scalar(float("nan"), pa.float64()).cast(pa.float64() if double else pa.float32())
         return pc.if_else(any_nan, pc.scalar(nan), largest)
     if name == "least":
         return pc.min_element_wise(*a)
@@ -264,7 +265,7 @@ def result_type(expr: Expr, schema):
     """The Delta type of a bound expression, as Arrow computes it on this schema's columns."""
     import pyarrow.dataset as ds
 
-    empty = to_arrow_schema(schema).empty_table()
+    empty = empty_table(to_arrow_schema(schema))
     _checked_size(expr)
     try:
         out = (

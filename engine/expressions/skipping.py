@@ -35,6 +35,7 @@ from deltaplane.engine.expressions.tree import (
     walk,
 )
 from deltaplane.engine.stats import FileStats
+from deltaplane.engine.values_to_arrow import array_from_values, scalar
 
 Path = tuple[str, ...]
 
@@ -79,11 +80,11 @@ def files_to_keep(predicate: Expr, ctx: SkippingContext) -> pa.BooleanArray:
     if data_columns:
         ctx._stats = ctx.stats_for(data_columns)
     mask = _evaluate(nnf, ctx)
-    return pc.fill_null(mask, True)
+    return pc.fill_null(mask, scalar(True, pa.bool_()))
 
 
 def _all(ctx: SkippingContext, value: bool) -> pa.BooleanArray:
-    return pa.repeat(pa.scalar(value), ctx.num_files)
+    return pa.repeat(scalar(value, pa.bool_()), ctx.num_files)
 
 
 def _partition_only(expr: Expr, ctx: SkippingContext) -> bool:
@@ -122,7 +123,7 @@ def _exact(expr: Expr, ctx: SkippingContext, referenced: list[Column]) -> pa.Boo
 def _as_array(n: int, arr: pa.Array) -> pa.Array:
     if len(arr) == n:
         return arr
-    return pa.repeat(arr[0] if len(arr) else pa.scalar(None, pa.bool_()), n)
+    return pa.repeat(arr[0] if len(arr) else scalar(None, pa.bool_()), n)
 
 
 def _from_stats(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.BooleanArray:
@@ -191,7 +192,9 @@ def _from_bounds(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boole
             if not values:
                 return _all(ctx, True)
             single = compare("=", low, high, *nan)
-            listed = pc.is_in(low, value_set=pa.array([literal_scalar(v).as_py() for v in values], low.type))
+            listed = pc.is_in(
+                low, value_set=array_from_values([literal_scalar(v).as_py() for v in values], low.type)
+            )
             return pc.invert(pc.and_kleene(single, listed))
         if not values:
             return _all(ctx, False)
@@ -203,7 +206,7 @@ def _from_bounds(expr: Expr, ctx: SkippingContext, stats: FileStats) -> pa.Boole
                 out = hit if out is None else pc.or_kleene(out, hit)
             return out
         py = sorted((s.as_py() for s in scalars), key=_spark_order)
-        smallest, largest = pa.scalar(py[0], scalars[0].type), pa.scalar(py[-1], scalars[0].type)
+        smallest, largest = scalar(py[0], scalars[0].type), scalar(py[-1], scalars[0].type)
         return pc.and_kleene(compare("<=", low, largest, *nan), compare(">=", high, smallest, *nan))
     if isinstance(expr, Like) and isinstance(expr.child, Column) and not expr.negated:
         prefix = _like_prefix(expr.pattern)

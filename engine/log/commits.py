@@ -43,6 +43,7 @@ from deltaplane.engine.actions import (
     known_actions,
 )
 from deltaplane.engine.errors import CorruptLogError
+from deltaplane.engine.values_to_arrow import scalar, table_from_columns, to_numpy
 
 DV_TYPE = pa.struct(
     [
@@ -302,7 +303,7 @@ def _valid_rows(table: pa.Table, keys) -> np.ndarray:
     mask = np.zeros(table.num_rows, dtype=bool)
     for key in keys:
         if key in table.column_names:
-            mask |= table.column(key).is_valid().to_numpy(zero_copy_only=False)
+            mask |= to_numpy(table.column(key).is_valid())
     return mask
 
 
@@ -492,7 +493,7 @@ def _file_actions_from_bodies(rows: list[tuple[str, dict]], source: str) -> pa.T
         "partition_values": pv_type,
     }
     try:
-        return pa.table({c: pa.array(v, type=types[c]) for c, v in columns.items()})
+        return table_from_columns(columns, pa.schema([(c, types[c]) for c in columns]))
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
         raise CorruptLogError(f"{source}: file action with a field of the wrong type: {e}", source) from e
 
@@ -545,7 +546,7 @@ def _struct_tags(chunk: pa.StructArray) -> pa.Array:
     mask = chunk.is_null() if chunk.null_count else None
     children = [c.cast(pa.string()) for c in chunk.flatten()]  # parent nulls folded in
     if children:
-        present = np.column_stack([c.is_valid().to_numpy(zero_copy_only=False) for c in children])
+        present = np.column_stack([to_numpy(c.is_valid()) for c in children])
         rows, fields = np.nonzero(present)  # row-major: each row's keys together, in order
         keys = pa.array(names, pa.string()).take(pa.array(fields))
         values = pa.concat_arrays(children).take(pa.array(fields * n + rows))
@@ -589,7 +590,7 @@ def _flatten(column: pa.ChunkedArray, is_add: bool, source: str) -> pa.Table:
 
 def flat_file_actions(children: dict, n: int, is_add: bool, source: str) -> pa.Table:
     """The flat file-action table from an action's fields (JSON/checkpoint names)."""
-    arrays: dict[str, pa.ChunkedArray | pa.Array] = {"is_add": pa.repeat(is_add, n)}
+    arrays: dict[str, pa.ChunkedArray | pa.Array] = {"is_add": pa.repeat(scalar(is_add, pa.bool_()), n)}
     for col, key, typ in FILE_ACTION_FIELDS:
         child = children.get(key)
         if child is None:

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.log.commits import FILE_ACTION_FIELDS, empty_file_actions, pv_string, tags_value
+from deltaplane.engine.values_to_arrow import from_numpy, scalar, table_from_columns, to_numpy
 
 _NEEDS_CANONICAL = r"%|^[a-zA-Z][a-zA-Z0-9+.\-]*:|^/"
 
@@ -102,12 +103,12 @@ def normalize_partition_values(table: pa.Table, physical_columns: list[str]) -> 
     if pv.type == target:
         return table
     if not physical_columns:
-        column = pa.repeat(pa.scalar({}, target), n)
+        column = pa.repeat(scalar({}, target), n)
     else:
         children = []
         for name in physical_columns:
             if pa.types.is_map(pv.type):
-                child = pc.map_lookup(pv, pa.scalar(name), "first")
+                child = pc.map_lookup(pv, scalar(name, pa.string()), "first")
             elif pa.types.is_struct(pv.type) and pv.type.get_field_index(name) >= 0:
                 child = pc.struct_field(pv, name)
             else:
@@ -164,7 +165,7 @@ def reconcile(
         keep = np.ones(checkpoint.num_rows, dtype=bool)
         if commit_keys is not None:
             checkpoint_keys = file_keys(checkpoint, table_root, with_dv=with_dv)
-            keep = ~pc.is_in(checkpoint_keys, value_set=pc.unique(commit_keys)).to_numpy(zero_copy_only=False)
+            keep = ~to_numpy(pc.is_in(checkpoint_keys, value_set=pc.unique(commit_keys)))
             del checkpoint_keys
         masks.append(keep)
         tables.append(checkpoint)
@@ -175,14 +176,14 @@ def reconcile(
         # Incremental updates add a chunk per commit; keep per-chunk kernels from multiplying.
         table = _combine_columnwise(table)
     first = masks[0] if len(masks) == 1 else np.concatenate(masks)
-    is_add = table.column("is_add").to_numpy()
+    is_add = to_numpy(table.column("is_add"))
     if first.all() and is_add.all():
         # Nothing was ever removed or replaced (an append-only log): no copy needed.
         live = table.drop_columns(list(_LIVE_DROP))
         tombstones = table.slice(0, 0).drop_columns(list(_TOMBSTONE_ONLY))
         return ReplayResult(live, tombstones)
-    live = table.filter(pa.array(first & is_add)).drop_columns(list(_LIVE_DROP))
-    tombstones = table.filter(pa.array(first & ~is_add)).drop_columns(list(_TOMBSTONE_ONLY))
+    live = table.filter(from_numpy(first & is_add)).drop_columns(list(_LIVE_DROP))
+    tombstones = table.filter(from_numpy(first & ~is_add)).drop_columns(list(_TOMBSTONE_ONLY))
     return ReplayResult(live, tombstones)
 
 
@@ -216,10 +217,10 @@ def file_keys(table: pa.Table, table_root: str, *, with_dv: bool | None = None) 
 def _first_occurrences(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     encoded = pc.dictionary_encode(keys)
     if isinstance(encoded, pa.ChunkedArray):
-        chunks = [c.indices.to_numpy() for c in encoded.chunks]
+        chunks = [to_numpy(c.indices) for c in encoded.chunks]
         codes = np.concatenate(chunks) if chunks else np.empty(0, np.int32)
     else:
-        codes = encoded.indices.to_numpy()
+        codes = to_numpy(encoded.indices)
     del encoded
     first = np.empty(len(codes), dtype=bool)
     if len(codes):
@@ -269,21 +270,18 @@ def _dv_id(dv: dict | None) -> str:
 
 
 def _rows_table(rows: list[tuple[int, dict]], physical: list[str], *, tombstone: bool) -> pa.Table:
-    columns: dict[str, pa.Array] = {}
+    columns: dict[str, list] = {}
+    types: list[tuple[str, pa.DataType]] = []
     for column, key, typ in FILE_ACTION_FIELDS:
         if not tombstone and column in _LIVE_DROP:
             continue
         values = [body.get(key) for _, body in rows]
-        columns[column] = pa.array([tags_value(v) for v in values] if column == "tags" else values, type=typ)
-    pv_type = pa.struct([(c, pa.string()) for c in physical])
-    columns["partition_values"] = pa.array(
-        [
-            None
-            if (pv := body.get("partitionValues")) is None
-            else {c: pv_string(pv.get(c)) for c in physical}
-            for _, body in rows
-        ],
-        type=pv_type,
-    )
-    columns["version"] = pa.array([version for version, _ in rows], type=pa.int64())
-    return pa.table(columns)
+        columns[column] = [tags_value(v) for v in values] if column == "tags" else values
+        types.append((column, typ))
+    columns["partition_values"] = [
+        None if (pv := body.get("partitionValues")) is None else {c: pv_string(pv.get(c)) for c in physical}
+        for _, body in rows
+    ]
+    columns["version"] = [version for version, _ in rows]
+    types += [("partition_values", pa.struct([(c, pa.string()) for c in physical])), ("version", pa.int64())]
+    return table_from_columns(columns, pa.schema(types))

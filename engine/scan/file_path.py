@@ -30,6 +30,7 @@ from deltaplane.engine.schema import (
     to_arrow_type,
 )
 from deltaplane.engine.storage import resolve_location
+from deltaplane.engine.values_to_arrow import empty_table
 
 _LATE_ROWS = 1 << 16  # rows of a file's selected row groups from which late columns are read apart
 
@@ -140,7 +141,7 @@ class FilePath:
         self._count(files=1)
         groups = self._row_groups(pf, plan)
         if not groups:
-            return self.arrow_schema.empty_table()
+            return empty_table(self.arrow_schema)
         deleted = self._deleted_rows(plan, pf.metadata.num_rows)
         return self._read_groups(pf, plan, groups, deleted)
 
@@ -178,7 +179,7 @@ class FilePath:
         matched[position_column] = pa.array(positions, pa.int64())
         full = self._apply_filter(pa.table(matched), plan)
         if not full.num_rows:
-            return self.arrow_schema.empty_table()
+            return empty_table(self.arrow_schema)
         if late:
             hits = full.column(position_column).to_numpy()
             group_of = np.searchsorted(starts, hits, side="right") - 1

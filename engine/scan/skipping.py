@@ -19,6 +19,7 @@ from deltaplane.engine.schema import (
     to_arrow_type,
 )
 from deltaplane.engine.stats import FileStats, parquet_leaf_index, parse_file_stats, stats_supported
+from deltaplane.engine.values_to_arrow import array_from_values
 
 
 def file_keep_mask(
@@ -71,14 +72,14 @@ def row_group_keep_mask(
 
     def stats(cols: list[Column]) -> FileStats:
         rows = [metadata.row_group(g).num_rows for g in range(count)]
-        out = FileStats(num_records=pa.array(rows, pa.int64()))
+        out = FileStats(num_records=array_from_values(rows, pa.int64()))
         for col in cols:
             field = scan.schema.find(col.path[0]) if len(col.path) == 1 else None
             if field is None or not _prunable_type(field.type):
                 continue  # nested fields and floats (NaN ordering) prune nothing
             match = match_field(file_schema, field, scan.mode)
             if match is None:  # the file predates the column: every value is null
-                out.null_count[col.path] = pa.array(rows, pa.int64())
+                out.null_count[col.path] = array_from_values(rows, pa.int64())
                 continue
             index = leaves.get((match.name,))
             if index is None:
@@ -111,8 +112,8 @@ def _row_group_bounds(metadata: pq.FileMetaData, index: int, file_type: pa.DataT
     if pa.types.is_dictionary(file_type):
         file_type = file_type.value_type
     try:
-        low = pa.array(lows, file_type).cast(target)
-        high = pa.array(highs, file_type).cast(target)
+        low = array_from_values(lows, file_type).cast(target)
+        high = array_from_values(highs, file_type).cast(target)
     except (
         pa.ArrowInvalid,
         pa.ArrowNotImplementedError,
@@ -122,4 +123,4 @@ def _row_group_bounds(metadata: pq.FileMetaData, index: int, file_type: pa.DataT
         OverflowError,
     ):
         return None
-    return low, high, pa.array(nulls, pa.int64())
+    return low, high, array_from_values(nulls, pa.int64())
