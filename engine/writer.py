@@ -13,12 +13,20 @@ Two bounds hold however the input is shaped:
 - memory: buffered rows are bounded across all partitions, counting the input batches that
   buffered slices keep alive and the objects of each slice. Over the budget, slices of batches
   that are mostly written are first copied out so that the batches can go (no file is written for
-  that), then the largest buffers are written out early;
+  that); then buffers of at least a quarter of a row group are written out as row groups, and the
+  rest are spilled: appended, partition by partition, to a run (an uncompressed Arrow IPC file in
+  a private directory under ``spill_directory``, the system's temporary directory by default).
+  When the write rolls or closes, each spilled partition is written in turn from its slices of
+  the runs (memory-mapped: the page cache holds them, not the heap) and its buffer, in input
+  order, and its file is finished before the next partition starts. So however unsorted the
+  input and however many partitions, a partition whose rows fit the target size gets one file,
+  as with Spark's writer, which sorts a task's rows by partition (spilling to disk) before
+  writing. The runs are deleted when the write closes or aborts;
 - open files: at most ``max_open_files`` (by default 256, and no more than a quarter of the
   process's descriptor limit). Opening one more finishes the least recently written file: it
   becomes a complete file with its statistics, and rows of that partition that come later start a
-  new file. Only input that spreads more partitions than fit in the buffer over many batches pays
-  for this (more, smaller files); sorted input or input that fits never reopens a partition.
+  new file. Only partitions that fill whole row groups keep files open between batches, so only
+  input with more such partitions than the cap pays for this.
 
 Files are streamed to the object store and become visible only when complete, at most
 ``MAX_PUBLISHING`` at a time waiting for publication; nothing is committed here (the transaction
@@ -30,6 +38,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -73,6 +84,7 @@ PROGRESS_SECONDS = 60.0
 # 1.5 KiB for three columns), so that many small pieces count against the budget too.
 PIECE_OVERHEAD = 512
 COLUMN_OVERHEAD = 384
+SPILL_BATCH_ROWS = 1 << 16  # rows of several partitions gathered into one batch of a spilled run
 
 
 def default_max_open_files() -> int:
@@ -112,6 +124,7 @@ class WriterConfig:
     # Row tracking's hidden (row id, row commit version) columns: written into every file, from
     # the input's columns of those names (rows copied by a rewrite), null where absent.
     row_tracking_columns: tuple[str, str] | None = None
+    spill_directory: str | None = None  # where spilled runs go; None: the temporary directory
 
     @property
     def partition_fields(self) -> list[StructField]:
@@ -284,6 +297,11 @@ class DataFileWriter:
         self._closed_early: set[tuple] = set()
         self._publisher: ThreadPoolExecutor | None = None
         self._publishing: deque = deque()
+        self._spill_dir: str | None = None  # created by the first spill
+        self._runs: list[pa.Table] = []  # spilled runs, memory-mapped
+        self._spilled: dict[tuple, list[tuple[int, int, int]]] = {}  # values -> (run, offset, rows)
+        self.runs_spilled = 0
+        self.bytes_spilled = 0
         self._started = time.monotonic()
         self._last_progress = self._started
 
@@ -308,7 +326,8 @@ class DataFileWriter:
     def _relieve(self) -> None:
         """Bring the buffers under the budget: first by copying small pieces out of the input
         batches they keep alive (many partitions, a few rows each per batch), which frees memory
-        without writing anything; then by writing the largest buffers out early."""
+        without writing anything; then by writing out the buffers big enough for a decent row
+        group, largest first; then by spilling the rest to a run."""
         budget = self.config.buffer_budget
         extra_pieces = self._pieces - len(self._buffers)
         reclaimable = self._pinned - self._pinned_live + extra_pieces * self._piece_overhead
@@ -317,11 +336,52 @@ class DataFileWriter:
                 if len(b.tables) > 1 or b.sources[0] is not None:
                     self._compact(b)
         if self.buffered_bytes > budget:
-            # Largest first: the fewest, largest row groups leave the buffer.
+            # Largest first: buffers big enough to make decent row groups are written out; the
+            # small ones are spilled together, so no partition gets a small file early.
+            decent = min(self.config.row_group_bytes, self.config.target_file_size) // 4
             for values in sorted(self._buffers, key=lambda v: self._buffers[v].nbytes, reverse=True):
-                self._flush(values)
                 if self.buffered_bytes <= budget:
+                    return
+                if self._buffers[values].nbytes < decent:
                     break
+                self._flush(values)
+            if self.buffered_bytes > budget:
+                self._spill()
+
+    def _spill(self) -> None:
+        """Append every buffer to a new run, partition after partition (rows gathered into
+        batches of about ``SPILL_BATCH_ROWS``), and map the run back for the merge."""
+        if self._spill_dir is None:
+            base = self.config.spill_directory or tempfile.gettempdir()
+            self._spill_dir = tempfile.mkdtemp(prefix="deltaplane-spill-", dir=base)
+        run = len(self._runs)
+        path = os.path.join(self._spill_dir, f"run-{run:05d}.arrow")
+        offset = 0
+        group: list[pa.Table] = []
+        grouped = 0
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, self._file_schema) as out:
+            for values in list(self._buffers):
+                b = self._buffers.pop(values)
+                group.extend(b.tables)
+                grouped += b.num_rows
+                self._spilled.setdefault(values, []).append((run, offset, b.num_rows))
+                offset += b.num_rows
+                self._release(b)
+                if grouped >= SPILL_BATCH_ROWS:
+                    out.write_table(pa.concat_tables(group).combine_chunks())
+                    group, grouped = [], 0
+            if group:
+                out.write_table(pa.concat_tables(group).combine_chunks())
+        self._runs.append(pa.ipc.open_file(pa.memory_map(path)).read_all())
+        self.runs_spilled += 1
+        self.bytes_spilled += os.path.getsize(path)
+
+    def _drop_runs(self) -> None:
+        self._runs.clear()
+        self._spilled.clear()
+        if self._spill_dir is not None:
+            shutil.rmtree(self._spill_dir, ignore_errors=True)
+            self._spill_dir = None
 
     def _compact(self, b: _Buffer) -> None:
         """Replace a buffer's pieces by one copy that owns its memory."""
@@ -427,12 +487,19 @@ class DataFileWriter:
     # --- files ----------------------------------------------------------------------------------
 
     def _flush(self, values: tuple, *, whole_row_groups: bool = False) -> None:
-        """Write a partition's buffered rows to its open file (opening one if it has none);
-        ``whole_row_groups`` keeps a tail shorter than a row group buffered for the next rows."""
+        """Write a partition's rows (spilled ones first, then buffered ones) to its open file
+        (opening one if it has none), in row groups; ``whole_row_groups`` keeps a tail shorter
+        than a row group buffered for the next rows."""
+        tables = [
+            self._runs[run].slice(offset, count) for run, offset, count in self._spilled.pop(values, ())
+        ]
         b = self._buffers.pop(values, None)
-        if b is None:
+        if b is not None:
+            tables.extend(b.tables)
+            self._release(b)
+        if not tables:
             return
-        table = pa.concat_tables(b.tables) if len(b.tables) > 1 else b.tables[0]
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         rows = self.config.row_group_rows
         tail = table.num_rows % rows if whole_row_groups else 0
         if tail:
@@ -443,7 +510,17 @@ class DataFileWriter:
             self._buffers[values] = _Buffer([rest], [None], rest.nbytes, rest.num_rows)
             self._owned += rest.nbytes
             self._pieces += 1
-        self._release(b)
+        # Row groups of at most ``row_group_rows`` rows and about the row-group size, so that a
+        # partition's spilled rows roll over files at the target size.
+        limit = min(self.config.row_group_bytes, self.config.target_file_size)
+        step = max(1, min(rows, table.num_rows * limit // max(1, table.nbytes)))
+        for start in range(0, table.num_rows, step):
+            self._write_rows(values, table.slice(start, step))
+
+    def _write_rows(self, values: tuple, table: pa.Table) -> None:
+        """Rows of one partition to its open file (opening one if it has none), finished at the
+        target size."""
+        rows = self.config.row_group_rows
         f = self._open.get(values)
         if f is None:
             while len(self._open) >= self._max_open:
@@ -569,6 +646,10 @@ class DataFileWriter:
             if self.files_reopened
             else "",
         )
+        if self.runs_spilled:
+            log.info(
+                "%s: %d runs spilled (%.1f MiB)", self.store.root, self.runs_spilled, self.bytes_spilled / MiB
+            )
 
     @property
     def adds(self) -> list[Add]:
@@ -579,11 +660,12 @@ class DataFileWriter:
         """Finish every open file now; the next rows start new files (callers that choose file
         boundaries themselves, like Z-order, cut here)."""
         # Partition by partition, so that this opens at most one file more than is open.
-        for values in list(self._buffers):
+        for values in list(dict.fromkeys([*self._spilled, *self._buffers])):
             self._flush(values)
             f = self._open.pop(values, None)
             if f is not None:
                 self._finish(f)
+        self._drop_runs()
         while self._open:
             self._finish(self._open.popitem(last=False)[1])
         self._closed_early.clear()
@@ -594,6 +676,7 @@ class DataFileWriter:
             self.roll()
             self._collect()
         finally:
+            self._drop_runs()
             self._shutdown()
         self._progress(done=True)
         return list(self._adds)
@@ -617,4 +700,5 @@ class DataFileWriter:
             self._open.clear()
             self._buffers.clear()
             self._pinned = self._pinned_live = self._owned = self._pieces = 0
+            self._drop_runs()
             self._shutdown()

@@ -141,53 +141,82 @@ def test_one_write_to_more_partitions_than_descriptors(tmp_path):
     assert check_files(path) == dict.fromkeys(range(PARTITIONS), 1)
 
 
-@pytest.mark.slow  # thousands of partitions
-def test_beyond_the_buffer_budget_partitions_reopen_within_the_limit(tmp_path):
-    """A buffer too small for the data writes partitions out early and the cap on open files
-    closes them: a partition seen again after its file was closed starts a new file."""
-    path = tmp_path / "t"
-    out = run_child(
-        f"""
-        import dataclasses
-        from deltaplane.engine import DeltaTable
-        from deltaplane.engine.commands.context import writer_config
-        from deltaplane.engine.transaction import Transaction
-        from deltaplane.engine.writer import DataFileWriter
+_SMALL_BUDGET_WRITE = """
+    import dataclasses
+    from deltaplane.engine import DeltaTable
+    from deltaplane.engine.commands.context import writer_config
+    from deltaplane.engine.transaction import Transaction
+    from deltaplane.engine.writer import DataFileWriter
 
-        table = DeltaTable.create({str(path)!r}, batches().schema, partition_by=["p"])
-        snapshot = table.snapshot
-        config = dataclasses.replace(
-            writer_config(snapshot.metadata, snapshot.protocol, snapshot.schema),
-            buffer_budget=3 * 1024 * 1024,
-            max_open_files=16,
-        )
-        writer = DataFileWriter(snapshot.store, config)
-        before = open_descriptors()
-        peak = 0
-        for batch in batches(offset=10**6):
-            writer.write(pa.Table.from_batches([batch]))
-            peak = max(peak, open_descriptors() - before)
-        txn = Transaction(snapshot.store, snapshot, operation="WRITE")
-        txn.add_files(writer.close())
-        result = txn.commit()
-        # The same table object, used again after the write.
-        left = open_descriptors() - before
-        print(result.version, table.refresh().version, writer.files_reopened, peak, left)
-        """
+    table = DeltaTable.create({path!r}, batches().schema, partition_by=["p"])
+    snapshot = table.snapshot
+    config = dataclasses.replace(
+        writer_config(snapshot.metadata, snapshot.protocol, snapshot.schema),
+        buffer_budget=3 * 1024 * 1024,
+        max_open_files=16,
+        spill_directory={spill!r},
     )
-    version, refreshed, reopened, peak, left = map(int, out.split())
+    writer = DataFileWriter(snapshot.store, config)
+    before = open_descriptors()
+    peak = 0
+    runs_seen = set()
+    for batch in batches(offset=10**6, **{shape!r}):
+        writer.write(pa.Table.from_batches([batch]))
+        peak = max(peak, open_descriptors() - before)
+        runs_seen.update(os.listdir({spill!r}))
+"""
+
+
+@pytest.mark.slow  # thousands of partitions
+def test_beyond_the_buffer_budget_small_partitions_spill_and_get_one_file_each(tmp_path):
+    """A buffer far too small for the data spills partitions to runs instead of writing them out
+    early: every partition still gets one file, none is reopened, descriptors stay within the cap
+    and the runs are gone after the commit."""
+    path, spill = tmp_path / "t", tmp_path / "spill"
+    spill.mkdir()
+    code = _SMALL_BUDGET_WRITE.format(path=str(path), spill=str(spill), shape={})
+    out = run_child(
+        code
+        + """
+    txn = Transaction(snapshot.store, snapshot, operation="WRITE")
+    txn.add_files(writer.close())
+    result = txn.commit()
+    # The same table object, used again after the write.
+    left = open_descriptors() - before
+    print(result.version, table.refresh().version, writer.files_reopened, writer.runs_spilled, peak, left,
+          len(runs_seen), len(os.listdir({spill!r})))
+    """.replace("{spill!r}", repr(str(spill)))
+    )
+    version, refreshed, reopened, runs, peak, left, dirs_seen, dirs_left = map(int, out.split())
     assert version == refreshed == 1
-    assert reopened > 0  # the small budget did force partitions out early
-    # The cap, files waiting to be published, and a file and its directory being fsynced per
-    # publishing thread.
-    assert peak <= 16 + MAX_PUBLISHING + 2 * PUBLISH_THREADS
-    assert left == 0
+    assert runs > 1 and dirs_seen == 1  # the small budget did spill, into one private directory
+    assert reopened == 0
+    # The cap, files waiting to be published, a file and its directory being fsynced per
+    # publishing thread, and the mapped runs.
+    assert peak <= 16 + MAX_PUBLISHING + 2 * PUBLISH_THREADS + runs
+    assert left == 0 and dirs_left == 0
     ids = expected_ids((10**6,))
     check_rows(DeltaTable(str(path)).to_arrow(), ids)
     check_rows(deltalake.DeltaTable(str(path)).to_pyarrow_table(), ids)
-    files = check_files(path)
-    assert set(files) == set(range(PARTITIONS))
-    assert max(files.values()) > 1  # some partitions were reopened
+    assert check_files(path) == dict.fromkeys(range(PARTITIONS), 1)
+
+
+def test_an_aborted_write_leaves_no_spilled_run(tmp_path):
+    path, spill = tmp_path / "t", tmp_path / "spill"
+    spill.mkdir()
+    shape = {"partitions": 300, "rows_per_partition": 40, "pad": 200, "fail_after": 4}
+    code = _SMALL_BUDGET_WRITE.format(path=str(path), spill=str(spill), shape=shape)
+    out = run_child(
+        "try:\n"
+        + textwrap.indent(textwrap.dedent(code), "    ")
+        + "\nexcept RuntimeError as e:\n    writer.abort()\n"
+        + "    print(e, writer.runs_spilled, open_descriptors() - before)\n"
+    )
+    message, runs, left = out.rsplit(" ", 2)
+    assert message == "the source failed midway"
+    assert int(runs) > 0 and int(left) == 0
+    assert list(spill.iterdir()) == []
+    assert DeltaTable(str(path)).version() == 0  # created, nothing committed
 
 
 def test_a_write_failing_midway_commits_nothing_and_leaks_no_descriptor(tmp_path):
