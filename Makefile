@@ -89,6 +89,7 @@ test: lint $(REFERENCE)/stamp
 bench: $(STAMP) $(REFERENCE)/stamp
 	$(BIN)/python benchmarks/snapshot_load.py
 	$(BIN)/python benchmarks/write_commit.py
+	$(BIN)/python benchmarks/partitioned_write.py
 	$(BIN)/python benchmarks/dml.py
 	$(BIN)/python benchmarks/optimize_compact.py
 	$(BIN)/python benchmarks/zorder_skipping.py --spark
