@@ -374,7 +374,9 @@ class DataFileWriter:
                     group, grouped = [], 0
             if group:
                 out.write_table(pa.concat_tables(group).combine_chunks())
-        self._runs.append(pa.ipc.open_file(pa.memory_map(path)).read_all())
+        # Mapped, and its descriptor closed at once: the mapping lives as long as the slices.
+        with pa.memory_map(path) as mapped:
+            self._runs.append(pa.ipc.open_file(mapped).read_all())
         self.runs_spilled += 1
         self.bytes_spilled += os.path.getsize(path)
 
