@@ -15,7 +15,9 @@ Two bounds hold however the input is shaped:
   that are mostly written are first copied out so that the batches can go (no file is written for
   that); then buffers of at least a quarter of a row group are written out as row groups, and the
   rest are spilled: appended, partition by partition, to a run (an uncompressed Arrow IPC file in
-  a private directory under ``spill_directory``, the system's temporary directory by default).
+  a private directory under ``spill_directory``, the system's temporary directory by default,
+  named for the host and the process: a write that spills first deletes the directories a killed
+  write on this host left behind).
   When the write rolls or closes, each spilled partition is written in turn from its slices of
   the runs (memory-mapped: the page cache holds them, not the heap) and its buffer, in input
   order, and its file is finished before the next partition starts. So however unsorted the
@@ -39,7 +41,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -85,6 +89,37 @@ PROGRESS_SECONDS = 60.0
 PIECE_OVERHEAD = 512
 COLUMN_OVERHEAD = 384
 SPILL_BATCH_ROWS = 1 << 16  # rows of several partitions gathered into one batch of a spilled run
+_SPILL_PREFIX = "deltaplane-spill-"
+_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
+def remove_stale_spills(base: str) -> list[str]:
+    """Delete the spill directories under ``base`` of writes whose process is gone (killed
+    before it could delete its runs): named for this host and a process id that no longer runs.
+    Another host's, or a live process's, are left alone. Returns the directories removed."""
+    pattern = re.compile(re.escape(f"{_SPILL_PREFIX}{_HOST}-") + r"(\d+)-[^/]+")
+    removed = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match and entry.is_dir(follow_symlinks=False) and not _running(int(match.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+            log.info("removed the spilled runs of a write that did not finish: %s", entry.path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def default_max_open_files() -> int:
@@ -355,7 +390,8 @@ class DataFileWriter:
         batches of about ``SPILL_BATCH_ROWS``), and map the run back for the merge."""
         if self._spill_dir is None:
             base = self.config.spill_directory or tempfile.gettempdir()
-            self._spill_dir = tempfile.mkdtemp(prefix="deltaplane-spill-", dir=base)
+            remove_stale_spills(base)
+            self._spill_dir = tempfile.mkdtemp(prefix=f"{_SPILL_PREFIX}{_HOST}-{os.getpid()}-", dir=base)
         run = len(self._runs)
         path = os.path.join(self._spill_dir, f"run-{run:05d}.arrow")
         offset = 0

@@ -256,3 +256,38 @@ def test_a_write_failing_midway_commits_nothing_and_leaks_no_descriptor(tmp_path
     check_rows(deltalake.DeltaTable(str(path)).to_pyarrow_table(), ids, partitions)
     check_files(path, partitions)
     assert DeltaTable(str(path)).load_version(0).count() == partitions * rows
+
+
+def test_runs_of_a_killed_write_are_removed_by_the_next_write_that_spills(tmp_path):
+    """kill -9 after a spill leaves the runs (nothing is committed); the next spilling write on
+    this host deletes them, and leaves a live process's and another host's directories alone."""
+    path, spill = tmp_path / "t", tmp_path / "spill"
+    spill.mkdir()
+    shape = {"partitions": 300, "rows_per_partition": 40, "pad": 200}
+    code = _SMALL_BUDGET_WRITE.format(path=str(path), spill=str(spill), shape=shape)
+    killed = code.replace(
+        "        runs_seen.update(",
+        "        if writer.runs_spilled:\n            os.kill(os.getpid(), 9)\n        runs_seen.update(",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD_PRELUDE + textwrap.dedent(killed)],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert result.returncode == -9, result.stderr[-2000:]
+    (left,) = spill.iterdir()
+    assert list(left.iterdir())  # the killed write's run
+    live = spill / f"{left.name.rsplit('-', 2)[0]}-{os.getpid()}-live"
+    other_host = spill / "deltaplane-spill-elsewhere-1-x"
+    live.mkdir(), other_host.mkdir()
+    assert DeltaTable(str(path)).version() == 0  # created, nothing committed
+
+    again = tmp_path / "again"
+    out = run_child(
+        code.replace(repr(str(path)), repr(str(again)))
+        + "\n    print(writer.runs_spilled, len(writer.close()))\n"
+    )
+    runs, files = map(int, out.split())
+    assert runs > 0 and files == 300
+    assert sorted(p.name for p in spill.iterdir()) == sorted([live.name, other_host.name])
