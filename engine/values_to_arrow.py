@@ -10,12 +10,13 @@ are written as one JSON array and read back with an explicit schema. Once pandas
 the user, by a write, by Great Expectations) there is nothing left to save, and ``pa.array``, 2-3x
 faster on a thousand values, converts them.
 
-The route is taken only where JSON says exactly what ``pa.array`` would make of the value: booleans,
-integers, float64, strings, decimals (as their text), dates and microsecond timestamps (as the
-integers Arrow stores, then cast), and the lists, structs and maps of them (a map travels as a
-list of key/value structs and is rebuilt). Anything else (bytes, float32, NumPy values, other
-time units, a value JSON cannot encode such as a lone surrogate) and any value the reader refuses
-goes to ``pa.array`` itself, so every result and every error is still ``pa.array``'s.
+The route is taken only where JSON says exactly what ``pa.array`` would make of the value:
+booleans, integers, float64 (and integers a double holds exactly), strings, decimals (as their
+text), dates and microsecond timestamps (as the integers Arrow stores, then cast), and the lists,
+structs and maps of them (a map travels as a list of key/value structs and is rebuilt). Anything
+else (bytes, float32, NumPy values, other time units, a value JSON cannot encode such as a lone
+surrogate) and any value the reader refuses goes to ``pa.array`` itself, so every result and
+every error is still ``pa.array``'s.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import pyarrow.json as pa_json
 _LEAF_TYPES = (
     pa.types.is_boolean,
     pa.types.is_integer,
-    pa.types.is_float64,
     pa.types.is_string,
     pa.types.is_large_string,
     pa.types.is_null,
@@ -60,6 +60,7 @@ _EPOCH_DATE = date(1970, 1, 1)
 _EPOCH = datetime(1970, 1, 1)
 _EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+_EXACT = 2**53  # integers a double holds exactly
 
 
 def array_from_values(values: Iterable, type: pa.DataType) -> pa.Array:
@@ -218,6 +219,8 @@ def _leaf(type: pa.DataType) -> tuple[pa.DataType, Callable | None] | None:
     (``None``: the value as it is)."""
     if any(test(type) for test in _LEAF_TYPES):
         return type, None
+    if pa.types.is_float64(type):
+        return type, _float_value
     if pa.types.is_decimal(type):
         return type, _decimal_text(type)
     if pa.types.is_date32(type):
@@ -241,6 +244,16 @@ def _decimal_text(type: pa.Decimal128Type | pa.Decimal256Type) -> Callable:
         return str(value)
 
     return encode
+
+
+def _float_value(value):
+    """A float as it is; an integer only where a double holds it exactly (pa.array refuses the
+    others, the reader would round them)."""
+    if type(value) is float or (
+        isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _EXACT
+    ):
+        return value
+    raise TypeError(value)
 
 
 def _date_days(value) -> int:
