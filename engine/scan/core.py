@@ -115,7 +115,11 @@ class Scan(DatasetPath, FilePath):
         self.metrics.files_selected = files.num_rows
         # Parallelism goes where the work is: across files when there are enough of them (a
         # decoder thread pool per small file costs more than it saves), within files otherwise.
-        self._workers = REMOTE_READ_WORKERS if getattr(snapshot.store, "remote", False) else READ_WORKERS
+        self._remote = bool(getattr(snapshot.store, "remote", False))
+        self._workers = REMOTE_READ_WORKERS if self._remote else READ_WORKERS
+        # Files the dataset scanner reads at once: on an object store, enough to cover the
+        # round trips; locally Arrow's default (its threads decode what the disk hands over).
+        self._file_readahead = REMOTE_READ_WORKERS if self._remote else 4
         self._threads_per_file = files.num_rows < self._workers
 
         needed = {f.name for f in self.output_fields}

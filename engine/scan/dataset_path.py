@@ -1,6 +1,6 @@
-"""The dataset path: whole-file reads of local tables through Arrow's dataset scanner, which reads
-ahead and decodes across files in C++; files that need conforming are read on the engine's path and
-spliced back in place."""
+"""The dataset path: whole-file reads through Arrow's dataset scanner (local tables, and object
+stores Arrow reaches itself, such as S3), which reads ahead and decodes across files in C++;
+files that need conforming are read on the engine's path and spliced back in place."""
 
 from __future__ import annotations
 
@@ -11,17 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 
 from deltaplane.engine.deletion_vectors import keep_mask
 from deltaplane.engine.log.replay import canonical_path
 from deltaplane.engine.scan.conform import match_field
-from deltaplane.engine.scan.files import BATCH_ROWS, FilePlan, row_starts
+from deltaplane.engine.scan.files import BATCH_ROWS, REMOTE_READ_WORKERS, FilePlan, row_starts
 from deltaplane.engine.schema import (
     PrimitiveType,
     to_arrow_type,
 )
-from deltaplane.engine.storage.local import LocalStore
 
 # to_batches streams through Arrow's scanner only where every file is small (many small files is
 # where reading ahead across files pays); it then holds at most this many files and batches each
@@ -44,16 +42,15 @@ def _dataset_format():
     )
 
 
-@functools.cache
-def _local_filesystem() -> pafs.LocalFileSystem:
-    return pafs.LocalFileSystem()
-
-
-def _file_dataset(fragments: list, schema: pa.Schema):
-    """Arrow's dataset over these local Parquet files, read with the scan's options."""
+def _file_dataset(fragments: list, schema: pa.Schema, filesystem, remote: bool):
+    """Arrow's dataset over these Parquet files, read with the scan's options. For an object
+    store, Arrow's I/O pool (8 threads by default, sized for disks) is raised to
+    ``REMOTE_READ_WORKERS``: each of its threads waits a round trip per request."""
     import pyarrow.dataset as ds
 
-    return ds.FileSystemDataset(fragments, schema, _dataset_format(), _local_filesystem())
+    if remote and pa.io_thread_count() < REMOTE_READ_WORKERS:
+        pa.set_io_thread_count(REMOTE_READ_WORKERS)
+    return ds.FileSystemDataset(fragments, schema, _dataset_format(), filesystem)
 
 
 class DatasetPath:
@@ -63,12 +60,13 @@ class DatasetPath:
         """The scan read by Arrow's dataset scanner (C++ read-ahead and decoding across files, no
         Python work per file), or ``None`` where the engine's per-file path is needed.
 
-        It applies to local files read whole (no data-column filter, no row ids), without column
-        mapping by id. Every file's columns are checked against the table's types after the
-        scan (the footers are then cached): a file that would need the engine's conformance (a
-        widened type, INT96 or millisecond timestamps, a column name in another case, nested
-        physical names) is read again on the engine's path and its rows replace the scanner's.
-        Partition values are repeated from the log by each file's row count.
+        It applies to files read whole (no data-column filter, no row ids), without column mapping
+        by id, in a store Arrow opens itself (local, S3). Every file's columns are checked
+        against the table's types after the scan (the footers are then cached): a file that
+        would need the engine's conformance (a widened type, INT96 or millisecond timestamps, a
+        column name in another case, nested physical names) is read again on the engine's path
+        and its rows replace the scanner's. Partition values are repeated from the log by each
+        file's row count.
 
         With deletion vectors the rows are taken from the scanner's batch stream instead, each
         batch's deleted rows dropped as it arrives: the decoded batch is freed as its survivors
@@ -78,13 +76,15 @@ class DatasetPath:
         prepared = self._dataset_fragments()
         if prepared is None:
             return None
-        fragments, expected = prepared
+        fragments, expected, filesystem = prepared
         dvs = self.files.column("deletion_vector")
         if dvs.null_count < len(dvs):
-            return self._concat(list(self._dataset_batch_stream(fragments, expected, BATCH_ROWS)))
+            return self._concat(list(self._dataset_batch_stream(fragments, expected, filesystem, BATCH_ROWS)))
         try:
-            dataset = _file_dataset(fragments, expected)
-            raw = dataset.to_table(columns=expected.names, use_threads=True)
+            dataset = _file_dataset(fragments, expected, filesystem, self._remote)
+            raw = dataset.to_table(
+                columns=expected.names, use_threads=True, fragment_readahead=self._file_readahead
+            )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
             return None  # the engine's path names the file and the cause
         redo = self._files_to_conform(fragments, expected)
@@ -100,26 +100,35 @@ class DatasetPath:
         out = self._output(full)
         return self._splice(out, counts, redo) if redo else out
 
-    def _dataset_fragments(self) -> tuple[list, pa.Schema] | None:
-        """The planned files as dataset fragments and the file columns to read, or ``None`` when
-        the engine's per-file path must read them (not local, row ids, mapping by id, or a first
-        file that needs conforming: no scan twice)."""
-        if not isinstance(self.snapshot.store, LocalStore) or self._lineage_names is not None:
+    def _dataset_fragments(self) -> tuple[list, pa.Schema, object] | None:
+        """The planned files as dataset fragments, the file columns to read and Arrow's
+        filesystem, or ``None`` when the engine's per-file path must read them (a store Arrow
+        cannot open, a file on another filesystem, row ids, mapping by id, or a first file that
+        needs conforming: no scan twice). Each fragment carries the log's file size: on an
+        object store no request asks for it."""
+        if self._lineage_names is not None or self.mode == "id":
             return None
-        if self.mode == "id":
+        view = getattr(self.snapshot.store, "arrow_files", lambda: None)()
+        if view is None:
             return None
+        filesystem, uri_prefix, path_prefix = view
         uris = self.file_uris()
-        if any(not u.startswith("/") for u in uris):
+        if any(not u.startswith(uri_prefix) for u in uris):
             return None  # a location on another filesystem
+        cut = len(uri_prefix)
+        sizes = self.files.column("size").to_pylist()
         expected = self._physical_read_schema()
-        fmt, filesystem = _dataset_format(), _local_filesystem()
-        fragments = [fmt.make_fragment(u, filesystem=filesystem) for u in uris]
+        fmt = _dataset_format()
+        fragments = [
+            fmt.make_fragment(path_prefix + u[cut:], filesystem=filesystem, file_size=size)
+            for u, size in zip(uris, sizes, strict=True)
+        ]
         try:
             if not self._plain_file(fragments[0].physical_schema, expected):
                 return None
         except (pa.ArrowInvalid, OSError):
             return None  # the engine's path names the file and the cause
-        return fragments, expected
+        return fragments, expected, filesystem
 
     def _physical_read_schema(self) -> pa.Schema:
         """The file columns this scan reads, under their physical names, as the table's types."""
@@ -197,9 +206,9 @@ class DatasetPath:
         return self._dataset_batch_stream(*prepared, batch_size)
 
     def _dataset_batch_stream(
-        self, fragments: list, expected: pa.Schema, batch_size: int
+        self, fragments: list, expected: pa.Schema, filesystem, batch_size: int
     ) -> Iterator[pa.RecordBatch]:
-        dataset = _file_dataset(fragments, expected)
+        dataset = _file_dataset(fragments, expected, filesystem, self._remote)
         index = {f.path: i for i, f in enumerate(fragments)}
         typed = {name: self._typed_partition_column(name, self.files) for name in self._partitions_needed}
         dvs = self.files.column("deletion_vector")
@@ -212,7 +221,7 @@ class DatasetPath:
             columns=expected.names,
             batch_size=batch_size,
             batch_readahead=_STREAM_BATCH_READAHEAD,
-            fragment_readahead=_STREAM_FILE_READAHEAD,
+            fragment_readahead=self._file_readahead if self._remote else _STREAM_FILE_READAHEAD,
             use_threads=True,
         )
         batches = iter(scanner.scan_batches())

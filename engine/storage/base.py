@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 PutMode = Literal["create", "overwrite"]
 
@@ -121,6 +124,12 @@ class ObjectStore(Protocol):
 
     def open_input(self, key: str) -> pa.NativeFile:
         """A random-access file for readers such as Parquet that seek."""
+        ...
+
+    def arrow_files(self) -> tuple[pafs.FileSystem, str, str] | None:
+        """Where Arrow's own readers (the dataset scanner) open this store's objects: Arrow's
+        filesystem, the prefix of ``uri(key)`` and the path prefix that replaces it there;
+        ``None`` when only this store can read them."""
         ...
 
     def open_output(self, key: str) -> PendingObject:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import re
 import stat
@@ -183,6 +184,17 @@ class LocalStore:
             return pa.OSFile(self._path(key), "rb")
         except OSError as e:
             raise _read_error(e, self._path(key)) from None
+
+
+    def arrow_files(self):
+        return _local_filesystem(), "/", "/"  # a key's URI is its absolute path
+
+
+@functools.cache
+def _local_filesystem():
+    import pyarrow.fs as pafs
+
+    return pafs.LocalFileSystem()
 
 
 _TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")

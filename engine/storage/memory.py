@@ -88,6 +88,9 @@ class MemoryStore:
     def open_input(self, key: str) -> pa.NativeFile:
         return pa.BufferReader(self.get(key))
 
+    def arrow_files(self) -> None:
+        return None  # objects live in this process's dictionary only
+
     def list_temporary(self, prefix: str = "") -> Iterator[ObjectMeta]:
         return iter(())  # objects are published whole, with no temporary files
 

@@ -280,6 +280,10 @@ class S3Store:
                 pass  # fall back to a whole-object read below, which says what is wrong
         return pa.BufferReader(self.get(key))
 
+    def arrow_files(self):
+        fs = self._arrow_filesystem()
+        return None if fs is None else (fs, "s3://", "")  # Arrow names an object bucket/key
+
     def _arrow_filesystem(self):
         if self._arrow_fs is None:
             try:
