@@ -185,6 +185,7 @@ class Scan(DatasetPath, FilePath):
         tracked = self._lineage_names is not None and "base_row_id" in files.column_names
         base_ids = files.column("base_row_id").to_pylist() if tracked else [None] * len(paths)
         versions = files.column("default_row_commit_version").to_pylist() if tracked else [None] * len(paths)
+        sizes = files.column("size").to_pylist()
         return [
             FilePlan(
                 location=canonical_path(path, root),
@@ -192,6 +193,7 @@ class Scan(DatasetPath, FilePath):
                 partition_values={name: arr[i] for name, arr in typed.items()},
                 base_row_id=base_ids[i],
                 default_row_commit_version=versions[i],
+                size=sizes[i],
             )
             for i, path in enumerate(paths)
         ]

@@ -214,6 +214,7 @@ class DatasetPath:
         dvs = self.files.column("deletion_vector")
         with_dv = dvs.null_count < len(dvs)
         paths, root = self.files.column("path"), self.snapshot.store.root
+        sizes = self.files.column("size")
         current, offset, seen, redo = -1, 0, 0, False
         resume = (0, 0)  # where the engine's path would go on: (file, physical row)
         plan, keep = None, None
@@ -246,6 +247,7 @@ class DatasetPath:
                     canonical_path(paths[i].as_py(), root),
                     dvs[i].as_py() if with_dv else None,
                     {name: values[i] for name, values in typed.items()},
+                    size=sizes[i].as_py(),
                 )
                 redo = not self._plain_file(tagged.fragment.physical_schema, expected)
                 if redo:  # read on the engine's path; the scanner's batches of it are passed over

@@ -245,7 +245,7 @@ class FilePath:
         location = plan.location
         try:
             store, key = resolve_location(self.snapshot.store, location)
-            source = store.open_input(key)
+            source = store.open_input(key, size=plan.size)
             # Pages written with a CRC are checked: a flipped bit is an error, never wrong rows.
             return pq.ParquetFile(source, coerce_int96_timestamp_unit="us", page_checksum_verification=True)
         except ObjectNotFoundError as e:

@@ -54,6 +54,7 @@ class FilePlan:
     partition_values: dict[str, pa.Scalar]
     base_row_id: int | None = None
     default_row_commit_version: int | None = None
+    size: int | None = None  # bytes, as the log says: spares an object store a request
 
 
 def row_starts(counts: np.ndarray) -> np.ndarray:

@@ -122,8 +122,10 @@ class ObjectStore(Protocol):
         no directories and return 0."""
         ...
 
-    def open_input(self, key: str) -> pa.NativeFile:
-        """A random-access file for readers such as Parquet that seek."""
+    def open_input(self, key: str, *, size: int | None = None) -> pa.NativeFile:
+        """A random-access file for readers such as Parquet that seek. ``size`` is the object's
+        size when the caller knows it (from the log): a remote store then needs no request to
+        learn it, and may fetch a small object whole in one."""
         ...
 
     def arrow_files(self) -> tuple[pafs.FileSystem, str, str] | None:

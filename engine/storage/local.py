@@ -179,12 +179,11 @@ class LocalStore:
     def open_output(self, key: str) -> LocalPendingFile:
         return LocalPendingFile(self._path(key))
 
-    def open_input(self, key: str) -> pa.NativeFile:
+    def open_input(self, key: str, *, size: int | None = None) -> pa.NativeFile:
         try:
             return pa.OSFile(self._path(key), "rb")
         except OSError as e:
             raise _read_error(e, self._path(key)) from None
-
 
     def arrow_files(self):
         return _local_filesystem(), "/", "/"  # a key's URI is its absolute path

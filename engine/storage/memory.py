@@ -85,7 +85,7 @@ class MemoryStore:
         with self._lock:
             self._objects.pop(key, None)
 
-    def open_input(self, key: str) -> pa.NativeFile:
+    def open_input(self, key: str, *, size: int | None = None) -> pa.NativeFile:
         return pa.BufferReader(self.get(key))
 
     def arrow_files(self) -> None:

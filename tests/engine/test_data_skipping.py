@@ -33,10 +33,10 @@ class CountingStore(LocalStore):
         super().__init__(root)
         self.opened: list[str] = []
 
-    def open_input(self, key: str):
+    def open_input(self, key: str, *, size: int | None = None):
         if not key.startswith("_delta_log/"):
             self.opened.append(key)
-        return super().open_input(key)
+        return super().open_input(key, size=size)
 
 
 def _many_file_table(path: str, files: int = 40, rows: int = 100) -> list[pa.Table]:

@@ -23,8 +23,13 @@ def expected(name: str) -> dict:
 
 def test_the_corpus_is_there():
     assert set(NAMES) >= {
-        "row_tracking", "liquid_clustering", "identity_always", "identity_by_default",
-        "generated_columns", "column_defaults", "all_features",
+        "row_tracking",
+        "liquid_clustering",
+        "identity_always",
+        "identity_by_default",
+        "generated_columns",
+        "column_defaults",
+        "all_features",
     }
 
 

@@ -156,9 +156,9 @@ class CountingStore(LocalStore):
         self.gets.append(key)
         return super().get_range(key, start, length)
 
-    def open_input(self, key):
+    def open_input(self, key, *, size=None):
         self.gets.append(key)
-        return super().open_input(key)
+        return super().open_input(key, size=size)
 
 
 def test_advancing_reads_only_the_new_commits_at_100k_files(tmp_path):

@@ -57,8 +57,28 @@ def test_a_many_file_read_asks_each_file_for_its_footer_once_and_never_for_its_s
     assert pa.io_thread_count() >= 32  # Arrow's I/O pool covers the requests in flight
 
 
-def test_the_same_table_object_reads_again_after_its_own_append_and_streams_the_same_rows(counted):
+def test_a_filtered_read_fetches_each_small_file_it_keeps_in_one_request(counted):
     proxy, server = counted
+    uri = server.uri()
+    table = DeltaTable.create(uri, rows(0, 1).schema, storage_options=server.options())
+    for i in range(12):
+        table.append(rows(i * 100, 100))
+    fresh = DeltaTable(uri, storage_options=server.options())
+    proxy.counters(reset=True)
+    out = fresh.to_arrow(filter="id BETWEEN 510 AND 519 OR id = 1105")
+    read = proxy.counters(reset=True)
+    assert sorted(out.column("id").to_pylist()) == [*range(510, 520), 1105]
+    assert read == {**read, "requests": 2, "get_requests": 2}, read  # two files kept, one GET each
+    # Reuse: the same table object, a filter on a column whose name needs quoting, then a
+    # filter that keeps nothing (no request at all).
+    proxy.counters(reset=True)
+    named = fresh.to_arrow(filter="`name with space.and dot` = 'n7'")
+    assert named.column("id").to_pylist() == [7]
+    assert fresh.to_arrow(filter="id > 99999").num_rows == 0
+
+
+def test_the_same_table_object_reads_again_after_its_own_append_and_streams_the_same_rows(counted):
+    _, server = counted
     uri = server.uri()
     table = DeltaTable.create(uri, rows(0, 1).schema, storage_options=server.options())
     for i in range(3):
@@ -69,9 +89,7 @@ def test_the_same_table_object_reads_again_after_its_own_append_and_streams_the_
     assert first.num_rows == 30 and again.num_rows == 35
     streamed = pa.Table.from_batches(list(table.scan().to_batches(batch_size=7)), schema=again.schema)
     assert_same_rows(streamed, again)
-    assert_same_rows(
-        again.sort_by("id"), pa.concat_tables([rows(0, 30), rows(1_000, 5)]).cast(again.schema)
-    )
+    assert_same_rows(again.sort_by("id"), pa.concat_tables([rows(0, 30), rows(1_000, 5)]).cast(again.schema))
     only = table.to_arrow(columns=["größe"])
     assert pc.sum(only["größe"]).as_py() == sum(i * 0.5 for i in [*range(30), *range(1_000, 1_005)])
 
@@ -80,9 +98,7 @@ def test_partition_values_that_need_escaping_read_back_from_s3(counted):
     _, server = counted
     uri = server.uri()
     values = ["a b", "100%", "x=y", "ü/ñ", "日本", "", None, "#?&+"]
-    data = pa.table(
-        {"id": pa.array(range(len(values)), pa.int64()), "part": pa.array(values, pa.string())}
-    )
+    data = pa.table({"id": pa.array(range(len(values)), pa.int64()), "part": pa.array(values, pa.string())})
     write_table(uri, data, partition_by=["part"], storage_options=server.options())
     out = DeltaTable(uri, storage_options=server.options()).to_arrow().sort_by("id")
     # An empty string partition value is null in Delta.
