@@ -5,8 +5,8 @@ every request a reader makes one after another. The kernel here has no ``netem``
 (``CONFIG_NET_SCH_NETEM`` is not set), so the delay is added in user space: every chunk of bytes
 is passed on half a round trip after it arrived, in each direction, in order, and the first
 request on a connection waits one round trip more, as a TCP handshake would make it. Bandwidth
-is not limited. The proxy also counts connections and HTTP requests (by method), so a benchmark
-or a test can say how many round trips a read took.
+is not limited. The proxy also counts connections and HTTP requests (by method, S3's listings
+apart from GETs), so a benchmark or a test can say how many round trips a read took.
 
     python -m deltaplane.devstack.latency_proxy --upstream 127.0.0.1:8333 --rtt-ms 20
 
@@ -30,7 +30,7 @@ from collections import Counter
 _CHUNK = 1 << 16
 # A request line at the start of a chunk or of a line (request bodies are not scanned apart:
 # a body holding such a line would count, which data files and logs do not).
-_REQUEST_LINE = re.compile(rb"(?:^|\n)([A-Z]+) [^ \r\n]+ HTTP/1\.[01]\r\n")
+_REQUEST_LINE = re.compile(rb"(?:^|\n)([A-Z]+) ([^ \r\n]+) HTTP/1\.[01]\r\n")
 
 
 class Counters:
@@ -98,14 +98,21 @@ async def _pump(
 
 
 class LatencyProxy:
-    def __init__(self, upstream: tuple[str, int], rtt_ms: float) -> None:
+    def __init__(self, upstream: tuple[str, int], rtt_ms: float, log: bool = False) -> None:
         self.upstream = upstream
+        self.log = log
         self.half = rtt_ms / 2000
         self.counters = Counters()
 
     def _count_request(self, data: bytes) -> None:
         self.counters.sent += len(data)
-        self.counters.methods.update(m.group(1).decode() for m in _REQUEST_LINE.finditer(data))
+        for match in _REQUEST_LINE.finditer(data):
+            method = match.group(1).decode()
+            if method == "GET" and b"list-type=" in match.group(2):
+                method = "LIST"  # S3's ListObjectsV2 (a GET on the bucket), counted apart
+            self.counters.methods[method] += 1
+            if self.log:
+                print(match.group(0).strip().decode(errors="replace"), file=sys.stderr, flush=True)
 
     def _count_response(self, data: bytes) -> None:
         self.counters.received += len(data)
@@ -156,7 +163,8 @@ class ProxyProcess:
     share the interpreter of what it measures): ``port`` to connect to, ``counters()`` to read
     (and reset) what went through, ``close()`` to stop it by its PID."""
 
-    def __init__(self, upstream_port: int, rtt_ms: float):
+    def __init__(self, upstream_port: int, rtt_ms: float, *, log=None):
+        """``log``: a file that receives each request line (for a look at what a reader asks)."""
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -166,8 +174,10 @@ class ProxyProcess:
                 f"127.0.0.1:{upstream_port}",
                 "--rtt-ms",
                 str(rtt_ms),
+                *(["--log"] if log is not None else []),
             ],
             stdout=subprocess.PIPE,
+            stderr=log,
             text=True,
         )
         words = self.process.stdout.readline().split()
@@ -205,7 +215,7 @@ class ProxyProcess:
 
 async def _main(args: argparse.Namespace) -> None:
     host, port = args.upstream.rsplit(":", 1)
-    proxy = LatencyProxy((host, int(port)), args.rtt_ms)
+    proxy = LatencyProxy((host, int(port)), args.rtt_ms, args.log)
     server = await asyncio.start_server(proxy.handle, "127.0.0.1", args.port)
     stats = await asyncio.start_server(proxy.stats, "127.0.0.1", 0)
     listening = server.sockets[0].getsockname()[1]
@@ -219,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--upstream", required=True, help="host:port of the server (on loopback)")
     parser.add_argument("--rtt-ms", type=float, required=True, help="round trip to add, in ms")
     parser.add_argument("--port", type=int, default=0, help="port to listen on (0: any free one)")
+    parser.add_argument("--log", action="store_true", help="print each request line to stderr")
     args = parser.parse_args(argv)
     if not args.upstream.startswith(("127.", "localhost:")):
         parser.error("the upstream must be on loopback")

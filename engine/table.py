@@ -100,6 +100,7 @@ class DeltaTable(TableMaintenance, DeltaRsTable):
         self._snapshot = load_snapshot(self._store, version)
         self._version_pinned = version is not None
         self._stale = False
+        self._listed_for_write = False  # the snapshot was just listed for the write that follows
         self._history_cache: dict = {}  # commitInfo by (version, commit size): commits never change
         self._all_uris: tuple[Snapshot, list[str]] | None = None
 
@@ -404,9 +405,21 @@ class DeltaTable(TableMaintenance, DeltaRsTable):
                 f"{self.uri} was opened at a fixed version or timestamp; open it at the latest "
                 "version to write"
             )
-        self._snapshot = update_snapshot(self._snapshot)
+        if self._listed_for_write:  # opened by the same call a moment ago: no second listing
+            self._listed_for_write = False
+        else:
+            self._snapshot = update_snapshot(self._snapshot)
         self._stale = False
         return self._snapshot
+
+    @classmethod
+    def _open_to_write(cls, uri: str, storage_options: Mapping[str, str] | None) -> DeltaTable:
+        """The table at its latest version for a write made right away (``write_table``): that
+        write plans against the snapshot just listed instead of listing the log again (a round
+        trip on an object store; a commit that lands in between is met by the commit's retry)."""
+        table = cls(uri, storage_options=storage_options)
+        table._listed_for_write = True
+        return table
 
     def append(
         self,

@@ -21,7 +21,7 @@ from typing import Any
 
 from deltaplane.engine.commands.write import check_creation_settings
 from deltaplane.engine.delta_rs import COMMIT_OPTIONS, WRITER_PROPERTIES, delta_rs_names
-from deltaplane.engine.errors import InvalidArgumentError, TableExistsError
+from deltaplane.engine.errors import InvalidArgumentError, TableExistsError, TableNotFoundError
 from deltaplane.engine.storage import table_location
 from deltaplane.engine.table import DeltaTable
 from deltaplane.engine.transaction import CommitResult, commit_metadata_scope
@@ -76,7 +76,11 @@ def write_table(
     partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by or [])
     cluster_by = [cluster_by] if isinstance(cluster_by, str) else list(cluster_by or [])
     with commit_metadata_scope(commit_metadata):
-        if not DeltaTable.is_deltatable(uri, storage_options):
+        try:  # opening is the existence check: one listing of the log, not two
+            table = DeltaTable._open_to_write(uri, storage_options)
+        except TableNotFoundError:
+            table = None
+        if table is None:
             try:
                 return _create(
                     uri,
@@ -96,7 +100,7 @@ def write_table(
                 if mode == "error":
                     raise
                 # Another writer created it meanwhile: write to it as to any existing table.
-        table = DeltaTable(uri, storage_options=storage_options)
+            table = DeltaTable(uri, storage_options=storage_options)
         if mode == "error":
             raise TableExistsError(f"a Delta table already exists at {table.uri} (mode='error')")
         if mode == "ignore":

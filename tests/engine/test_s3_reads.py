@@ -57,6 +57,20 @@ def test_a_many_file_read_asks_each_file_for_its_footer_once_and_never_for_its_s
     assert pa.io_thread_count() >= 32  # Arrow's I/O pool covers the requests in flight
 
 
+def test_an_append_to_an_existing_table_lists_its_log_once(counted):
+    proxy, server = counted
+    uri = server.uri()
+    write_table(uri, rows(0, 10), storage_options=server.options())
+    write_table(uri, rows(10, 10), mode="append", storage_options=server.options())
+    proxy.counters(reset=True)
+    write_table(uri, rows(20, 10), mode="append", storage_options=server.options())
+    done = proxy.counters(reset=True)
+    assert done.get("list_requests") == 1, done  # the open that finds the table is its check
+    assert done.get("put_requests") == 2, done  # the data file, then the commit
+    out = DeltaTable(uri, storage_options=server.options()).to_arrow().sort_by("id")
+    assert_same_rows(out, rows(0, 30).cast(out.schema))
+
+
 def test_a_filtered_read_fetches_each_small_file_it_keeps_in_one_request(counted):
     proxy, server = counted
     uri = server.uri()
