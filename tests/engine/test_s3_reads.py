@@ -5,6 +5,8 @@ result is checked against the rows written."""
 from __future__ import annotations
 
 import json
+import random
+import uuid
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -89,6 +91,65 @@ def test_a_filtered_read_fetches_each_small_file_it_keeps_in_one_request(counted
     named = fresh.to_arrow(filter="`name with space.and dot` = 'n7'")
     assert named.column("id").to_pylist() == [7]
     assert fresh.to_arrow(filter="id > 99999").num_rows == 0
+
+
+def test_opening_a_table_with_a_large_checkpoint_fetches_the_checkpoint_in_one_request(counted, tmp_path):
+    """A 100,000-file checkpoint (over 8 MB) is read nearly whole by every open: one GET, not a
+    HEAD and a range read per column chunk."""
+    proxy, server = counted
+    local = tmp_path / "t"
+    log = local / "_delta_log"
+    log.mkdir(parents=True)
+    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
+    lines = [
+        json.dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
+        json.dumps(
+            {
+                "metaData": {
+                    "id": "7",
+                    "format": {"provider": "parquet", "options": {}},
+                    "schemaString": json.dumps(schema),
+                    "partitionColumns": [],
+                    "configuration": {},
+                }
+            }
+        ),
+    ]
+    rng = random.Random(7)  # random paths and statistics: a checkpoint that does not compress away
+    for n in range(100_000):
+        low = rng.getrandbits(62)
+        stats = {
+            "numRecords": 10,
+            "minValues": {"id": low},
+            "maxValues": {"id": low + rng.getrandbits(40)},
+            "nullCount": {"id": 0},
+        }
+        add = {
+            "path": f"part-{n:08d}-{uuid.UUID(int=rng.getrandbits(128))}.parquet",
+            "partitionValues": {},
+            "size": rng.getrandbits(30),
+            "modificationTime": 1_700_000_000_000 + n,
+            "dataChange": True,
+            "stats": json.dumps(stats),
+            "tags": {"origin": uuid.UUID(int=rng.getrandbits(128)).hex * 2},
+        }
+        lines.append(json.dumps({"add": add}))
+    (log / f"{0:020d}.json").write_text("\n".join(lines) + "\n")
+    DeltaTable(str(local)).create_checkpoint()
+    checkpoint = log / f"{0:020d}.checkpoint.parquet"
+    assert checkpoint.stat().st_size > 8 << 20  # beyond a small object's single read
+    uri = server.uri()
+    prefix = urlsplit(uri).path.lstrip("/")
+    s3 = server.client()
+    for path in log.iterdir():
+        s3.upload_file(str(path), server.bucket, f"{prefix}/_delta_log/{path.name}")
+    proxy.counters(reset=True)
+    table = DeltaTable(uri, storage_options=server.options())
+    opened = proxy.counters(reset=True)
+    assert len(table.file_uris()) == 100_000
+    assert opened.get("head_requests", 0) == 0, opened
+    # _last_checkpoint, the listing, the checkpoint: one request each.
+    assert opened["requests"] == 3, opened
 
 
 def test_the_same_table_object_reads_again_after_its_own_append_and_streams_the_same_rows(counted):
