@@ -55,7 +55,7 @@ _NUMPY_TYPES = {
         pa.float64(),
     )
 }
-_ARROW_TYPES = {dtype: t for t, dtype in _NUMPY_TYPES.items()}
+_ARROW_TYPES = {**{dtype: t for t, dtype in _NUMPY_TYPES.items()}, np.dtype(np.bool_): pa.bool_()}
 _EPOCH_DATE = date(1970, 1, 1)
 _EPOCH = datetime(1970, 1, 1)
 _EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
@@ -163,11 +163,7 @@ def from_numpy(values: np.ndarray, type: pa.DataType | None = None) -> pa.Array:
     """``pa.array(values, type=type)`` of a one-dimensional NumPy array; numbers and booleans of
     the type asked for (or of the array's own) are wrapped as buffers, without pandas."""
     if "pandas" not in sys.modules and values.ndim == 1:
-        target = (
-            type
-            if type is not None
-            else _ARROW_TYPES.get(values.dtype, pa.bool_() if values.dtype == np.bool_ else None)
-        )
+        target = type if type is not None else _ARROW_TYPES.get(values.dtype)
         if target is not None and _NUMPY_TYPES.get(target) == values.dtype:
             data = np.ascontiguousarray(values)
             return pa.Array.from_buffers(target, len(data), [None, pa.py_buffer(data)])

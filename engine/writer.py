@@ -93,23 +93,20 @@ _SPILL_PREFIX = "deltaplane-spill-"
 _HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
 
 
-def remove_stale_spills(base: str) -> list[str]:
+def remove_stale_spills(base: str) -> None:
     """Delete the spill directories under ``base`` of writes whose process is gone (killed
     before it could delete its runs): named for this host and a process id that no longer runs.
-    Another host's, or a live process's, are left alone. Returns the directories removed."""
+    Another host's, or a live process's, are left alone; each removal is logged."""
     pattern = re.compile(re.escape(f"{_SPILL_PREFIX}{_HOST}-") + r"(\d+)-[^/]+")
-    removed = []
     try:
         entries = list(os.scandir(base))
     except OSError:
-        return removed
+        return
     for entry in entries:
         match = pattern.fullmatch(entry.name)
         if match and entry.is_dir(follow_symlinks=False) and not _running(int(match.group(1))):
             shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(entry.path)
             log.info("removed the spilled runs of a write that did not finish: %s", entry.path)
-    return removed
 
 
 def _running(pid: int) -> bool:
@@ -368,7 +365,9 @@ class DataFileWriter:
         budget = self.config.buffer_budget
         extra_pieces = self._pieces - len(self._buffers)
         reclaimable = self._pinned - self._pinned_live + extra_pieces * self._piece_overhead
-        if reclaimable > self.buffered_bytes // 2:
+        # Copying pays only when it alone brings the buffers under the budget: otherwise the
+        # small buffers are spilled below, which copies them out of their batches anyway.
+        if reclaimable > self.buffered_bytes // 2 and self.buffered_bytes - reclaimable <= budget:
             for b in self._buffers.values():
                 if len(b.tables) > 1 or b.sources[0] is not None:
                     self._compact(b)
