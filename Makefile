@@ -99,6 +99,7 @@ bench: $(STAMP) $(REFERENCE)/stamp
 	$(BIN)/python benchmarks/spark.py
 	$(BIN)/python benchmarks/read_floor.py
 	$(BIN)/python benchmarks/s3_latency.py
+	$(BIN)/python benchmarks/stats_planning.py
 	$(BIN)/python benchmarks/clustering_skipping.py
 	$(BIN)/python benchmarks/delta_spark.py
 

@@ -155,7 +155,8 @@ def test_data_files_carry_no_parquet_bounds_that_hide_nan(nan_table):
             assert has_bounds == (column.path_in_schema == "id"), column.path_in_schema
 
 
-@pytest.mark.parametrize("files", [10, 100])  # json.loads below 64 files, pyarrow.json above
+# json.loads below 64 files, pyarrow.json above, in 1 MiB blocks on threads beyond 2 MiB of text
+@pytest.mark.parametrize("files", [10, 100, 40_000])
 def test_statistics_with_non_finite_strings_parse_the_same_for_few_and_many_files(files):
     from deltaplane.engine.schema import PrimitiveType
     from deltaplane.engine.stats import parse_file_stats
@@ -166,10 +167,12 @@ def test_statistics_with_non_finite_strings_parse_the_same_for_few_and_many_file
                 "numRecords": 1,
                 "minValues": {"x": ["NaN", "-Infinity", 1.5][i % 3], "s": ["NaN", 'a:"NaN"', "b"][i % 3]},
                 "maxValues": {"x": ["NaN", "Infinity", 2.5][i % 3], "s": "z"},
-            }
+            },
+            indent=1 if i % 7 == 0 else None,  # a writer that puts newlines between members
         )
         for i in range(files)
     ]
+    assert (sum(map(len, texts)) > 2 << 20) == (files == 40_000)
     stats = parse_file_stats(
         pa.table({"stats": texts}), {("x",): PrimitiveType("double"), ("s",): PrimitiveType("string")}
     )
