@@ -109,6 +109,21 @@ def remove_stale_spills(base: str) -> None:
             log.info("removed the spilled runs of a write that did not finish: %s", entry.path)
 
 
+_DENSE_CODES = 1 << 32
+
+
+def _stable_order(codes: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(codes, kind="stable")`` for non-negative codes below ``bound``: NumPy sorts
+    16-bit keys by radix (12 ms for a million rows, against 87 ms for int64 keys), so codes are
+    sorted 16 bits at a time, low half first."""
+    if bound <= 1 << 16:
+        return np.argsort(codes.astype(np.uint16), kind="stable")
+    if bound <= 1 << 32:
+        low = np.argsort((codes & 0xFFFF).astype(np.uint16), kind="stable")
+        return low[np.argsort((codes[low] >> 16).astype(np.uint16), kind="stable")]
+    return np.argsort(codes, kind="stable")
+
+
 def _running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -449,13 +464,16 @@ class DataFileWriter:
             yield (), table, _Batch(table.nbytes)
             return
         codes = np.zeros(table.num_rows, dtype=np.int64)
+        bound = 1  # codes are below this
         for name in columns:
             encoded = pc.dictionary_encode(table.column(name).combine_chunks())
             size = len(encoded.dictionary) + 1  # the extra code is null
             indices = pc.fill_null(encoded.indices, size - 1).to_numpy().astype(np.int64)
-            # Re-densify after each column so the combined code can never overflow.
-            codes = np.unique(codes * size + indices, return_inverse=True)[1].astype(np.int64)
-        order = np.argsort(codes, kind="stable")
+            codes, bound = codes * size + indices, bound * size
+            if bound > _DENSE_CODES:  # re-densified before the combined code could overflow
+                codes = np.unique(codes, return_inverse=True)[1].astype(np.int64)
+                bound = int(codes.max()) + 1
+        order = _stable_order(codes, bound)
         sorted_codes = codes[order]
         starts = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
         ends = np.append(starts[1:], len(order))

@@ -16,12 +16,13 @@ import textwrap
 from pathlib import Path
 
 import deltalake
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from deltaplane.engine import DeltaTable
+from deltaplane.engine import DeltaTable, write_table
 from deltaplane.engine.writer import MAX_PUBLISHING, PUBLISH_THREADS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -291,3 +292,30 @@ def test_runs_of_a_killed_write_are_removed_by_the_next_write_that_spills(tmp_pa
     runs, files = map(int, out.split())
     assert runs > 0 and files == 300
     assert sorted(p.name for p in spill.iterdir()) == sorted([live.name, other_host.name])
+
+
+@pytest.mark.parametrize("bound", [3, 70_000, 5_000_000_000])
+def test_rows_are_grouped_in_input_order_whatever_the_number_of_partition_codes(bound):
+    """The writer's stable order sorts 16 bits at a time: one pass, two, or NumPy's own sort."""
+    from deltaplane.engine.writer import _stable_order
+
+    rng = np.random.default_rng(bound)
+    codes = rng.integers(0, bound, 200_000, dtype=np.int64)
+    codes[:50] = bound - 1  # the largest code is there
+    assert np.array_equal(_stable_order(codes, bound), np.argsort(codes, kind="stable"))
+
+
+def test_two_partition_columns_with_many_combinations_keep_each_rows_partition(tmp_path):
+    """257 values of each key: combined codes beyond 16 bits (the two-pass order), in 600 rows of
+    random order (600 partitions, not 66,049: a file each)."""
+    rng = np.random.default_rng(5)
+    n = 600
+    i = rng.permutation(n)
+    a, b = i % 257, (i * 11) % 257
+    data = pa.table({"id": i, "a": a, "b": pa.array([f"k{v}" for v in b])})
+    write_table(str(tmp_path / "t"), data, partition_by=["a", "b"])
+    out = DeltaTable(str(tmp_path / "t")).to_arrow().sort_by("id")
+    order = np.argsort(i)
+    assert out.column("id").to_pylist() == list(range(n))
+    assert out.column("a").to_pylist() == a[order].tolist()
+    assert out.column("b").to_pylist() == [f"k{v}" for v in b[order]]
