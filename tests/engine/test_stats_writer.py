@@ -126,3 +126,22 @@ def test_statistics_from_parquet_metadata_equal_those_computed_from_arrow():
         writer.write(pa.Table.from_batches([batch]))
     (add,) = writer.close()
     assert json.loads(add.stats) == collect(t)
+
+
+def test_stats_json_reads_back_as_written_for_every_kind_of_value():
+    """Plain values take one json.dumps; decimals and non-finite floats the value-by-value path;
+    a string holding the words NaN or Infinity stays a string."""
+    plain = {
+        "numRecords": 3,
+        "minValues": {"größe": -1.5, "a.b": "NaN inside", "s": 'q"uote\n', "n": None, "t": True},
+        "maxValues": {"größe": 2.25, "a.b": "Infinity", "s": "\u65e5", "n": None, "t": False},
+        "nullCount": {"größe": 0, "a.b": 1, "s": 0, "n": 3, "t": 0},
+    }
+    assert json.loads(stats_json(plain)) == plain
+    special = {
+        "minValues": {"x": float("nan"), "d": Decimal("-0.000123450")},
+        "maxValues": {"x": float("inf")},
+    }
+    text = stats_json(special)
+    assert json.loads(text) == {"minValues": {"x": "NaN", "d": -0.00012345}, "maxValues": {"x": "Infinity"}}
+    assert '"d":-0.000123450' in text  # the decimal's own digits, not a float's
