@@ -27,6 +27,8 @@ import time
 import urllib.request
 from collections import Counter
 
+from deltaplane.devstack.processes import stop
+
 _CHUNK = 1 << 16
 # A request line at the start of a chunk or of a line (request bodies are not scanned apart:
 # a body holding such a line would count, which data files and logs do not).
@@ -196,13 +198,7 @@ class ProxyProcess:
             return json.loads(response.read())
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop(self.process, timeout=10)
         if self.process.stdout is not None:
             self.process.stdout.close()
 

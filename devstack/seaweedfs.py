@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from deltaplane.devstack.ports import SEAWEEDFS_GRPC_OFFSET, free_ports
+from deltaplane.devstack.processes import stop
 
 
 class SeaweedFSError(RuntimeError):
@@ -67,9 +67,4 @@ def running(
                     time.sleep(0.3)
             yield ports["s3"]
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)

@@ -40,12 +40,18 @@ def rows(start: int, n: int) -> pa.Table:
     )
 
 
-def test_a_many_file_read_asks_each_file_for_its_footer_once_and_never_for_its_size(counted):
-    proxy, server = counted
+def appended(server: S3Server, files: int, rows_each: int) -> tuple[str, DeltaTable]:
+    """A new table on S3 of ``files`` appends of ``rows_each`` rows (ids from 0, in order)."""
     uri = server.uri()
     table = DeltaTable.create(uri, rows(0, 1).schema, storage_options=server.options())
-    for i in range(12):
-        table.append(rows(i * 100, 100))
+    for i in range(files):
+        table.append(rows(i * rows_each, rows_each))
+    return uri, table
+
+
+def test_a_many_file_read_asks_each_file_for_its_footer_once_and_never_for_its_size(counted):
+    proxy, server = counted
+    uri, _table = appended(server, 12, 100)
     expected = pa.concat_tables([rows(i * 100, 100) for i in range(12)])
     proxy.counters(reset=True)
     fresh = DeltaTable(uri, storage_options=server.options())
@@ -75,10 +81,7 @@ def test_an_append_to_an_existing_table_lists_its_log_once(counted):
 
 def test_a_filtered_read_fetches_each_small_file_it_keeps_in_one_request(counted):
     proxy, server = counted
-    uri = server.uri()
-    table = DeltaTable.create(uri, rows(0, 1).schema, storage_options=server.options())
-    for i in range(12):
-        table.append(rows(i * 100, 100))
+    uri, _table = appended(server, 12, 100)
     fresh = DeltaTable(uri, storage_options=server.options())
     proxy.counters(reset=True)
     out = fresh.to_arrow(filter="id BETWEEN 510 AND 519 OR id = 1105")
@@ -154,10 +157,7 @@ def test_opening_a_table_with_a_large_checkpoint_fetches_the_checkpoint_in_one_r
 
 def test_the_same_table_object_reads_again_after_its_own_append_and_streams_the_same_rows(counted):
     _, server = counted
-    uri = server.uri()
-    table = DeltaTable.create(uri, rows(0, 1).schema, storage_options=server.options())
-    for i in range(3):
-        table.append(rows(i * 10, 10))
+    _uri, table = appended(server, 3, 10)
     first = table.to_arrow()
     table.append(rows(1_000, 5))
     again = table.to_arrow()
@@ -183,10 +183,7 @@ def test_partition_values_that_need_escaping_read_back_from_s3(counted):
 
 def test_a_data_file_deleted_behind_the_tables_back_is_named(counted):
     _, server = counted
-    uri = server.uri()
-    table = DeltaTable.create(uri, rows(0, 1).schema, storage_options=server.options())
-    for i in range(3):
-        table.append(rows(i * 10, 10))
+    uri, table = appended(server, 3, 10)
     victim = urlsplit(table.file_uris()[1]).path.lstrip("/")
     server.client().delete_object(Bucket=server.bucket, Key=victim)
     with pytest.raises(DataFileError, match="is missing") as caught:
@@ -198,10 +195,7 @@ def test_a_log_that_records_a_wrong_file_size_still_reads_right(counted):
     """Another writer's log may carry a size that is not the object's: the size only saves a
     request, it never decides what is read."""
     _, server = counted
-    uri = server.uri()
-    table = DeltaTable.create(uri, rows(0, 1).schema, storage_options=server.options())
-    table.append(rows(0, 50))
-    table.append(rows(50, 50))
+    uri, _ = appended(server, 2, 50)
     s3 = server.client()
     prefix = urlsplit(uri).path.lstrip("/")
     key = f"{prefix}/_delta_log/{1:020d}.json"

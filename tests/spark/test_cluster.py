@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.request
@@ -18,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from deltaplane.devstack.ports import free_port
+from deltaplane.devstack.processes import stop
 from deltaplane.engine import DeltaTable, write_table
 from deltaplane.spark_jobs.submit import spark_home, submit
 
@@ -32,13 +32,7 @@ def _start(command: list[str], log: Path, env: dict) -> subprocess.Popen:
 
 
 def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    stop(process, timeout=20)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from deltaplane.devstack.ports import free_port
+from deltaplane.devstack.processes import stop
 from deltaplane.engine import DeltaTable, write_table
 from deltaplane.spark_jobs.submit import spark_home
 
@@ -66,13 +66,7 @@ def connect_url(tmp_path_factory):
             time.sleep(0.5)
         yield f"sc://127.0.0.1:{port}"
     finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        stop(server, timeout=30)
 
 
 def client(scenario: str, url: str, folder: Path) -> dict:
