@@ -30,6 +30,7 @@ from collections import Counter
 from deltaplane.devstack.processes import stop
 
 _CHUNK = 1 << 16
+_DRAIN_SECONDS = 120
 # A request line at the start of a chunk or of a line (request bodies are not scanned apart:
 # a body holding such a line would count, which data files and logs do not).
 _REQUEST_LINE = re.compile(rb"(?:^|\n)([A-Z]+) ([^ \r\n]+) HTTP/1\.[01]\r\n")
@@ -127,13 +128,22 @@ class LatencyProxy:
         except OSError:
             client_writer.close()
             return
+        pumps = [
+            # A handshake costs one round trip before the client can send anything.
+            asyncio.ensure_future(
+                _pump(client_reader, server_writer, self.half, accepted + 3 * self.half, self._count_request)
+            ),
+            asyncio.ensure_future(_pump(server_reader, client_writer, self.half, 0.0, self._count_response)),
+        ]
         try:
-            await asyncio.gather(
-                # A handshake costs one round trip before the client can send anything.
-                _pump(client_reader, server_writer, self.half, accepted + 3 * self.half, self._count_request),
-                _pump(server_reader, client_writer, self.half, 0.0, self._count_response),
-            )
+            # Once one direction ends (its peer closed, or a connection failed), the other has a
+            # while to hand over what is in flight; then both sides are closed, never left open.
+            _, pending = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            if pending:
+                await asyncio.wait(pending, timeout=_DRAIN_SECONDS)
         finally:
+            for pump in pumps:
+                pump.cancel()
             for writer in (server_writer, client_writer):
                 writer.close()
                 with contextlib.suppress(OSError, ConnectionError):
@@ -146,7 +156,8 @@ class LatencyProxy:
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             writer.close()
             return
-        method, path = head.split(b" ", 2)[:2]
+        method, _, rest = head.partition(b" ")
+        path = rest.split(b" ", 1)[0]
         body = json.dumps(self.counters.as_dict()).encode()
         if method == b"POST" and path == b"/reset":
             self.counters.reset()

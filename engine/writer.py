@@ -380,9 +380,7 @@ class DataFileWriter:
         budget = self.config.buffer_budget
         extra_pieces = self._pieces - len(self._buffers)
         reclaimable = self._pinned - self._pinned_live + extra_pieces * self._piece_overhead
-        # Copying pays only when it alone brings the buffers under the budget: otherwise the
-        # small buffers are spilled below, which copies them out of their batches anyway.
-        if reclaimable > self.buffered_bytes // 2 and self.buffered_bytes - reclaimable <= budget:
+        if reclaimable > self.buffered_bytes // 2:
             for b in self._buffers.values():
                 if len(b.tables) > 1 or b.sources[0] is not None:
                     self._compact(b)

@@ -23,10 +23,14 @@ from deltaplane.engine.schema import (
 
 # to_batches streams through Arrow's scanner only where every file is small (many small files is
 # where reading ahead across files pays); it then holds at most this many files and batches each
-# in flight. Larger files stream one at a time on the engine's path, in memory bounded by a batch.
+# in flight (on an object store, whose round trips need more files in flight, up to 32 files and
+# _STREAM_REMOTE_BYTES of them). Larger files stream one at a time on the engine's path, in
+# memory bounded by a batch.
 _STREAM_FILE_BYTES = 16 << 20
 
 _STREAM_FILE_READAHEAD = 8
+
+_STREAM_REMOTE_BYTES = 128 << 20
 
 _STREAM_BATCH_READAHEAD = 2
 
@@ -205,6 +209,13 @@ class DatasetPath:
             return None
         return self._dataset_batch_stream(*prepared, batch_size)
 
+    def _stream_readahead(self) -> int:
+        """Files the batch stream reads ahead: more on an object store, within a byte budget."""
+        if not self._remote:
+            return _STREAM_FILE_READAHEAD
+        largest = pc.max(self.files.column("size")).as_py() or 1
+        return max(_STREAM_FILE_READAHEAD, min(self._file_readahead, _STREAM_REMOTE_BYTES // largest))
+
     def _dataset_batch_stream(
         self, fragments: list, expected: pa.Schema, filesystem, batch_size: int
     ) -> Iterator[pa.RecordBatch]:
@@ -222,7 +233,7 @@ class DatasetPath:
             columns=expected.names,
             batch_size=batch_size,
             batch_readahead=_STREAM_BATCH_READAHEAD,
-            fragment_readahead=self._file_readahead if self._remote else _STREAM_FILE_READAHEAD,
+            fragment_readahead=self._stream_readahead(),
             use_threads=True,
         )
         batches = iter(scanner.scan_batches())

@@ -124,8 +124,8 @@ class ObjectStore(Protocol):
 
     def open_input(self, key: str, *, size: int | None = None) -> pa.NativeFile:
         """A random-access file for readers such as Parquet that seek. ``size`` is the object's
-        size when the caller knows it (from the log): a remote store then needs no request to
-        learn it, and may fetch a small object whole in one."""
+        size when the caller knows it (from the log): a remote store may then fetch a small
+        object whole in one request (S3: up to 8 MiB; larger ones are opened as without it)."""
         ...
 
     def arrow_files(self) -> tuple[pafs.FileSystem, str, str] | None:

@@ -184,3 +184,39 @@ def test_statistics_with_non_finite_strings_parse_the_same_for_few_and_many_file
         assert (math.isnan(lows[i]) and math.isnan(expected_low)) or lows[i] == expected_low
         assert (math.isnan(highs[i]) and math.isnan(expected_high)) or highs[i] == expected_high
     assert stats.min_values[("s",)].to_pylist() == [["NaN", 'a:"NaN"', "b"][i % 3] for i in range(files)]
+
+
+def test_statistics_of_many_files_parse_in_threaded_blocks_even_with_a_line_longer_than_a_block(monkeypatch):
+    """Beyond 2 MiB of text the statistics are parsed in 1 MiB blocks on threads; newlines inside
+    a file's JSON and one file's statistics longer than a block (a 1.5 MB string bound) still
+    take that path, not the row-by-row one."""
+    from deltaplane.engine import stats as stats_module
+    from deltaplane.engine.schema import PrimitiveType
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("fell back to parsing row by row")
+
+    monkeypatch.setattr(stats_module, "_parse_json_slowly", refuse)
+    files = 40_000
+    long_bound = "w" * 1_500_000
+    texts = [
+        json.dumps(
+            {
+                "numRecords": i,
+                "minValues": {"x": i * 0.5, "s": long_bound if i == 777 else f"s{i}"},
+                "maxValues": {"x": i * 0.5 + 1, "s": "z"},
+                "nullCount": {"x": i % 3},
+            },
+            indent=1 if i % 11 == 0 else None,
+        )
+        for i in range(files)
+    ]
+    assert sum(map(len, texts)) > 2 << 20
+    parsed = stats_module.parse_file_stats(
+        pa.table({"stats": texts}), {("x",): PrimitiveType("double"), ("s",): PrimitiveType("string")}
+    )
+    assert parsed.num_records.to_pylist() == list(range(files))
+    assert parsed.min_values[("x",)].to_pylist() == [i * 0.5 for i in range(files)]
+    assert parsed.max_values[("x",)].to_pylist() == [i * 0.5 + 1 for i in range(files)]
+    assert parsed.null_count[("x",)].to_pylist() == [i % 3 for i in range(files)]
+    assert parsed.min_values[("s",)][777].as_py() == long_bound

@@ -128,16 +128,23 @@ def test_statistics_from_parquet_metadata_equal_those_computed_from_arrow():
     assert json.loads(add.stats) == collect(t)
 
 
-def test_stats_json_reads_back_as_written_for_every_kind_of_value():
-    """Plain values take one json.dumps; decimals and non-finite floats the value-by-value path;
-    a string holding the words NaN or Infinity stays a string."""
+def test_stats_json_reads_back_as_written_for_every_kind_of_value(monkeypatch):
+    """Plain values take one json.dumps; decimals, non-finite floats and strings holding the
+    words NaN or Infinity the value-by-value path, with the same result."""
+    from deltaplane.engine import stats as stats_module
+
     plain = {
         "numRecords": 3,
-        "minValues": {"größe": -1.5, "a.b": "NaN inside", "s": 'q"uote\n', "n": None, "t": True},
-        "maxValues": {"größe": 2.25, "a.b": "Infinity", "s": "\u65e5", "n": None, "t": False},
+        "minValues": {"größe": -1.5, "a.b": "plain", "s": 'q"uote\n', "n": None, "t": True},
+        "maxValues": {"größe": 2.25, "a.b": "text", "s": "\u65e5", "n": None, "t": False},
         "nullCount": {"größe": 0, "a.b": 1, "s": 0, "n": 3, "t": 0},
     }
+    by_value = stats_module._stats_json_by_value
+    monkeypatch.setattr(stats_module, "_stats_json_by_value", None)  # the one-call path only
     assert json.loads(stats_json(plain)) == plain
+    monkeypatch.setattr(stats_module, "_stats_json_by_value", by_value)
+    words = {"minValues": {"a.b": "NaN inside"}, "maxValues": {"a.b": "Infinity"}}
+    assert json.loads(stats_json(words)) == words
     special = {
         "minValues": {"x": float("nan"), "d": Decimal("-0.000123450")},
         "maxValues": {"x": float("inf")},
