@@ -171,16 +171,12 @@ def pyarrow_dataset(snapshot: Snapshot, files: pa.Table | None = None) -> ds.Dat
 
 
 def _filesystem(snapshot: Snapshot):
-    """The pyarrow filesystem and base path of the snapshot's store."""
-    from pyarrow import fs
-
+    """The pyarrow filesystem and base path of the snapshot's store (``ObjectStore.arrow_files``)."""
     store = snapshot.store
     root = store.root
-    if root.startswith("s3://"):
-        arrow_fs = getattr(store, "_arrow_filesystem", lambda: None)()
-        if arrow_fs is None:
-            raise UnsupportedOperationError(f"pyarrow cannot open {root} (its S3 support is missing)")
-        return arrow_fs, root[len("s3://") :]
-    if "://" in root:
-        raise UnsupportedOperationError(f"a pyarrow dataset cannot read {root}: only local paths and S3")
-    return fs.LocalFileSystem(), root
+    view = getattr(store, "arrow_files", lambda: None)()  # a store written before the method
+    if view is None:
+        what = "its S3 support is missing" if root.startswith("s3://") else "only local paths and S3"
+        raise UnsupportedOperationError(f"a pyarrow dataset cannot read {root}: {what}")
+    filesystem, uri_prefix, path_prefix = view
+    return filesystem, path_prefix + root[len(uri_prefix) :] if root.startswith(uri_prefix) else root
