@@ -21,6 +21,7 @@ from deltaplane.engine.partitions import parse_partition_values
 from deltaplane.engine.schema import DataType, StructType, to_arrow_schema, to_arrow_type
 from deltaplane.engine.snapshot import Snapshot
 from deltaplane.engine.stats import parse_file_stats, stats_supported
+from deltaplane.engine.storage import arrow_files
 from deltaplane.engine.values_to_arrow import scalar
 
 if TYPE_CHECKING:
@@ -174,7 +175,7 @@ def _filesystem(snapshot: Snapshot):
     """The pyarrow filesystem and base path of the snapshot's store (``ObjectStore.arrow_files``)."""
     store = snapshot.store
     root = store.root
-    view = getattr(store, "arrow_files", lambda: None)()  # a store written before the method
+    view = arrow_files(store)
     if view is None:
         what = "its S3 support is missing" if root.startswith("s3://") else "only local paths and S3"
         raise UnsupportedOperationError(f"a pyarrow dataset cannot read {root}: {what}")

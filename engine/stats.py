@@ -156,7 +156,7 @@ def _parse_json_column(stats: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> 
     text = pc.if_else(pc.equal(text, ""), "{}", text)
     # One copy of the text searched with memchr/memmem (40 ms for 21 MB here) where a kernel per
     # question over every file's string costs 3x that.
-    raw = _text_bytes(text)
+    raw = _characters(text).to_pybytes()
     if b"\n" in raw:
         text = pc.replace_substring(text, "\n", " ")  # JSON whitespace; keeps one file per line
     fast = text
@@ -167,9 +167,7 @@ def _parse_json_column(stats: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> 
         # refuses for a number column; it reads them bare. (A string column whose bound is
         # "NaN" then fails here and takes the slow path, which keeps it a string.)
         fast = pc.replace_substring_regex(fast, _NON_FINITE_TEXT, r":\1")
-    lines = pc.binary_join_element_wise(fast, "", "\n").cast(pa.large_string())
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + n + 1]
-    data = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
+    data = _characters(pc.binary_join_element_wise(fast, "", "\n"))
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     try:
         # Threads parse blocks side by side: 1 MiB blocks keep every core busy on a large log
@@ -193,16 +191,16 @@ def _parse_json_column(stats: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> 
     return _parse_json_slowly(text.to_pylist(), schema)
 
 
-def _text_bytes(text: pa.Array) -> bytes:
-    """The characters of a string array without nulls, end to end (one copy)."""
+def _characters(text: pa.Array) -> pa.Buffer:
+    """The characters of a string array without nulls, end to end (a slice, no copy)."""
     if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
         text = text.cast(pa.large_string())  # string views: one layout to read
     data = text.buffers()[2]
     if data is None or not len(text):
-        return b""
+        return pa.py_buffer(b"")
     width = np.int64 if pa.types.is_large_string(text.type) else np.int32
     offsets = np.frombuffer(text.buffers()[1], dtype=width)[text.offset : text.offset + len(text) + 1]
-    return data[int(offsets[0]) : int(offsets[-1])].to_pybytes()
+    return data[int(offsets[0]) : int(offsets[-1])]
 
 
 def _parse_json_slowly(texts: list[str], schema: pa.Schema) -> pa.Table:

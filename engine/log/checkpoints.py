@@ -245,7 +245,7 @@ def _read_parquet(
         # pre_buffer would cache whole column chunks for the life of the reader: with a
         # million-row row group that is hundreds of MB held for nothing.
         pf = pq.ParquetFile(
-            _open(store, key, size, whole_up_to=_WHOLE_FETCH_BYTES if file_actions else _CONFIG_FETCH_BYTES),
+            _open(store, key, size, whole=file_actions),
             pre_buffer=False,
             buffer_size=_READ_BUFFER,
             page_checksum_verification=True,
@@ -291,15 +291,15 @@ def _read_parquet(
 # actions are read: a replay reads nearly all of it, and through a random-access file it costs a
 # round trip for the footer and one per column chunk decoded (50 for a 100,000-file checkpoint of
 # 29 MB: 2 s at 20 ms a trip). The bytes are held while the file is parsed, which the parse's own
-# arrays outweigh. A read of the protocol and metadata alone fetches whole only small files.
+# arrays outweigh. A read of the protocol and metadata alone leaves it to the store (which fetches
+# small objects whole).
 _WHOLE_FETCH_BYTES = 128 << 20
-_CONFIG_FETCH_BYTES = 8 << 20
 
 
-def _open(store: ObjectStore, key: str, size: int | None, *, whole_up_to: int) -> pa.NativeFile:
-    if getattr(store, "remote", True) and size and 0 < size <= whole_up_to:
+def _open(store: ObjectStore, key: str, size: int | None, *, whole: bool) -> pa.NativeFile:
+    if whole and getattr(store, "remote", True) and size and 0 < size <= _WHOLE_FETCH_BYTES:
         return pa.BufferReader(store.get(key))
-    return store.open_input(key)
+    return store.open_input(key, size=size)
 
 
 # A checkpoint this small (uncompressed) is read in one call: per-field, per-batch decoding

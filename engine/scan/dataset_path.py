@@ -20,6 +20,7 @@ from deltaplane.engine.schema import (
     PrimitiveType,
     to_arrow_type,
 )
+from deltaplane.engine.storage import arrow_files
 
 # to_batches streams through Arrow's scanner only where every file is small (many small files is
 # where reading ahead across files pays); it then holds at most this many files and batches each
@@ -112,7 +113,7 @@ class DatasetPath:
         object store no request asks for it."""
         if self._lineage_names is not None or self.mode == "id":
             return None
-        view = getattr(self.snapshot.store, "arrow_files", lambda: None)()
+        view = arrow_files(self.snapshot.store)
         if view is None:
             return None
         filesystem, uri_prefix, path_prefix = view

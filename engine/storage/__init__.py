@@ -19,11 +19,19 @@ __all__ = [
     "ObjectMeta",
     "ObjectStore",
     "PutMode",
+    "arrow_files",
     "missing_objects",
     "open_store",
     "resolve_location",
     "table_location",
 ]
+
+
+def arrow_files(store: ObjectStore):
+    """``store.arrow_files()``: Arrow's filesystem, URI prefix and path prefix for the store's
+    objects, or ``None`` (also for a store written before the protocol had the method)."""
+    method = getattr(store, "arrow_files", None)
+    return method() if method is not None else None
 
 
 def table_location(uri: Any) -> str:
