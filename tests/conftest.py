@@ -124,16 +124,26 @@ def s3_server(tmp_path_factory):
 # --- the reference implementation: Delta Spark in its own virtualenv ----------------------------
 
 
+INTERPRETED_SPARK = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
 @pytest.fixture(scope="session")
 def delta_spark():
     """Delta Spark 4.4 (one JVM per test worker that needs it, driven by tests/deltaspark/client.py;
     its tests are spread over the workers like any other). Not set up is a failure, not a skip:
-    `make test` provisions it (tests/deltaspark/provision.py). Its JVM collects garbage on one
-    thread: 12% less CPU per differential step than the default collector (A/B/A/B, 3
-    examples: 196 vs 224 CPU-s), on a machine the suite shares; benchmarks keep the defaults."""
+    `make test` provisions it (tests/deltaspark/provision.py).
+
+    Tuned for CPU, which the suite is short of (benchmarks keep Delta Spark's defaults):
+    - its JVM collects garbage on one thread: 12% less CPU per differential step than the default
+      collector (A/B/A/B, 3 examples: 196 vs 224 CPU-s);
+    - Spark evaluates plans without generating code (``INTERPRETED_SPARK``): the reference's
+      tables hold a few rows, so compiling each query's Java costs more than it saves. Whole
+      machine, test_cross_write.py, 4 runs each interleaved: 159 CPU-s mean (147-169) against 203
+      (186-238), wall 95 s against 121 s. Spark's interpreted and generated evaluation are meant to
+      agree (Spark tests both); a C1-only JIT on top saved 4% CPU for 20% more wall time."""
     from tests.deltaspark.client import DeltaSpark
 
-    spark = DeltaSpark.start(java_options="-XX:+UseSerialGC")
+    spark = DeltaSpark.start(java_options="-XX:+UseSerialGC", spark_conf=INTERPRETED_SPARK)
     try:
         yield spark
     finally:

@@ -46,7 +46,12 @@ class DeltaSpark:
 
     @classmethod
     def start(
-        cls, *, max_seconds: int = 5400, driver_memory: str = "2g", java_options: str = ""
+        cls,
+        *,
+        max_seconds: int = 5400,
+        driver_memory: str = "2g",
+        java_options: str = "",
+        spark_conf: dict[str, str] | None = None,
     ) -> DeltaSpark:
         # One server serves a test worker's whole session: its bound is CI's limit (90 minutes),
         # not an hour, which a suite slowed by other load on the machine can pass.
@@ -65,6 +70,7 @@ class DeltaSpark:
             "DELTA_SPARK_MAX_SECONDS": str(max_seconds),
             "DELTA_SPARK_DRIVER_MEMORY": driver_memory,
             "DELTA_SPARK_JAVA_OPTIONS": java_options,  # the JVM's defaults unless a caller asks
+            "DELTA_SPARK_CONF": json.dumps(spark_conf or {}),  # Spark's defaults unless a caller asks
             "DELTA_SPARK_WAREHOUSE": tempfile.mkdtemp(prefix="delta-spark-warehouse-"),
             "PYSPARK_PYTHON": str(home / "venv" / "bin" / "python"),
             "TZ": "UTC",

@@ -48,6 +48,8 @@ def session(jars: str):
         .config("spark.sql.warehouse.dir", os.environ["DELTA_SPARK_WAREHOUSE"])
         .config("spark.driver.extraJavaOptions", os.environ.get("DELTA_SPARK_JAVA_OPTIONS", ""))
     )
+    for key, value in json.loads(os.environ.get("DELTA_SPARK_CONF") or "{}").items():
+        builder = builder.config(key, value)  # the caller's settings (the suite's fixture has some)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

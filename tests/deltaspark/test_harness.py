@@ -39,3 +39,11 @@ def test_the_suites_reference_jvm_collects_on_one_thread(delta_spark):
     jvms = [p for p in below if p.cmdline and p.cmdline[0].endswith("java")]
     assert len(jvms) == 1, jvms
     assert "-XX:+UseSerialGC" in jvms[0].cmdline
+
+
+def test_the_suites_reference_evaluates_without_generating_code(delta_spark):
+    """The fixture's settings reach Delta Spark's session (its reads stay as the reference's)."""
+    from tests.conftest import INTERPRETED_SPARK
+
+    for key, value in INTERPRETED_SPARK.items():
+        assert delta_spark.sql(f"SET {key}") == [{"key": key, "value": value}]
