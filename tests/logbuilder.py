@@ -14,13 +14,19 @@ import pyarrow.parquet as pq
 
 from deltaplane.engine.storage.base import ObjectStore
 
-SIMPLE_SCHEMA = {
-    "type": "struct",
-    "fields": [
-        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
-        {"name": "part", "type": "string", "nullable": True, "metadata": {}},
-    ],
-}
+
+def struct_schema(*columns: tuple[str, str | dict] | tuple[str, str | dict, bool]) -> dict:
+    """A table schema as the log writes it: ``(name, type)`` or ``(name, type, nullable)`` per
+    column (nullable unless said), no column metadata; a type is its log form (a string, or a dict
+    for nested types)."""
+    fields = [
+        {"name": c[0], "type": c[1], "nullable": c[2] if len(c) > 2 else True, "metadata": {}}
+        for c in columns
+    ]
+    return {"type": "struct", "fields": fields}
+
+
+SIMPLE_SCHEMA = struct_schema(("id", "long"), ("part", "string"))
 
 
 def protocol(reader: int = 1, writer: int = 2, reader_features=None, writer_features=None) -> dict:

@@ -28,15 +28,9 @@ from deltaplane.engine.expressions.parser import parse_predicate
 from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage import MemoryStore
 from deltaplane.engine.transaction import Transaction
-from tests.logbuilder import add, metadata, protocol, write_commit
+from tests.logbuilder import add, metadata, protocol, struct_schema, write_commit
 
-SCHEMA = {
-    "type": "struct",
-    "fields": [
-        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
-        {"name": "region", "type": "string", "nullable": True, "metadata": {}},
-    ],
-}
+SCHEMA = struct_schema(("id", "long"), ("region", "string"))
 _names = itertools.count()
 
 

@@ -17,16 +17,9 @@ from deltaplane.engine.errors import DataFileError
 from deltaplane.engine.scan import Scan, ScanBuilder
 from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage.local import LocalStore
-from tests.logbuilder import DV_FEATURES, add, inline_dv, metadata, protocol, write_commit
+from tests.logbuilder import DV_FEATURES, add, inline_dv, metadata, protocol, struct_schema, write_commit
 
-SCHEMA = {
-    "type": "struct",
-    "fields": [
-        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
-        {"name": "name", "type": "string", "nullable": True, "metadata": {}},
-        {"name": "p", "type": "string", "nullable": True, "metadata": {}},
-    ],
-}
+SCHEMA = struct_schema(("id", "long"), ("name", "string"), ("p", "string"))
 
 
 def parquet(root, name: str, table: pa.Table, **options) -> str:

@@ -19,7 +19,7 @@ from deltaplane.engine import DeltaTable
 from deltaplane.engine.errors import ProtocolError, SchemaError
 from deltaplane.engine.schema import GeoType, parse_schema
 from deltaplane.engine.storage import LocalStore
-from tests.logbuilder import add, commit_info, metadata, protocol, write_commit
+from tests.logbuilder import add, commit_info, metadata, protocol, struct_schema, write_commit
 
 
 def wkb_point(x: float, y: float) -> bytes:
@@ -41,14 +41,9 @@ class _GeoArrowWKB(pa.ExtensionType):
         return cls(json.loads(serialized))
 
 
-SCHEMA = {
-    "type": "struct",
-    "fields": [
-        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
-        {"name": "shape", "type": "geometry(OGC:CRS84)", "nullable": True, "metadata": {}},
-        {"name": "route", "type": "geography(EPSG:4326, spherical)", "nullable": True, "metadata": {}},
-    ],
-}
+SCHEMA = struct_schema(
+    ("id", "long"), ("shape", "geometry(OGC:CRS84)"), ("route", "geography(EPSG:4326, spherical)")
+)
 
 
 def write_geo_file(root, name: str, ids: list[int], points: list[tuple[float, float] | None]) -> int:

@@ -21,6 +21,7 @@ from tests.logbuilder import (
     add,
     metadata,
     protocol,
+    struct_schema,
     write_checkpoint,
     write_commit,
     write_parquet,
@@ -127,13 +128,7 @@ def test_variant_columns_read_as_their_struct_encoding():
             }
         ),
     )
-    schema = {
-        "type": "struct",
-        "fields": [
-            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
-            {"name": "v", "type": "variant", "nullable": True, "metadata": {}},
-        ],
-    }
+    schema = struct_schema(("id", "long"), ("v", "variant"))
     features = ["variantType"]
     write_commit(store, 0, [protocol(3, 7, features, features), metadata(schema=schema), add("f.parquet")])
     out = ScanBuilder(load_snapshot(store)).build().to_table()

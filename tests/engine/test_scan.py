@@ -13,7 +13,7 @@ from deltaplane.engine.errors import DataFileError, InvalidPredicateError, Schem
 from deltaplane.engine.scan import ScanBuilder
 from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage import MemoryStore
-from tests.logbuilder import add, metadata, protocol, simple_table, write_commit, write_parquet
+from tests.logbuilder import add, metadata, protocol, simple_table, struct_schema, write_commit, write_parquet
 
 
 @pytest.fixture
@@ -83,14 +83,7 @@ def test_old_files_conform_to_evolved_and_widened_schema():
             {"id": pa.array([3], pa.int64()), "extra": ["x"], "ts": pa.array([1_000_000], pa.timestamp("ns"))}
         ),
     )
-    schema = {
-        "type": "struct",
-        "fields": [
-            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
-            {"name": "extra", "type": "string", "nullable": True, "metadata": {}},
-            {"name": "ts", "type": "timestamp", "nullable": True, "metadata": {}},
-        ],
-    }
+    schema = struct_schema(("id", "long"), ("extra", "string"), ("ts", "timestamp"))
     write_commit(store, 0, [protocol(), metadata(schema=schema), add("old.parquet"), add("new.parquet")])
     out = ScanBuilder(load_snapshot(store)).build().to_table()
     assert out.schema.field("id").type == pa.int64()

@@ -23,18 +23,12 @@ import pytest
 from deltaplane.engine import DeltaTable
 from deltaplane.engine.errors import ProtocolError
 from deltaplane.engine.storage import LocalStore
-from tests.logbuilder import add, commit_info, metadata, protocol, write_commit
+from tests.logbuilder import add, commit_info, metadata, protocol, struct_schema, write_commit
 from tests.variant_decode import decode
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "variant_shredding"
 CASES = ("objects", "longs", "arrays")
-SCHEMA = {
-    "type": "struct",
-    "fields": [
-        {"name": "id", "type": "integer", "nullable": True, "metadata": {}},
-        {"name": "v", "type": "variant", "nullable": True, "metadata": {}},
-    ],
-}
+SCHEMA = struct_schema(("id", "integer"), ("v", "variant"))
 
 
 def table_around(tmp_path: Path, data_file: Path) -> Path:
