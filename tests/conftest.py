@@ -138,8 +138,8 @@ def delta_spark():
       collector (A/B/A/B, 3 examples: 196 vs 224 CPU-s);
     - Spark evaluates plans without generating code (``INTERPRETED_SPARK``): the reference's
       tables hold a few rows, so compiling each query's Java costs more than it saves. Whole
-      machine, test_cross_write.py, 4 runs each interleaved: 159 CPU-s mean (147-169) against 203
-      (186-238), wall 95 s against 121 s. Spark's interpreted and generated evaluation are meant to
+      machine, test_cross_write.py, runs interleaved: 164 CPU-s mean over 6 (145-203) against 203
+      over 5 (186-238), wall 100 s against 122 s. Spark's interpreted and generated evaluation are meant to
       agree (Spark tests both); a C1-only JIT on top saved 4% CPU for 20% more wall time."""
     from tests.deltaspark.client import DeltaSpark
 
