@@ -21,16 +21,8 @@ import pytest
 from deltaplane.engine import DeltaTable
 from deltaplane.engine.errors import DeltaError
 from deltaplane.engine.storage import LocalStore
-from tests.logbuilder import (
-    _as_checkpoint_value,
-    add,
-    commit_info,
-    metadata,
-    protocol,
-    remove,
-    struct_schema,
-    write_parquet,
-)
+from tests.logbuilder import SIMPLE_SCHEMA as SCHEMA
+from tests.logbuilder import _as_checkpoint_value, add, commit_info, metadata, protocol, remove, write_parquet
 
 _MAP = pa.map_(pa.string(), pa.string())
 _DV = pa.struct(
@@ -106,7 +98,6 @@ TYPES = {
         [("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_())]
     ),
 }
-SCHEMA = struct_schema(("id", "long"), ("part", "string"))
 DV = {
     "storageType": "u",
     "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^",

@@ -30,21 +30,12 @@ import pytest
 from deltaplane.engine import DeltaTable
 from deltaplane.engine.log.commits import _SMALL_COMMIT_BYTES, parse_log_json
 from deltaplane.engine.storage import LocalStore
-from tests.logbuilder import (
-    add,
-    commit_info,
-    metadata,
-    protocol,
-    remove,
-    struct_schema,
-    write_checkpoint,
-    write_parquet,
-)
+from tests.logbuilder import SIMPLE_SCHEMA as SCHEMA
+from tests.logbuilder import add, commit_info, metadata, protocol, remove, write_checkpoint, write_parquet
 
 SMALL, ARROW, FALLBACK = "json", "arrow", "arrow-fallback"
 PATHS = [SMALL, ARROW, FALLBACK]
 
-SCHEMA = struct_schema(("id", "long"), ("part", "string"))
 # Values of unknown keys: nested, of several JSON types, so that inference has work to do.
 FUTURE = {"someFutureKey": [1, 2, 3], "anotherFutureKey": {"nested": {"deep": "x"}, "n": 1.5}}
 INSIDE = {"futureField": {"x": [1, 2]}, "futureFlag": True}
