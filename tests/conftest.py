@@ -124,9 +124,6 @@ def s3_server(tmp_path_factory):
 # --- the reference implementation: Delta Spark in its own virtualenv ----------------------------
 
 
-INTERPRETED_SPARK = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-
-
 @pytest.fixture(scope="session")
 def delta_spark():
     """Delta Spark 4.4 (one JVM per test worker that needs it, driven by tests/deltaspark/client.py;
@@ -138,10 +135,11 @@ def delta_spark():
       collector (A/B/A/B, 3 examples: 196 vs 224 CPU-s);
     - Spark evaluates plans without generating code (``INTERPRETED_SPARK``): the reference's
       tables hold a few rows, so compiling each query's Java costs more than it saves. Whole
-      machine, test_cross_write.py, runs interleaved: 164 CPU-s mean over 6 (145-203) against 203
-      over 5 (186-238), wall 100 s against 122 s. Spark's interpreted and generated evaluation are meant to
-      agree (Spark tests both); a C1-only JIT on top saved 4% CPU for 20% more wall time."""
-    from tests.deltaspark.client import DeltaSpark
+      machine, test_cross_write.py, runs interleaved: 164 CPU-s mean over 6 (145-203) against
+      203 over 5 (186-238), wall 100 s against 122 s. Spark's interpreted and generated
+      evaluation are meant to agree (Spark tests both); a C1-only JIT on top saved 4% CPU for
+      20% more wall time."""
+    from tests.deltaspark.client import INTERPRETED_SPARK, DeltaSpark
 
     spark = DeltaSpark.start(java_options="-XX:+UseSerialGC", spark_conf=INTERPRETED_SPARK)
     try:

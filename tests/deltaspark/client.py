@@ -37,6 +37,11 @@ class DeltaSparkUnavailable(RuntimeError):
     pass
 
 
+# Spark settings for a reference that reads tables of a few rows: no generated code (the suite's
+# fixture asks for them; see tests/conftest.py for the measurement).
+INTERPRETED_SPARK = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
 class DeltaSpark:
     def __init__(self, process: subprocess.Popen, replies, log_path: Path):
         self._process = process

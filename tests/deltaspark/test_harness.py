@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from deltaplane.engine import DeltaTable
-from tests.deltaspark.client import DeltaSparkError
+from tests.deltaspark.client import INTERPRETED_SPARK, DeltaSparkError
 from tests.deltaspark.compare import arrow_rows, sorted_rows
 
 
@@ -43,7 +43,5 @@ def test_the_suites_reference_jvm_collects_on_one_thread(delta_spark):
 
 def test_the_suites_reference_evaluates_without_generating_code(delta_spark):
     """The fixture's settings reach Delta Spark's session (its reads stay as the reference's)."""
-    from tests.conftest import INTERPRETED_SPARK
-
     for key, value in INTERPRETED_SPARK.items():
         assert delta_spark.sql(f"SET {key}") == [{"key": key, "value": value}]
