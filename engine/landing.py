@@ -212,9 +212,12 @@ class _Recording:
         self._store = store
         self._keys: list[str] = []
 
-    def open_output(self, key: str):
+    def open_output(self, key: str, *, durable: bool = True):
         self._keys.append(key)
-        return self._store.open_output(key)
+        return self._store.open_output(key, durable=durable)
+
+    def sync(self, keys: list[str]) -> None:
+        self._store.sync(keys)
 
     def published(self) -> list[str]:
         from deltaplane.engine.errors import ObjectNotFoundError

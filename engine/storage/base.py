@@ -134,11 +134,22 @@ class ObjectStore(Protocol):
         ``None`` when only this store can read them."""
         ...
 
-    def open_output(self, key: str) -> PendingObject:
+    def open_output(self, key: str, *, durable: bool = True) -> PendingObject:
         """A new object written as a stream; it appears at ``key`` only on ``commit()``.
 
         ``commit`` has create semantics (the key must not exist yet); ``abort`` discards.
+        ``durable=False`` publishes without waiting for the disk (a local store skips the
+        object's fsync and its directory's): the caller makes a group of such objects durable
+        with one ``sync`` before anything refers to them, as a write does for its data files
+        before they can be committed. Until then an operating-system crash may leave such an
+        object torn; a process crash never does.
         """
+        ...
+
+    def sync(self, keys: list[str]) -> None:
+        """Make objects published with ``durable=False`` (and their directory entries) durable.
+        A local store does it with one filesystem sync; S3 and memory have nothing to do (an
+        upload is durable when it returns)."""
         ...
 
     def uri(self, key: str) -> str:
