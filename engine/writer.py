@@ -31,8 +31,10 @@ Two bounds hold however the input is shaped:
   input with more such partitions than the cap pays for this.
 
 Files are streamed to the object store and become visible only when complete, at most
-``MAX_PUBLISHING`` at a time waiting for publication; nothing is committed here (the transaction
-does that), and files of a failed write are left for VACUUM, never half-published. Files carry
+``MAX_PUBLISHING`` at a time waiting for publication, and ``close()`` makes them durable with one
+sync of the store (a local filesystem's ``syncfs``) instead of two fsyncs per file; nothing is
+committed here (the transaction does that), and files of a failed write are left for VACUUM,
+never half-published. Files carry
 page checksums and page indexes (column and offset indexes), so readers can skip pages.
 """
 
@@ -58,15 +60,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from deltaplane.engine.actions import Add
-from deltaplane.engine.partitions import partition_directory, serialize_partition_value
-from deltaplane.engine.schema import (
-    ArrayType,
-    DataType,
-    MapType,
-    StructField,
-    StructType,
-    to_arrow_type,
+from deltaplane.engine.file_layout import (
+    _to_physical,
+    dictionary_columns,
+    physical_arrow_field,
+    statistics_columns,
 )
+from deltaplane.engine.partitions import partition_directory, serialize_partition_value
+from deltaplane.engine.schema import StructField, StructType
 from deltaplane.engine.stats import StatsCollector, StatsLeaf
 from deltaplane.engine.storage.base import ObjectStore, PendingObject
 
@@ -183,111 +184,12 @@ class WriterConfig:
         return [f for f in self.schema.fields if f.name not in skip]
 
 
-def physical_arrow_field(f: StructField, mode: str) -> pa.Field:
-    """The Parquet field for a table field: physical names and field ids under column mapping."""
-    name = f.physical_name if mode != "none" else f.name
-    metadata = (
-        {b"PARQUET:field_id": str(f.field_id).encode()} if mode != "none" and f.field_id is not None else None
-    )
-    return pa.field(name, _physical_type(f.type, mode), nullable=f.nullable, metadata=metadata)
-
-
-def _physical_type(t: DataType, mode: str) -> pa.DataType:
-    if isinstance(t, StructType):
-        return pa.struct([physical_arrow_field(f, mode) for f in t.fields])
-    if isinstance(t, ArrayType):
-        return pa.list_(pa.field("element", _physical_type(t.element_type, mode), t.contains_null))
-    if isinstance(t, MapType):
-        return pa.map_(
-            _physical_type(t.key_type, mode),
-            pa.field("value", _physical_type(t.value_type, mode), t.value_contains_null),
-        )
-    return to_arrow_type(t)
-
-
-def _to_physical(arr: pa.Array, t: DataType, mode: str) -> pa.Array:
-    """Rename (nested) struct fields to physical names; values untouched."""
-    if mode == "none":
-        return arr
-    if isinstance(t, StructType):
-        children = [_to_physical(arr.field(i), f.type, mode) for i, f in enumerate(t.fields)]
-        fields = [physical_arrow_field(f, mode) for f in t.fields]
-        return pa.StructArray.from_arrays(
-            children, fields=fields, mask=arr.is_null() if arr.null_count else None
-        )
-    if isinstance(t, ArrayType):
-        values = _to_physical(arr.values, t.element_type, mode)
-        return pa.ListArray.from_arrays(
-            arr.offsets, values, type=_physical_type(t, mode), mask=arr.is_null() if arr.null_count else None
-        )
-    if isinstance(t, MapType):
-        keys = _to_physical(arr.keys, t.key_type, mode)
-        items = _to_physical(arr.items, t.value_type, mode)
-        return pa.MapArray.from_arrays(
-            arr.offsets,
-            keys,
-            items,
-            type=_physical_type(t, mode),
-            mask=arr.is_null() if arr.null_count else None,
-        )
-    return arr
-
-
-DICTIONARY_SAMPLE_ROWS = 65_536
-DICTIONARY_MAX_DISTINCT = 0.5
-
-
-def dictionary_columns(sample: pa.Table) -> list[str] | bool:
-    """Columns worth dictionary encoding, judged on the first rows a writer sees.
-
-    Parquet writers try a dictionary for every column and fall back to plain encoding once it
-    grows too big; for columns of mostly distinct values (ids, timestamps, measurements, free
-    text) that attempt costs a fifth of the write time and saves nothing. Nested columns keep the
-    default (all), as do samples too small to judge.
-    """
-    rows = min(sample.num_rows, DICTIONARY_SAMPLE_ROWS)
-    if rows < 1000 or any(pa.types.is_nested(f.type) for f in sample.schema):
-        return True
-    head = sample.slice(0, rows)
-    chosen = []
-    for name in sample.column_names:
-        column = head.column(name)
-        distinct = pc.count_distinct(column, mode="all").as_py()
-        if distinct <= DICTIONARY_MAX_DISTINCT * rows:
-            chosen.append(name)
-    return chosen
-
-
-def statistics_columns(schema: pa.Schema) -> list[str] | bool:
-    """The Parquet columns whose footer statistics are written: all but floats.
-
-    Parquet writers leave NaN out of a float column's min/max, and readers that prune row groups
-    on them (Delta Spark's Parquet reader) then drop NaN rows that ``x = NaN`` or ``x > 1e308``
-    select in Spark's order, where NaN is the largest value. The log's statistics carry NaN as
-    Delta Spark writes it, and deltaplane's own row-group pruning never used float bounds. The
-    column names are Parquet's dotted paths (what the writer takes), read from an empty file of
-    the same schema; a dotted path shared with a float column (a top-level ``a.b`` beside the
-    field ``b`` of a struct ``a``) gets no statistics either."""
-    import pyarrow.parquet as pq
-
-    sink = pa.BufferOutputStream()
-    pq.write_table(schema.empty_table(), sink)
-    columns = pq.read_metadata(sink.getvalue()).schema
-    leaves = [columns.column(i) for i in range(len(columns))]
-    floats = {
-        c.path for c in leaves if c.physical_type in ("FLOAT", "DOUBLE") or "Float16" in str(c.logical_type)
-    }
-    if not floats:
-        return True
-    return [c.path for c in leaves if c.path not in floats]
-
-
 @dataclass
 class _OpenFile:
     values: tuple
     key: str
-    pending: PendingObject
-    writer: pq.ParquetWriter
+    pending: PendingObject | None  # None until a publishing thread opens it (_write_whole)
+    writer: pq.ParquetWriter | None
     stats: StatsCollector
     partition_values: dict[str, str | None]
 
@@ -346,6 +248,7 @@ class DataFileWriter:
         self._closed_early: set[tuple] = set()
         self._publisher: ThreadPoolExecutor | None = None
         self._publishing: deque = deque()
+        self._published: list[_OpenFile] = []  # files in place, not yet synced
         self._spill_dir: str | None = None  # created by the first spill
         self._runs: list[pa.Table] = []  # spilled runs, memory-mapped
         self._spilled: dict[tuple, list[tuple[int, int, int]]] = {}  # values -> (run, offset, rows)
@@ -459,7 +362,8 @@ class DataFileWriter:
     def _split(self, table: pa.Table):
         columns = self.config.partition_columns
         if not columns:
-            yield (), table, _Batch(table.nbytes)
+            physical = self._physical_table(table)
+            yield (), physical, _Batch(physical.nbytes)
             return
         codes = np.zeros(table.num_rows, dtype=np.int64)
         bound = 1  # codes are below this
@@ -475,12 +379,14 @@ class DataFileWriter:
         sorted_codes = codes[order]
         starts = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
         ends = np.append(starts[1:], len(order))
-        ordered = table.take(pa.array(order))
+        # Converted to the file's layout once per batch, not once per partition's slice; each
+        # partition's values read with one take per column.
+        ordered = self._physical_table(table.take(pa.array(order)))
+        firsts = pa.array(order[starts])
+        values = zip(*(table.column(name).take(firsts).to_pylist() for name in columns), strict=True)
         source = _Batch(ordered.nbytes)
-        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-            part = ordered.slice(start, end - start)
-            values = tuple(part.column(name)[0].as_py() for name in columns)
-            yield values, part, source
+        for start, end, key in zip(starts.tolist(), ends.tolist(), values, strict=True):
+            yield key, ordered.slice(start, end - start), source
 
     def _buffer(self, values: tuple, part: pa.Table, source: _Batch) -> None:
         # A part larger than a row group is cut into row-group-sized pieces, so that files can
@@ -498,10 +404,8 @@ class DataFileWriter:
             return
         self._buffer_piece(values, part, source, nbytes)
 
-    def _buffer_piece(self, values: tuple, part: pa.Table, source: _Batch, nbytes: int) -> None:
-        """Buffer one piece of ``nbytes`` (its logical table's: the physical one differs by
-        column names and row tracking's two integers)."""
-        physical = self._physical_table(part)
+    def _buffer_piece(self, values: tuple, physical: pa.Table, source: _Batch, nbytes: int) -> None:
+        """Buffer one piece (in the file's layout) of ``nbytes``."""
         if self._dictionary is None:
             self._dictionary = dictionary_columns(physical)
         b = self._buffers.get(values)
@@ -603,6 +507,10 @@ class DataFileWriter:
             self._finish(f)
 
     def _new_file(self, values: tuple) -> _OpenFile:
+        return self._open_file(values, *self._name(values))
+
+    def _name(self, values: tuple) -> tuple[str, dict[str, str | None]]:
+        """A new file's key and partition values (on the writing thread: it counts files)."""
         config = self.config
         serialized = [
             serialize_partition_value(v, f.type) for v, f in zip(values, config.partition_fields, strict=True)
@@ -618,7 +526,13 @@ class DataFileWriter:
         else:
             directory = ""
         key = "/".join(part for part in (config.prefix, directory, name) if part)
-        pending = self.store.open_output(key)
+        return key, dict(zip(physical_names, serialized, strict=True))
+
+    def _open_file(self, values: tuple, key: str, partition_values: dict[str, str | None]) -> _OpenFile:
+        """Open a file for ``key`` (safe on a publishing thread once ``_statistics_columns()`` and
+        the dictionary columns are chosen)."""
+        config = self.config
+        pending = self.store.open_output(key, durable=False)  # synced together by close()
         try:
             writer = pq.ParquetWriter(
                 pending.sink,
@@ -644,11 +558,11 @@ class DataFileWriter:
                 tight_bounds=config.tight_bounds,
                 footer_columns=self._statistics_columns(),
             ),
-            partition_values=dict(zip(physical_names, serialized, strict=True)),
+            partition_values=partition_values,
         )
 
     def _finish(self, f: _OpenFile) -> None:
-        """Close the file and publish it in the background (fsync and link, or an upload),
+        """Close the file and publish it in the background (a link into place, or an upload),
         overlapping with writing the next one. At most ``MAX_PUBLISHING`` files wait to be
         published, so that neither their descriptors nor (on object stores) their bytes pile up;
         ``close()`` waits for every publication."""
@@ -658,15 +572,69 @@ class DataFileWriter:
             f.pending.abort()
             raise
         f.stats.update_from_parquet(f.writer.writer.metadata)
+        self._submit(f, f.pending.commit)
+
+    def _write_small(self, values: tuple) -> bool:
+        """A partition whose rows left (spilled and buffered) make one row group and no more than
+        a file, with no file open: written as a whole file on a publishing thread, so that with
+        many small partitions Parquet's encoding, the file's creation and its statistics overlap
+        with the next partition's (pyarrow releases the GIL for the first two). False, and
+        nothing done, for any other partition."""
+        spilled = self._spilled.get(values, ())
+        b = self._buffers.get(values)
+        rows = sum(count for _, _, count in spilled) + (b.num_rows if b is not None else 0)
+        if rows == 0 or rows > self.config.row_group_rows:
+            return False
+        tables = [self._runs[run].slice(offset, count) for run, offset, count in spilled]
+        if b is not None:
+            tables.extend(b.tables)
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        if table.nbytes > min(self.config.row_group_bytes, self.config.target_file_size):
+            return False
+        self._spilled.pop(values, None)
+        if self._buffers.pop(values, None) is not None:
+            self._release(b)
+        if values in self._closed_early:
+            self._closed_early.discard(values)
+            self.files_reopened += 1
+        self._statistics_columns()  # chosen here, not on the publishing threads
+        if self._dictionary is None:
+            self._dictionary = dictionary_columns(table)
+        key, partition_values = self._name(values)
+        stats = StatsCollector(
+            self.config.stats_leaves, tight_bounds=self.config.tight_bounds, footer_columns=self._statistics
+        )
+        f = _OpenFile(values, key, None, None, stats, partition_values)
+        self._submit(f, self._write_whole, f, table)
+        return True
+
+    def _write_whole(self, f: _OpenFile, table: pa.Table) -> int:
+        """On a publishing thread: ``table`` as the whole of file ``f``, published; its size."""
+        opened = self._open_file(f.values, f.key, f.partition_values)
+        f.pending, f.writer = opened.pending, opened.writer
+        try:
+            f.writer.write_table(table, row_group_size=max(1, table.num_rows))
+            f.stats.update(table, parquet_bounds=True)
+            f.writer.close()
+        except BaseException:
+            f.pending.abort()
+            raise
+        f.stats.update_from_parquet(f.writer.writer.metadata)
+        return f.pending.commit()
+
+    def _submit(self, f: _OpenFile, job, *args) -> None:
+        """Run ``job(*args)`` on a publishing thread; its result is ``f``'s size, collected in
+        order. At most ``MAX_PUBLISHING`` are waiting."""
         if self._publisher is None:
             self._publisher = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="deltaplane-publish")
-        self._publishing.append((self._publisher.submit(f.pending.commit), f))
+        self._publishing.append((self._publisher.submit(job, *args), f))
         while len(self._publishing) > MAX_PUBLISHING:
             self._collect_one()
 
     def _collect_one(self) -> None:
         future, f = self._publishing.popleft()
         size = future.result()
+        self._published.append(f)
         self.bytes_written += size
         self._adds.append(
             Add(
@@ -722,6 +690,8 @@ class DataFileWriter:
         boundaries themselves, like Z-order, cut here)."""
         # Partition by partition, so that this opens at most one file more than is open.
         for values in list(dict.fromkeys([*self._spilled, *self._buffers])):
+            if values not in self._open and self._write_small(values):
+                continue
             self._flush(values)
             f = self._open.pop(values, None)
             if f is not None:
@@ -732,10 +702,12 @@ class DataFileWriter:
         self._closed_early.clear()
 
     def close(self) -> list[Add]:
-        """Write what is buffered, finish every file, and return their add actions."""
+        """Write what is buffered, finish every file, make them durable (one sync for all of
+        them, not one per file) and return their add actions."""
         try:
             self.roll()
             self._collect()
+            self.store.sync([f.key for f in self._published])
         finally:
             self._drop_runs()
             self._shutdown()

@@ -24,6 +24,7 @@ from deltaplane.engine.commands.optimize import NO_SIZE_LIMIT, execute_optimize,
 from deltaplane.engine.commands.restore import add_action
 from deltaplane.engine.deletion_vectors import dv_file_key
 from deltaplane.engine.errors import FeatureDropError
+from deltaplane.engine.file_layout import physical_arrow_field
 from deltaplane.engine.log.files import LogFileKind
 from deltaplane.engine.log.replay import canonical_path
 from deltaplane.engine.log.segment import build_log_segment
@@ -42,7 +43,6 @@ from deltaplane.engine.snapshot import Snapshot, load_snapshot
 from deltaplane.engine.storage import resolve_location
 from deltaplane.engine.storage.base import ObjectStore
 from deltaplane.engine.transaction import CommitResult, Transaction
-from deltaplane.engine.writer import physical_arrow_field
 
 log = logging.getLogger(__name__)
 
