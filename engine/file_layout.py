@@ -32,24 +32,24 @@ def _physical_type(t: DataType, mode: str) -> pa.DataType:
     return to_arrow_type(t)
 
 
-def _to_physical(arr: pa.Array, t: DataType, mode: str) -> pa.Array:
+def to_physical(arr: pa.Array, t: DataType, mode: str) -> pa.Array:
     """Rename (nested) struct fields to physical names; values untouched."""
     if mode == "none":
         return arr
     if isinstance(t, StructType):
-        children = [_to_physical(arr.field(i), f.type, mode) for i, f in enumerate(t.fields)]
+        children = [to_physical(arr.field(i), f.type, mode) for i, f in enumerate(t.fields)]
         fields = [physical_arrow_field(f, mode) for f in t.fields]
         return pa.StructArray.from_arrays(
             children, fields=fields, mask=arr.is_null() if arr.null_count else None
         )
     if isinstance(t, ArrayType):
-        values = _to_physical(arr.values, t.element_type, mode)
+        values = to_physical(arr.values, t.element_type, mode)
         return pa.ListArray.from_arrays(
             arr.offsets, values, type=_physical_type(t, mode), mask=arr.is_null() if arr.null_count else None
         )
     if isinstance(t, MapType):
-        keys = _to_physical(arr.keys, t.key_type, mode)
-        items = _to_physical(arr.items, t.value_type, mode)
+        keys = to_physical(arr.keys, t.key_type, mode)
+        items = to_physical(arr.items, t.value_type, mode)
         return pa.MapArray.from_arrays(
             arr.offsets,
             keys,

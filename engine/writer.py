@@ -31,11 +31,11 @@ Two bounds hold however the input is shaped:
   input with more such partitions than the cap pays for this.
 
 Files are streamed to the object store and become visible only when complete, at most
-``MAX_PUBLISHING`` at a time waiting for publication, and ``close()`` makes them durable with one
-sync of the store (a local filesystem's ``syncfs``) instead of two fsyncs per file; nothing is
-committed here (the transaction does that), and files of a failed write are left for VACUUM,
-never half-published. Files carry
-page checksums and page indexes (column and offset indexes), so readers can skip pages.
+``MAX_PUBLISHING`` at a time waiting for publication, and ``close()`` makes them durable together
+(``ObjectStore.sync``: one ``syncfs`` on a local filesystem) instead of two fsyncs per file;
+nothing is committed here (the transaction does that), and files of a failed write are left for
+VACUUM, never half-published. Files carry page checksums and page indexes (column and offset
+indexes), so readers can skip pages.
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ import pyarrow.parquet as pq
 
 from deltaplane.engine.actions import Add
 from deltaplane.engine.file_layout import (
-    _to_physical,
     dictionary_columns,
     physical_arrow_field,
     statistics_columns,
+    to_physical,
 )
 from deltaplane.engine.partitions import partition_directory, serialize_partition_value
 from deltaplane.engine.schema import StructField, StructType
@@ -437,7 +437,7 @@ class DataFileWriter:
             column = part.column(f.name)
             if self.config.column_mapping != "none":
                 column = pa.chunked_array(
-                    [_to_physical(c, f.type, self.config.column_mapping) for c in column.chunks],
+                    [to_physical(c, f.type, self.config.column_mapping) for c in column.chunks],
                     type=self._file_schema.field(len(arrays)).type,
                 )
             arrays.append(column)
