@@ -62,6 +62,24 @@ class BufferedPendingObject:
         self._buffer = pa.BufferOutputStream()
 
 
+class WholeObjects:
+    """What stores that publish each object whole with one durable put (S3, memory) share: no
+    temporary files, no directories, outputs buffered and put at ``commit()``, nothing left to
+    sync."""
+
+    def list_temporary(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        return iter(())
+
+    def remove_empty_directories(self, keys: list[str]) -> int:
+        return 0
+
+    def open_output(self, key: str, *, durable: bool = True) -> BufferedPendingObject:
+        return BufferedPendingObject(self, key)
+
+    def sync(self, keys: list[str]) -> None:
+        return None
+
+
 @runtime_checkable
 class ObjectStore(Protocol):
     """Storage for one table root. All methods raise ``deltaplane.engine.errors`` storage errors."""

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from deltaplane.engine.errors import ObjectExistsError, ObjectNotFoundError
-from deltaplane.engine.storage.base import BufferedPendingObject, ObjectMeta, PutMode, split_prefix
+from deltaplane.engine.storage.base import ObjectMeta, PutMode, WholeObjects, split_prefix
 
 
-class MemoryStore:
+class MemoryStore(WholeObjects):
     """A dict of key -> (bytes, modification time in ms), guarded by a lock."""
 
     remote = False
@@ -90,18 +90,6 @@ class MemoryStore:
 
     def arrow_files(self) -> None:
         return None  # objects live in this process's dictionary only
-
-    def list_temporary(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        return iter(())  # objects are published whole, with no temporary files
-
-    def remove_empty_directories(self, keys: list[str]) -> int:
-        return 0  # no directories
-
-    def open_output(self, key: str, *, durable: bool = True) -> BufferedPendingObject:
-        return BufferedPendingObject(self, key)  # a put is as durable as the store ever makes it
-
-    def sync(self, keys: list[str]) -> None:
-        return None  # nothing is published that is not already durable
 
 
 _named: dict[str, MemoryStore] = {}

@@ -37,7 +37,7 @@ from deltaplane.engine.errors import (
     ObjectNotFoundError,
     StorageError,
 )
-from deltaplane.engine.storage.base import BufferedPendingObject, ObjectMeta, PutMode
+from deltaplane.engine.storage.base import ObjectMeta, PutMode, WholeObjects
 
 _PROBED: dict[tuple[str | None, str], bool] = {}
 _PROBE_LOCK = threading.Lock()
@@ -79,7 +79,7 @@ def _unsent(error: Exception | None) -> bool:
     )
 
 
-class S3Store:
+class S3Store(WholeObjects):
     """Store rooted at ``s3://bucket/prefix``; ``storage_options`` carry endpoint and credentials."""
 
     remote = True  # every request is a round trip: read many objects at once
@@ -447,15 +447,3 @@ class S3Store:
                 raise self._error(e, "delete", key) from None
         except BotoCoreError as e:
             raise self._error(e, "delete", key) from None
-
-    def list_temporary(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        return iter(())  # objects are published whole, with no temporary files
-
-    def remove_empty_directories(self, keys: list[str]) -> int:
-        return 0  # no directories
-
-    def open_output(self, key: str, *, durable: bool = True) -> BufferedPendingObject:
-        return BufferedPendingObject(self, key)  # a put is as durable as the store ever makes it
-
-    def sync(self, keys: list[str]) -> None:
-        return None  # nothing is published that is not already durable
