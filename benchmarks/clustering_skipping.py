@@ -22,7 +22,6 @@ Prints the table and writes ``benchmarks/results/clustering_skipping.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
 from benchmarks.zorder_skipping import (  # noqa: E402 (the repository root goes on the path first)
     COLUMNS,
     FILES,
@@ -166,9 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(
             f"Delta Spark's table, its own planner / deltaplane's, {own['probes_per_column']} probes: {pairs}"
         )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_results(args.out, results)
     return results
 
 

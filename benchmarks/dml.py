@@ -19,7 +19,6 @@ Prints a table and writes ``benchmarks/results/dml.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -32,6 +31,8 @@ import pyarrow.parquet as pq
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
 
 FILES = 10
 DELETE = "id % 10000 = 7"
@@ -216,9 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{results['scan_after_dv_delete_s']:.2f}s after the DV delete ({ratio:.2f}x)"
     )
     results["scan_ratio"] = ratio
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_results(args.out, results)
 
 
 if __name__ == "__main__":

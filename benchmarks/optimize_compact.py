@@ -32,6 +32,8 @@ import pyarrow as pa
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
+
 ROWS_PER_FILE = 38_000  # about 1 MB of zstd Parquet with these columns
 
 
@@ -192,9 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"Spark local[2]: {results['spark_speed_ratio']:.2f}x delta-rs's speed, "
             f"{results['spark_vs_engine']:.2f}x the in-process engine's time (driver RSS only)"
         )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_results(args.out, results)
     return results
 
 

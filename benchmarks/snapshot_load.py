@@ -27,6 +27,10 @@ import uuid
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
+
 SCHEMA = {
     "type": "struct",
     "fields": [
@@ -219,9 +223,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{'':<24}{'ratio':<12}{results[scenario]['time_ratio']:>9.2f}"
             f"{results[scenario]['memory_ratio']:>10.2f}  (deltaplane / delta-rs)"
         )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_results(args.out, results)
 
 
 if __name__ == "__main__":

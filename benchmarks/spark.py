@@ -19,7 +19,6 @@ Prints the table and writes ``benchmarks/results/spark.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -28,6 +27,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
 
 DELETE = "id % 10000 = 7"
 
@@ -99,9 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"{results['delete_rows_match']}",
         file=sys.stderr,
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_results(args.out, results)
     return results
 
 

@@ -32,6 +32,8 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
+
 SMALL_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("value", pa.float64())])
 
 
@@ -311,9 +313,7 @@ def main(argv: list[str] | None = None) -> None:
             f"  file {ck[e]['checkpoint_bytes'] / 2**20:5.0f} MiB"
         )
     print(f"  time ratio (deltaplane / delta-rs): {ck['time_ratio']:.2f}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_results(args.out, results)
 
 
 if __name__ == "__main__":

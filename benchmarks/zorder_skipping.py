@@ -23,7 +23,6 @@ Prints the table and writes ``benchmarks/results/zorder_skipping.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -35,6 +34,8 @@ import pyarrow as pa
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
 
 COLUMNS = ["sourceIP", "sourcePort", "destIP", "destPort"]
 FILES = 100
@@ -185,9 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"Z-order sorted by Spark: {per_column}; mean {spark['mean']:.1f}% ({spark['files']} files)")
     seconds = results["zorder_seconds"]
     print(f"Z-order time: deltaplane {seconds['deltaplane']:.2f}s, delta-rs {seconds['deltalake']:.2f}s")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_results(args.out, results)
     return results
 
 
