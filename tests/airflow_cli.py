@@ -12,6 +12,8 @@ Usage::
     with AirflowCLI(env, log) as airflow:
         airflow("db", "migrate")
         airflow("dags", "test", "my_dag", "2026-11-20T09:00:00+00:00")
+
+``api_server(env, log, home)`` runs Airflow's api-server on 127.0.0.1 for the length of a block.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ import select
 import signal
 import subprocess
 import sys
+import time
 import traceback
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,3 +122,41 @@ def _serve() -> None:
 
 if __name__ == "__main__":
     _serve()
+
+
+@contextmanager
+def api_server(
+    env: dict[str, str], log: Path, home: Path, *, timeout: float = 120
+) -> Iterator[tuple[str, str]]:
+    """Airflow's api-server (one worker, 127.0.0.1, a free port, its own process group) with
+    ``env``, whose AIRFLOW_HOME is ``home``; yields its base URL and the admin password it
+    generated once its health endpoint answers; stopped by its process group at the end."""
+    import pytest
+
+    from deltaplane.devstack.ports import free_port
+    from tests.proctree import stop_group
+
+    port = free_port()
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", str(port),
+             "--workers", "1"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=10) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.time() > deadline:
+                pytest.fail("api-server did not start: " + Path(log).read_text()[-3000:])
+            time.sleep(0.5)
+        passwords = json.loads((Path(home) / "simple_auth_manager_passwords.json.generated").read_text())
+        yield base, passwords["admin"]
+    finally:
+        stop_group(process)

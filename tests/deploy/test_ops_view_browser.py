@@ -15,8 +15,6 @@ import base64
 import json
 import os
 import re
-import subprocess
-import sys
 import textwrap
 import time
 import urllib.error
@@ -26,10 +24,8 @@ from urllib.parse import quote
 
 import pytest
 
-from deltaplane.devstack.ports import free_port
-from tests.airflow_cli import AirflowCLI
+from tests.airflow_cli import AirflowCLI, api_server
 from tests.browser import browser, chromium  # noqa: F401 (fixtures)
-from tests.proctree import stop_group
 from tests.readme import python_blocks
 
 pytestmark = [pytest.mark.external, pytest.mark.slow, pytest.mark.airflow]
@@ -161,29 +157,8 @@ def airflow(tmp_path_factory):
         _land_readme(readme_lake, "bad", [(3, -2.0)])  # a negative fare: the README's gate rejects it
         airflow_cli("dags", "test", "trips_ingest", "2026-11-20T15:00:00+00:00", check=False)
         assert any((readme_lake / "trips" / "_quarantine").iterdir())
-    port = free_port()
-    with open(work / "api.log", "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", str(port),
-             "--workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                if _get(f"{base}/api/v2/monitor/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if process.poll() is not None or time.time() > deadline:
-                pytest.fail("api-server did not start: " + (work / "api.log").read_text()[-3000:])
-            time.sleep(0.5)
-        passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
-        yield base, passwords["admin"], str(work / "lake" / "trips"), str(readme_lake / "trips")
-    finally:
-        stop_group(process)
+    with api_server(env, work / "api.log", home) as (base, password):
+        yield base, password, str(work / "lake" / "trips"), str(readme_lake / "trips")
 
 
 class Navigating(Exception):

@@ -11,8 +11,6 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
 import textwrap
 import time
 import urllib.error
@@ -25,14 +23,13 @@ from urllib.parse import quote
 import pyarrow as pa
 import pytest
 
-from deltaplane.devstack.ports import free_port
 from deltaplane.engine import DeltaTable, write_table
 from deltaplane.engine.partitions import partition_directory
 from deltaplane.engine.transaction import commit_metadata_scope
 from deltaplane.operators.utils.runs import asset_uri
+from tests.airflow_cli import api_server
 from tests.browser import browser, chromium  # noqa: F401 (fixtures)
 from tests.operators.conftest import DAGS, asset_events, run_dag
-from tests.proctree import stop_group
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 
@@ -292,53 +289,15 @@ def ops_server(airflow_db, tmp_path_factory):
             }
         )
     )
-    port = free_port()
     env = {
         **os.environ,
         "DELTAPLANE_CONFIG": str(config),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
     }
-    with open(work / "api.log", "wb") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "airflow",
-                "api-server",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                "1",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                if request(f"{base}/api/v2/monitor/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if process.poll() is not None or time.time() > deadline:
-                pytest.fail("api-server did not start: " + (work / "api.log").read_text()[-3000:])
-            time.sleep(0.5)
-        passwords = json.loads(
-            (Path(os.environ["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated").read_text()
-        )
-        status, body = request(
-            f"{base}/auth/token", data={"username": "admin", "password": passwords["admin"]}
-        )
+    with api_server(env, work / "api.log", Path(os.environ["AIRFLOW_HOME"])) as (base, password):
+        status, body = request(f"{base}/auth/token", data={"username": "admin", "password": password})
         assert status == 201, body
         yield base, json.loads(body)["access_token"], trips
-    finally:
-        stop_group(process)
 
 
 def test_anonymous_requests_are_refused(ops_server):
