@@ -188,9 +188,9 @@ class WriterConfig:
 class _OpenFile:
     values: tuple
     key: str
-    pending: PendingObject | None  # None until a publishing thread opens it (_write_whole)
+    pending: PendingObject | None  # these three None until a publishing thread opens it
     writer: pq.ParquetWriter | None
-    stats: StatsCollector
+    stats: StatsCollector | None
     partition_values: dict[str, str | None]
 
 
@@ -601,17 +601,14 @@ class DataFileWriter:
         if self._dictionary is None:
             self._dictionary = dictionary_columns(table)
         key, partition_values = self._name(values)
-        stats = StatsCollector(
-            self.config.stats_leaves, tight_bounds=self.config.tight_bounds, footer_columns=self._statistics
-        )
-        f = _OpenFile(values, key, None, None, stats, partition_values)
+        f = _OpenFile(values, key, None, None, None, partition_values)
         self._submit(f, self._write_whole, f, table)
         return True
 
     def _write_whole(self, f: _OpenFile, table: pa.Table) -> int:
         """On a publishing thread: ``table`` as the whole of file ``f``, published; its size."""
         opened = self._open_file(f.values, f.key, f.partition_values)
-        f.pending, f.writer = opened.pending, opened.writer
+        f.pending, f.writer, f.stats = opened.pending, opened.writer, opened.stats
         try:
             f.writer.write_table(table, row_group_size=max(1, table.num_rows))
             f.stats.update(table, parquet_bounds=True)
