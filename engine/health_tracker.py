@@ -44,6 +44,7 @@ from deltaplane.engine.health import (
     oldest_commit,
     table_health,
 )
+from deltaplane.engine.log.commits import pv_string
 from deltaplane.engine.log.files import commit_key
 from deltaplane.engine.log.segment import list_log
 from deltaplane.engine.partitions import partition_directory
@@ -167,8 +168,9 @@ class HealthTracker:
             oldest_log_timestamp=base.oldest_log_timestamp,
             log_retention_ms=base.log_retention_ms,
         )
-        tracker._apply_files(snapshot.files, sign=1)
-        tracker._apply_tombstones(snapshot.tombstones)
+        tracker._add(tracker._add_records(snapshot.files))
+        for key, size, deleted_at in _remove_records(tracker._keys(snapshot.tombstones), snapshot.tombstones):
+            tracker.tombstones[key] = (size, deleted_at)
         return tracker
 
     # --- advancing ----------------------------------------------------------------------------
@@ -216,24 +218,24 @@ class HealthTracker:
         return names != self.partition_names
 
     def _apply_commit(self, version: int, actions, file_time: int) -> None:
-        table = actions.file_actions
         info = actions.commit_info
         operation = info.operation if info is not None else None
         # the commit's time as a snapshot has it: the in-commit timestamp, else the file's
         ict = info.in_commit_timestamp if info is not None else None
         stamp = int(ict) if ict is not None else int(file_time)
-        metrics = None
-        if table is not None and table.num_rows:
-            is_add = table.column("is_add")
-            adds, removes = table.filter(is_add), table.filter(pc.invert(is_add))
-            # removes first: a file re-added with a new deletion vector replaces its old entry
-            removed = self._apply_files(removes, sign=-1)
-            self._apply_tombstones(removes)
-            added = self._apply_files(adds, sign=1)
-            self._forget_tombstones(adds)
-            metrics = _commit_metrics(version, int(stamp), info, added, removed)
-        else:
-            metrics = _commit_metrics(version, int(stamp), info, [], [])
+        # A small commit's actions are still parsed JSON: read there, no Arrow table is built
+        # (most of a streaming table's commits: a few adds). Anything unusual takes the Arrow path.
+        rows = actions.pending_rows
+        records = self._row_records(rows) if rows else None
+        adds, removes = records if records is not None else self._table_records(actions.file_actions)
+        # removes first: a file re-added with a new deletion vector replaces its old entry
+        removed = self._subtract(key for key, _, _ in removes)
+        for key, size, deleted_at in removes:
+            self.tombstones[key] = (size, deleted_at)
+        added = self._add(adds)
+        for record in adds:
+            self.tombstones.pop(record[0], None)
+        metrics = _commit_metrics(version, int(stamp), info, added, removed)
         if actions.metadata is not None:
             self.log_retention_ms = TableProperties(actions.metadata.configuration).log_retention_ms
         for domain in actions.domains or ():
@@ -293,48 +295,97 @@ class HealthTracker:
             out.append(key)
         return out
 
-    def _apply_files(self, files: pa.Table, *, sign: int) -> list[tuple[int, int | None, int]]:
-        """Add (``sign=1``) or subtract live files; returns (size, rows, deleted) per file."""
+    def _table_records(self, table: pa.Table | None) -> tuple[list[_AddRecord], list[_RemoveRecord]]:
+        if table is None or table.num_rows == 0:
+            return [], []
+        is_add = table.column("is_add")
+        removes = table.filter(pc.invert(is_add))
+        return self._add_records(table.filter(is_add)), _remove_records(self._keys(removes), removes)
+
+    def _row_records(
+        self, rows: list[tuple[str, dict]]
+    ) -> tuple[list[_AddRecord], list[_RemoveRecord]] | None:
+        """``_table_records`` of file actions still in their parsed JSON form, or None when one
+        holds something the Arrow path must judge (a field of an unexpected type, statistics
+        that do not parse, a partition value missing): that path, not this one, says why."""
+        adds, removes = [], []
+        try:
+            for kind, body in rows:
+                key, size = _row_key(body), _int(body.get("size"))
+                if kind == "remove":
+                    removes.append((key, size, _int(body.get("deletionTimestamp"))))
+                    continue
+                dv = body.get("deletionVector")
+                deleted = 0 if dv is None else _int(dv.get("cardinality"))
+                clustered = body.get("clusteringProvider") is not None
+                records = _num_records(body.get("stats"))
+                adds.append(
+                    (key, self._row_partition(body.get("partitionValues")), size, records, deleted, clustered)
+                )
+        except _NotPlain:
+            return None
+        return adds, removes
+
+    def _row_partition(self, values) -> str:
+        names = self.partition_names
+        if not names:
+            return ""
+        if not isinstance(values, dict) or any(name not in values for name in names):
+            raise _NotPlain
+        row = [pv_string(values[name]) for name in names]
+        part = partition_directory(list(names), row)
+        if part not in self.partition_values:
+            self.partition_values[part] = dict(zip(names, row, strict=True))
+        return part
+
+    def _add_records(self, files: pa.Table) -> list[_AddRecord]:
+        """(key, partition, size, rows, deleted rows, clustered) of each add in ``files``."""
         if files.num_rows == 0:
             return []
-        keys = self._keys(files)
-        out = []
-        if sign > 0:
-            parts = self._partition_keys(files)
-            sizes = files.column("size").to_pylist()
-            clustered = (
-                pc.is_valid(files.column("clustering_provider")).to_pylist()
-                if "clustering_provider" in files.column_names
-                else [False] * files.num_rows
-            )
-            records = parse_file_stats(files, {}).num_records.to_pylist()
-            dv = files.column("deletion_vector")
-            deleted = (
-                pc.fill_null(pc.struct_field(dv, "cardinality"), 0).to_pylist()
-                if dv.null_count < len(dv)
-                else [0] * files.num_rows
-            )
+        clustered = (
+            pc.is_valid(files.column("clustering_provider")).to_pylist()
+            if "clustering_provider" in files.column_names
+            else [False] * files.num_rows
+        )
+        dv = files.column("deletion_vector")
+        deleted = (
+            pc.fill_null(pc.struct_field(dv, "cardinality"), 0).to_pylist()
+            if dv.null_count < len(dv)
+            else [0] * files.num_rows
+        )
+        return [
+            (key, part, int(size or 0), None if rows is None else int(rows), int(gone or 0), bool(done))
             for key, part, size, rows, gone, done in zip(
-                keys, parts, sizes, records, deleted, clustered, strict=True
-            ):
-                if key in self.files:  # the same logical file added twice: the newer one counts
-                    self._count(key, self.files.pop(key), -1)
-                entry = (
-                    part,
-                    int(size or 0),
-                    None if rows is None else int(rows),
-                    int(gone or 0),
-                    bool(done),
-                )
-                self.files[key] = entry
-                self._count(key, entry, 1)
+                self._keys(files),
+                self._partition_keys(files),
+                files.column("size").to_pylist(),
+                parse_file_stats(files, {}).num_records.to_pylist(),
+                deleted,
+                clustered,
+                strict=True,
+            )
+        ]
+
+    def _add(self, records: list[_AddRecord]) -> list[tuple[int, int | None, int]]:
+        """Count each added live file; returns (size, rows, deleted) per file."""
+        out = []
+        for key, *entry in records:
+            if key in self.files:  # the same logical file added twice: the newer one counts
+                self._count(key, self.files.pop(key), -1)
+            entry = tuple(entry)
+            self.files[key] = entry
+            self._count(key, entry, 1)
+            out.append(entry[1:4])
+        return out
+
+    def _subtract(self, keys) -> list[tuple[int, int | None, int]]:
+        """Uncount each removed live file; returns (size, rows, deleted) per file it knew."""
+        out = []
+        for key in keys:
+            entry = self.files.pop(key, None)
+            if entry is not None:
+                self._count(key, entry, -1)
                 out.append(entry[1:4])
-        else:
-            for key in keys:
-                entry = self.files.pop(key, None)
-                if entry is not None:
-                    self._count(key, entry, -1)
-                    out.append(entry[1:4])
         return out
 
     def _count(self, key: str, entry: tuple[str, int, int | None, int, bool], sign: int) -> None:
@@ -351,18 +402,6 @@ class HealthTracker:
         b = _bucket(size)
         self.histogram_files[b] += sign
         self.histogram_bytes[b] += sign * size
-
-    def _apply_tombstones(self, removes: pa.Table) -> None:
-        if removes.num_rows == 0:
-            return
-        stamps = removes.column("deletion_timestamp").to_pylist()
-        sizes = removes.column("size").to_pylist()
-        for key, size, stamp in zip(self._keys(removes), sizes, stamps, strict=True):
-            self.tombstones[key] = (int(size or 0), int(stamp or 0))
-
-    def _forget_tombstones(self, adds: pa.Table) -> None:
-        for key in self._keys(adds):
-            self.tombstones.pop(key, None)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -549,6 +588,56 @@ def _metric(metrics: dict, keys: tuple[str, ...]) -> int | None:
             except (TypeError, ValueError, OverflowError):
                 return None  # a foreign writer's shape: unknown, not a failure
     return None
+
+
+_AddRecord = tuple[str, str, int, int | None, int, bool]  # key, partition, size, rows, deleted, clustered
+_RemoveRecord = tuple[str, int, int]  # key, size, deletion timestamp
+
+
+def _remove_records(keys: list[str], removes: pa.Table) -> list[_RemoveRecord]:
+    sizes = removes.column("size").to_pylist()
+    stamps = removes.column("deletion_timestamp").to_pylist()
+    return [(k, int(size or 0), int(stamp or 0)) for k, size, stamp in zip(keys, sizes, stamps, strict=True)]
+
+
+class _NotPlain(Exception):
+    """A parsed file action the Arrow path must read (and judge) instead."""
+
+
+def _int(value) -> int:
+    """A JSON integer field (absent: 0), as the Arrow path reads it."""
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _NotPlain
+    return value
+
+
+def _row_key(body: dict) -> str:
+    """``HealthTracker._keys`` of one parsed action: its path, and its deletion vector's id."""
+    dv = body.get("deletionVector")
+    if dv is None:
+        return body["path"]
+    if not isinstance(dv, dict):
+        raise _NotPlain
+    storage, where, offset = dv.get("storageType"), dv.get("pathOrInlineDv"), dv.get("offset")
+    if not (isinstance(storage, str) and isinstance(where, str)):
+        raise _NotPlain
+    return f"{body['path']}\x00{storage}{where}" + ("" if offset is None else f"@{_int(offset)}")
+
+
+def _num_records(stats) -> int | None:
+    """``numRecords`` of a statistics string (None: none recorded)."""
+    if stats is None:
+        return None
+    try:
+        parsed = json.loads(stats) if isinstance(stats, str) else None
+    except ValueError:
+        raise _NotPlain from None
+    if not isinstance(parsed, dict):
+        raise _NotPlain
+    records = parsed.get("numRecords")
+    return None if records is None else _int(records)
 
 
 def _commit_metrics(version: int, stamp: int, info, added: list, removed: list) -> CommitMetrics:

@@ -61,9 +61,19 @@ def expected_health(path: str):
     deletion_vectors=st.booleans(),
     operations=steps,
 )
+@pytest.mark.parametrize("path_taken", ["parsed JSON", "Arrow"])
 def test_incremental_health_equals_the_full_recompute(
-    tmp_path_factory, partitioned, deletion_vectors, operations
+    tmp_path_factory, partitioned, deletion_vectors, operations, path_taken
 ):
+    """Both ways the tracker reads a commit (its parsed JSON when small, else Arrow) agree with
+    the full recompute; the second run sends every commit the Arrow way."""
+    with pytest.MonkeyPatch.context() as patch:
+        if path_taken == "Arrow":
+            patch.setattr(HealthTracker, "_row_records", lambda self, rows: None)
+        check_sequence(tmp_path_factory, partitioned, deletion_vectors, operations)
+
+
+def check_sequence(tmp_path_factory, partitioned, deletion_vectors, operations):
     path = str(tmp_path_factory.mktemp("health"))
     DeltaTable.create(
         path,
@@ -141,6 +151,40 @@ def test_foreign_commit_info_shapes_are_unknowns_not_failures(tmp_path):
     assert [c.operation for c in tracker.commits][3:] == [None, "VACUUM START", None]
     assert tracker.health().num_files == 7
     assert tracker.commits[2].timestamp > 1_700_000_000_000
+
+
+def test_foreign_file_action_shapes_count_as_a_full_recompute_counts_them(tmp_path):
+    """Parsed file actions the tracker reads without Arrow, and those it leaves to the Arrow
+    path (statistics that are not an object, a count that is not an integer): every shape
+    counts as the snapshot's health does."""
+    store = LocalStore(str(tmp_path))
+    schema = {"type": "struct", "fields": [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "p", "type": "string", "nullable": True, "metadata": {}},
+    ]}  # fmt: skip
+    features = {"reader_features": ["deletionVectors"], "writer_features": ["deletionVectors"]}
+    write_commit(store, 0, [commit_info(), protocol(3, 7, **features), metadata(schema, ["p"])])
+    tracker = HealthTracker.from_snapshot(load_snapshot(store), small_file_size=50)
+    dv = {"storageType": "u", "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^", "offset": 4,
+          "sizeInBytes": 40, "cardinality": 2}  # fmt: skip
+    commits = [
+        [add("a.parquet", {"p": "x"}, size=40, stats={"numRecords": 5})],
+        [add("b.parquet", {"p": None}, size=400)],  # no statistics: rows unknown
+        [add("c.parquet", {"p": "x"}, size=60, stats={"numRecords": 3}, clusteringProvider="liquid")],
+        [remove("a.parquet", size=40), add("a.parquet", {"p": "x"}, size=40, stats={"numRecords": 5}, dv=dv)],
+        [add("d.parquet", {"p": "y"}, size=70, stats={"numRecords": 7.0})],  # not an integer
+        [add("e.parquet", {"p": "y"}, size=80, stats={"minValues": {}})],  # no count
+        [{"add": {**add("f.parquet", {"p": "z"}, size=90)["add"], "stats": "[1, 2]"}}],  # not an object
+        [remove("c.parquet", size=60, deletion_timestamp=1_700_000_000_500)],
+        [remove("a.parquet", dv=dv, size=40)],
+    ]
+    for version, actions in enumerate(commits, start=1):
+        write_commit(store, version, [commit_info(), *actions])
+        assert tracker.advance(store) == [version]
+        expected = table_health(load_snapshot(store), small_file_size=50)
+        assert tracker.health() == expected, version
+    snapshot = load_snapshot(store)
+    assert tracker.removed_files()["num_files"] == snapshot.tombstones.num_rows == 3
 
 
 class CountingStore(LocalStore):
