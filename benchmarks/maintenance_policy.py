@@ -130,11 +130,19 @@ class Run:
     unvacuumed: list[int] = field(default_factory=list)
     failed_writes: int = 0
     maintenance_runs: dict[str, int] = field(default_factory=dict)
+    cpu_by_kind: dict[str, float] = field(default_factory=dict)  # maintenance CPU by kind of work
+    cpu_by_table: dict[str, float] = field(default_factory=dict)  # and by table (tracking apart)
     hourly: list[dict] = field(default_factory=list)
     files_read: list[int] = field(default_factory=list)  # per table and hour: files its queries opened
 
-    def count(self, kind: str) -> None:
+    def count(self, kind: str, table: str, cpu: float) -> None:
+        """One maintenance run of ``kind`` on ``table`` that committed, and its CPU."""
         self.maintenance_runs[kind] = self.maintenance_runs.get(kind, 0) + 1
+        self.spent(kind, table, cpu)
+
+    def spent(self, kind: str, table: str, cpu: float) -> None:
+        self.cpu_by_kind[kind] = self.cpu_by_kind.get(kind, 0.0) + cpu
+        self.cpu_by_table[table] = self.cpu_by_table.get(table, 0.0) + cpu
 
     def summary(self) -> dict:
         lat = sorted(self.latencies)
@@ -152,6 +160,8 @@ class Run:
             "mean_unvacuumed_bytes": int(statistics.mean(self.unvacuumed)),
             "failed_user_writes": self.failed_writes,
             "maintenance_runs": dict(sorted(self.maintenance_runs.items())),
+            "maintenance_cpu_s_by_kind": {k: round(v, 2) for k, v in sorted(self.cpu_by_kind.items())},
+            "maintenance_cpu_s_by_table": {k: round(v, 2) for k, v in self.cpu_by_table.items()},
             "query_p95_ms_by_table": {
                 name: round(1000 * sorted(v)[int(0.95 * (len(v) - 1))], 2)
                 for name, v in self.by_table.items()
@@ -210,7 +220,12 @@ def query_suite(table: DeltaTable) -> list[float]:
     return out
 
 
-def optimize(table: DeltaTable, run: Run, partitions=None, purge=False, min_file_size=None) -> None:
+def optimize(
+    table: DeltaTable, run: Run, partitions=None, purge=False, min_file_size=None, kind: str | None = None
+) -> None:
+    """One OPTIMIZE; its CPU is counted under ``kind`` (else compaction or purge), or under
+    "nothing to do" when the plan was empty."""
+    started = time.process_time()
     snapshot = table._latest_for_write()
     plan = plan_optimize(
         snapshot,
@@ -220,9 +235,12 @@ def optimize(table: DeltaTable, run: Run, partitions=None, purge=False, min_file
         min_file_size=min_file_size,
     )
     metrics = execute_optimize(table._store, plan)
+    cpu, name = time.process_time() - started, Path(table.uri).name
     if metrics.commit is not None:
         run.bytes_rewritten += int(metrics.commit.operation_metrics.get("numAddedBytes", 0))
-        run.count("purge" if purge else "compaction")
+        run.count(kind or ("purge" if purge else "compaction"), name, cpu)
+    else:
+        run.spent("nothing to do", name, cpu)
 
 
 def unreferenced_bytes(table_root: Path, snapshot) -> int:
@@ -282,9 +300,8 @@ def replay(root: Path, policy: str, hours: int, scale: int) -> Run:
             run.maintenance_cpu += time.process_time() - started
         if policy == "fixed" and minute == hours * MINUTES - 1:
             started = time.process_time()
-            for t in tables.values():
-                t.vacuum(retention_hours=0, dry_run=False, enforce_retention=False)
-                run.count("vacuum")
+            for name, t in tables.items():
+                vacuum(t, name, run)
             run.maintenance_cpu += time.process_time() - started
         if policy == "health" and minute % POLL_MINUTES == POLL_MINUTES - 1:
             started = time.process_time()
@@ -321,14 +338,25 @@ def health_step(tables, trackers, run: Run, vacuumed_before) -> None:
         if d.kind in ("compaction", "dv_purge", "clustering"):
             small = d.details.get("min_file_size") if d.kind == "compaction" else None
             optimize(
-                t, run, partitions=list(d.partitions) or None, purge=d.kind == "dv_purge", min_file_size=small
+                t,
+                run,
+                partitions=list(d.partitions) or None,
+                purge=d.kind == "dv_purge",
+                min_file_size=small,
+                kind=d.kind,
             )
         elif d.kind == "checkpoint":
+            started = time.process_time()
             t.checkpoint()
-            run.count("checkpoint")
+            run.count("checkpoint", d.table, time.process_time() - started)
         elif d.kind == "vacuum":
-            t.vacuum(retention_hours=0, dry_run=False, enforce_retention=False)
-            run.count("vacuum")
+            vacuum(t, d.table, run)
+
+
+def vacuum(table: DeltaTable, name: str, run: Run) -> None:
+    started = time.process_time()
+    table.vacuum(retention_hours=0, dry_run=False, enforce_retention=False)
+    run.count("vacuum", name, time.process_time() - started)
 
 
 def plot(results: dict, path: str) -> None:
@@ -443,14 +471,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    keys = [k for k in fixed if k not in ("policy", "hourly", "maintenance_runs", "query_p95_ms_by_table")]
+    nested = ("policy", "hourly", "maintenance_runs", "query_p95_ms_by_table")
+    keys = [k for k in fixed if k not in nested and not k.startswith("maintenance_cpu_s_by")]
     print(f"{'':24}{'fixed':>16}{'health':>16}")
     for k in keys:
         print(f"{k:<24}{fixed[k]!s:>16}{health[k]!s:>16}")
     print(f"{'maintenance runs':<24} fixed {fixed['maintenance_runs']}  health {health['maintenance_runs']}")
+    by_kind = "maintenance_cpu_s_by_kind"
+    print(f"{'CPU by kind':<24} fixed {fixed[by_kind]}  health {health[by_kind]}")
     for name in TABLES:
         f, h = fixed["query_p95_ms_by_table"][name], health["query_p95_ms_by_table"][name]
         print(f"  p95 {name:<20}{f:>16}{h:>16}")
+    for name in TABLES:
+        f, h = (r["maintenance_cpu_s_by_table"].get(name, 0) for r in (fixed, health))
+        print(f"  CPU {name:<20}{f:>16}{h:>16}")
     print("health / fixed:", ratios)
     if args.plot:
         plot(results, args.plot)
