@@ -345,3 +345,19 @@ def test_incremental_update_matches_a_full_load(store):
     assert updated.metadata == full.metadata and updated.app_transaction_version("job") == 9
     assert update_snapshot(updated) is updated  # nothing new: the same snapshot
     assert update_snapshot(old, 2).version == 2
+
+
+def test_a_long_lived_writers_state_stays_in_few_chunks(tmp_path):
+    """Each commit a writer makes adds its files to the state it keeps as a new chunk; past a
+    few, chunks of few rows are combined (each costs every later commit some work). The bound
+    used to be checked on a column a replay adds whole, so it never applied: after 300 appends
+    one table object held 300 one-row chunks, and its appends slowed as they went."""
+    table = DeltaTable.create(str(tmp_path), pa.schema([("id", pa.int64())]))
+    for i in range(300):
+        table.append(pa.table({"id": pa.array([i], pa.int64())}))
+    files = table.snapshot.files
+    assert files.num_rows == 300
+    assert max(column.num_chunks for column in files.columns) <= 10
+    assert sorted(files.column("path").to_pylist()) == sorted(
+        load_snapshot(LocalStore(str(tmp_path))).files.column("path").to_pylist()
+    )
