@@ -50,7 +50,7 @@ import tempfile
 import time
 import uuid
 from collections import OrderedDict, deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -574,11 +574,13 @@ class DataFileWriter:
         f.stats.update_from_parquet(f.writer.writer.metadata)
         self._submit(f, f.pending.commit)
 
-    def _write_small(self, values: tuple) -> bool:
+    def _write_small(self, values: tuple, *, alone: bool = False) -> bool:
         """A partition whose rows left (spilled and buffered) make one row group and no more than
         a file, with no file open: written as a whole file on a publishing thread, so that with
         many small partitions Parquet's encoding, the file's creation and its statistics overlap
-        with the next partition's (pyarrow releases the GIL for the first two). False, and
+        with the next partition's (pyarrow releases the GIL for the first two). ``alone``: the
+        only file left to write, before any thread was started; written here, since there is
+        nothing to overlap with (a small append or compaction starts no thread). False, and
         nothing done, for any other partition."""
         spilled = self._spilled.get(values, ())
         b = self._buffers.get(values)
@@ -602,7 +604,12 @@ class DataFileWriter:
             self._dictionary = dictionary_columns(table)
         key, partition_values = self._name(values)
         f = _OpenFile(values, key, None, None, None, partition_values)
-        self._submit(f, self._write_whole, f, table)
+        if alone and self._publisher is None:
+            done: Future = Future()
+            done.set_result(self._write_whole(f, table))
+            self._publishing.append((done, f))
+        else:
+            self._submit(f, self._write_whole, f, table)
         return True
 
     def _write_whole(self, f: _OpenFile, table: pa.Table) -> int:
@@ -686,8 +693,10 @@ class DataFileWriter:
         """Finish every open file now; the next rows start new files (callers that choose file
         boundaries themselves, like Z-order, cut here)."""
         # Partition by partition, so that this opens at most one file more than is open.
-        for values in list(dict.fromkeys([*self._spilled, *self._buffers])):
-            if values not in self._open and self._write_small(values):
+        pending = list(dict.fromkeys([*self._spilled, *self._buffers]))
+        alone = len(pending) == 1 and not self._open
+        for values in pending:
+            if values not in self._open and self._write_small(values, alone=alone):
                 continue
             self._flush(values)
             f = self._open.pop(values, None)

@@ -572,24 +572,31 @@ def execute_optimize(
         len(plan.bins),
         workers,
     )
+    adds = _rewrite_bins(store, plan, workers)
+    result = commit_optimize(
+        store, plan, adds, seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu
+    )
+    return optimize_metrics(plan, adds, result, time.perf_counter() - start)
+
+
+def _rewrite_bins(store: ObjectStore, plan: OptimizePlan, workers: int) -> list[Add]:
+    """Every bin rewritten, ``workers`` at a time; one bin on the calling thread (nothing to
+    overlap it with: a streaming table's small compactions start no thread)."""
+    if len(plan.bins) == 1:
+        return rewrite_bin(store, plan, 0)
     adds: list[Add] = []
-    done = 0
     with ThreadPoolExecutor(workers, thread_name_prefix="deltaplane-optimize") as pool:
         futures = [pool.submit(rewrite_bin, store, plan, i) for i in range(len(plan.bins))]
         try:
-            for future in futures:
+            for done, future in enumerate(futures, start=1):
                 adds.extend(future.result())
-                done += 1
                 if done % 10 == 0 or done == len(futures):
                     log.info("OPTIMIZE %s: %d/%d bins rewritten", plan.table_root, done, len(futures))
         except BaseException:
             for f in futures:
                 f.cancel()
             raise
-    result = commit_optimize(
-        store, plan, adds, seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu
-    )
-    return optimize_metrics(plan, adds, result, time.perf_counter() - start)
+    return adds
 
 
 def commit_optimize(
