@@ -349,3 +349,36 @@ def test_cut_points_line_files_up_with_curve_cells():
     # no boundaries at all (every key equal): cut evenly
     assert cut_points(np.zeros(100, dtype=np.uint64), 4, 64) == [25, 50, 75]
     assert cut_points(keys, 1, 64) == []
+
+
+def test_a_one_bin_compaction_runs_on_the_calling_thread_and_a_failure_commits_nothing(tmp_path, monkeypatch):
+    """A compaction of one bin (a streaming table's usual one) starts no thread; if its file
+    cannot be written nothing commits, and the same table object compacts once the store is back."""
+    from deltaplane.engine.errors import StorageError
+    from deltaplane.engine.storage.local import LocalStore
+
+    t = DeltaTable.create(str(tmp_path / "t"), SCHEMA)
+    for i in range(6):
+        t.append(batch(i * 10, 10))
+    real = LocalStore.open_output
+    broken = {"on": True}
+
+    def open_output(self, key, *, durable=True):
+        if broken["on"] and key.endswith(".parquet"):
+            raise StorageError(f"cannot write {key}: the disk went away")
+        return real(self, key, durable=durable)
+
+    monkeypatch.setattr(LocalStore, "open_output", open_output)
+    started = []
+    real_start = threading.Thread.start
+    monkeypatch.setattr(
+        threading.Thread, "start", lambda self: (started.append(self.name), real_start(self))[1]
+    )
+    with pytest.raises(StorageError, match="the disk went away"):
+        t.optimize()
+    assert t.version == DeltaTable(t.uri).version == 6
+    broken["on"] = False
+    m = t.optimize()
+    assert m.num_files_removed == 6 and m.num_files_added == 1
+    assert [n for n in started if n.startswith("deltaplane")] == []
+    assert sorted(DeltaTable(t.uri).to_arrow()["id"].to_pylist()) == list(range(60))

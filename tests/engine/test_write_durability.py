@@ -157,3 +157,40 @@ def test_a_file_that_fails_on_a_publishing_thread_fails_the_write(tmp_path, monk
     assert not log.exists() or not any(log.iterdir())
     assert not [t for t in threading.enumerate() if t.name.startswith("deltaplane-publish")]
     assert not list((tmp_path / "t").rglob("*.tmp"))  # every temporary file aborted or linked
+
+
+def test_a_small_append_writes_on_the_calling_thread_and_a_failure_leaves_the_table_usable(
+    tmp_path, monkeypatch
+):
+    """An append whose rows make one small file writes it without starting a thread. If that
+    file cannot be created the append fails with the store's error, commits nothing and leaves
+    no temporary behind, and the same table object appends again once the store recovers."""
+    import threading
+
+    from deltaplane.engine.errors import StorageError
+
+    table = DeltaTable.create(str(tmp_path / "t"), pa.schema([("id", pa.int64())]))
+    started = []
+    real_start = threading.Thread.start
+    monkeypatch.setattr(
+        threading.Thread, "start", lambda self: (started.append(self.name), real_start(self))[1]
+    )
+    table.append(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    assert [n for n in started if n.startswith("deltaplane")] == []
+
+    real = LocalStore.open_output
+    broken = {"on": True}
+
+    def open_output(self, key, *, durable=True):
+        if broken["on"] and key.endswith(".parquet"):
+            raise StorageError(f"cannot write {key}: the disk went away")
+        return real(self, key, durable=durable)
+
+    monkeypatch.setattr(LocalStore, "open_output", open_output)
+    with pytest.raises(StorageError, match="the disk went away"):
+        table.append(pa.table({"id": pa.array([3], pa.int64())}))
+    assert table.version == DeltaTable(str(tmp_path / "t")).version == 1
+    assert not list((tmp_path / "t").rglob("*.tmp"))
+    broken["on"] = False
+    table.append(pa.table({"id": pa.array([4], pa.int64())}))
+    assert sorted(DeltaTable(str(tmp_path / "t")).to_arrow()["id"].to_pylist()) == [1, 2, 4]
