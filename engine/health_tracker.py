@@ -605,10 +605,10 @@ class _NotPlain(Exception):
 
 
 def _int(value) -> int:
-    """A JSON integer field (absent: 0), as the Arrow path reads it."""
+    """A JSON integer field (absent: 0), as the Arrow path reads it (a 64-bit integer)."""
     if value is None:
         return 0
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not isinstance(value, int) or isinstance(value, bool) or not -(2**63) <= value < 2**63:
         raise _NotPlain
     return value
 

@@ -173,6 +173,7 @@ def test_foreign_file_action_shapes_count_as_a_full_recompute_counts_them(tmp_pa
         [add("c.parquet", {"p": "x"}, size=60, stats={"numRecords": 3}, clusteringProvider="liquid")],
         [remove("a.parquet", size=40), add("a.parquet", {"p": "x"}, size=40, stats={"numRecords": 5}, dv=dv)],
         [add("d.parquet", {"p": "y"}, size=70, stats={"numRecords": 7.0})],  # not an integer
+        [add("g.parquet", {"p": "y"}, size=71, stats={"numRecords": 2**64})],  # not a 64-bit one
         [add("e.parquet", {"p": "y"}, size=80, stats={"minValues": {}})],  # no count
         [{"add": {**add("f.parquet", {"p": "z"}, size=90)["add"], "stats": "[1, 2]"}}],  # not an object
         [remove("c.parquet", size=60, deletion_timestamp=1_700_000_000_500)],
