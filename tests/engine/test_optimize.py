@@ -355,25 +355,13 @@ def test_a_one_bin_compaction_runs_on_the_calling_thread_and_a_failure_commits_n
     """A compaction of one bin (a streaming table's usual one) starts no thread; if its file
     cannot be written nothing commits, and the same table object compacts once the store is back."""
     from deltaplane.engine.errors import StorageError
-    from deltaplane.engine.storage.local import LocalStore
+    from tests.engine.faults import break_data_files, thread_starts
 
     t = DeltaTable.create(str(tmp_path / "t"), SCHEMA)
     for i in range(6):
         t.append(batch(i * 10, 10))
-    real = LocalStore.open_output
-    broken = {"on": True}
-
-    def open_output(self, key, *, durable=True):
-        if broken["on"] and key.endswith(".parquet"):
-            raise StorageError(f"cannot write {key}: the disk went away")
-        return real(self, key, durable=durable)
-
-    monkeypatch.setattr(LocalStore, "open_output", open_output)
-    started = []
-    real_start = threading.Thread.start
-    monkeypatch.setattr(
-        threading.Thread, "start", lambda self: (started.append(self.name), real_start(self))[1]
-    )
+    broken = break_data_files(monkeypatch)
+    started = thread_starts(monkeypatch)
     with pytest.raises(StorageError, match="the disk went away"):
         t.optimize()
     assert t.version == DeltaTable(t.uri).version == 6

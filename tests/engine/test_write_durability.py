@@ -165,28 +165,14 @@ def test_a_small_append_writes_on_the_calling_thread_and_a_failure_leaves_the_ta
     """An append whose rows make one small file writes it without starting a thread. If that
     file cannot be created the append fails with the store's error, commits nothing and leaves
     no temporary behind, and the same table object appends again once the store recovers."""
-    import threading
-
     from deltaplane.engine.errors import StorageError
+    from tests.engine.faults import break_data_files, thread_starts
 
     table = DeltaTable.create(str(tmp_path / "t"), pa.schema([("id", pa.int64())]))
-    started = []
-    real_start = threading.Thread.start
-    monkeypatch.setattr(
-        threading.Thread, "start", lambda self: (started.append(self.name), real_start(self))[1]
-    )
+    started = thread_starts(monkeypatch)
     table.append(pa.table({"id": pa.array([1, 2], pa.int64())}))
     assert [n for n in started if n.startswith("deltaplane")] == []
-
-    real = LocalStore.open_output
-    broken = {"on": True}
-
-    def open_output(self, key, *, durable=True):
-        if broken["on"] and key.endswith(".parquet"):
-            raise StorageError(f"cannot write {key}: the disk went away")
-        return real(self, key, durable=durable)
-
-    monkeypatch.setattr(LocalStore, "open_output", open_output)
+    broken = break_data_files(monkeypatch)
     with pytest.raises(StorageError, match="the disk went away"):
         table.append(pa.table({"id": pa.array([3], pa.int64())}))
     assert table.version == DeltaTable(str(tmp_path / "t")).version == 1
