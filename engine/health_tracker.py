@@ -169,8 +169,7 @@ class HealthTracker:
             log_retention_ms=base.log_retention_ms,
         )
         tracker._add(tracker._add_records(snapshot.files))
-        for key, size, deleted_at in _remove_records(tracker._keys(snapshot.tombstones), snapshot.tombstones):
-            tracker.tombstones[key] = (size, deleted_at)
+        tracker._tombstone(_remove_records(tracker._keys(snapshot.tombstones), snapshot.tombstones))
         return tracker
 
     # --- advancing ----------------------------------------------------------------------------
@@ -230,8 +229,7 @@ class HealthTracker:
         adds, removes = records if records is not None else self._table_records(actions.file_actions)
         # removes first: a file re-added with a new deletion vector replaces its old entry
         removed = self._subtract(key for key, _, _ in removes)
-        for key, size, deleted_at in removes:
-            self.tombstones[key] = (size, deleted_at)
+        self._tombstone(removes)
         added = self._add(adds)
         for record in adds:
             self.tombstones.pop(record[0], None)
@@ -377,6 +375,10 @@ class HealthTracker:
             self._count(key, entry, 1)
             out.append(entry[1:4])
         return out
+
+    def _tombstone(self, records: list[_RemoveRecord]) -> None:
+        for key, size, deleted_at in records:
+            self.tombstones[key] = (size, deleted_at)
 
     def _subtract(self, keys) -> list[tuple[int, int | None, int]]:
         """Uncount each removed live file; returns (size, rows, deleted) per file it knew."""

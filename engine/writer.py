@@ -579,7 +579,7 @@ class DataFileWriter:
         a file, with no file open: written as a whole file on a publishing thread, so that with
         many small partitions Parquet's encoding, the file's creation and its statistics overlap
         with the next partition's (pyarrow releases the GIL for the first two). ``alone``: the
-        only file left to write, before any thread was started; written here, since there is
+        only file left to write, before any thread was started: written here, since there is
         nothing to overlap with (a small append or compaction starts no thread). False, and
         nothing done, for any other partition."""
         spilled = self._spilled.get(values, ())
@@ -604,12 +604,7 @@ class DataFileWriter:
             self._dictionary = dictionary_columns(table)
         key, partition_values = self._name(values)
         f = _OpenFile(values, key, None, None, None, partition_values)
-        if alone and self._publisher is None:
-            done: Future = Future()
-            done.set_result(self._write_whole(f, table))
-            self._publishing.append((done, f))
-        else:
-            self._submit(f, self._write_whole, f, table)
+        self._submit(f, self._write_whole, f, table, here=alone)
         return True
 
     def _write_whole(self, f: _OpenFile, table: pa.Table) -> int:
@@ -626,12 +621,18 @@ class DataFileWriter:
         f.stats.update_from_parquet(f.writer.writer.metadata)
         return f.pending.commit()
 
-    def _submit(self, f: _OpenFile, job, *args) -> None:
-        """Run ``job(*args)`` on a publishing thread; its result is ``f``'s size, collected in
-        order. At most ``MAX_PUBLISHING`` are waiting."""
-        if self._publisher is None:
-            self._publisher = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="deltaplane-publish")
-        self._publishing.append((self._publisher.submit(job, *args), f))
+    def _submit(self, f: _OpenFile, job, *args, here: bool = False) -> None:
+        """Run ``job(*args)`` on a publishing thread (``here``: on this one, done when this
+        returns); its result is ``f``'s size, collected in order. At most ``MAX_PUBLISHING`` are
+        waiting."""
+        if here:
+            future: Future = Future()
+            future.set_result(job(*args))
+        else:
+            if self._publisher is None:
+                self._publisher = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="deltaplane-publish")
+            future = self._publisher.submit(job, *args)
+        self._publishing.append((future, f))
         while len(self._publishing) > MAX_PUBLISHING:
             self._collect_one()
 
@@ -694,7 +695,7 @@ class DataFileWriter:
         boundaries themselves, like Z-order, cut here)."""
         # Partition by partition, so that this opens at most one file more than is open.
         pending = list(dict.fromkeys([*self._spilled, *self._buffers]))
-        alone = len(pending) == 1 and not self._open
+        alone = len(pending) == 1 and not self._open and self._publisher is None
         for values in pending:
             if values not in self._open and self._write_small(values, alone=alone):
                 continue

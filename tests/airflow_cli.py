@@ -120,10 +120,6 @@ def _serve() -> None:
         reply.write(json.dumps({"code": code, "error": error}) + "\n")
 
 
-if __name__ == "__main__":
-    _serve()
-
-
 @contextmanager
 def api_server(
     env: dict[str, str], log: Path, home: Path, *, timeout: float = 120
@@ -160,3 +156,7 @@ def api_server(
         yield base, passwords["admin"]
     finally:
         stop_group(process)
+
+
+if __name__ == "__main__":
+    _serve()

@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 
@@ -205,10 +205,11 @@ class Tab:
         html = await self.js("document.documentElement.outerHTML.slice(0, 3000)")
         raise AssertionError(f"timed out waiting for {what} at {await self.js('location.href')}: {html}")
 
-    async def open(self, url: str, path: str):
-        """Navigate to ``url`` and wait until the tab's document is at ``path``: until then the
+    async def open(self, url: str):
+        """Navigate to ``url`` and wait until the tab's document is at its path: until then the
         page before is still there, and a click meant for the new page would land on it (the
         same Delta-table tab link is on every DAG's page)."""
+        path = urlsplit(url).path
         await self.call("Page.navigate", url=url)
         await self.wait(f"location.pathname === {json.dumps(path)}", f"the page at {path}")
 
@@ -383,7 +384,7 @@ async def _session(ws_url: str, base: str, password: str, artifacts: Path) -> di
             "nested": await tab.js("window.top !== window"),
         }
         # From a DAG's page: its "Delta table" tab.
-        await tab.open(base + "/dags/deltaplane_trips_maintenance", "/dags/deltaplane_trips_maintenance")
+        await tab.open(base + "/dags/deltaplane_trips_maintenance")
         await tab.click(
             "document.querySelector('a[href$=\"plugin/deltaplane-table\"]')", "the Delta table tab"
         )
@@ -395,7 +396,7 @@ async def _session(ws_url: str, base: str, password: str, artifacts: Path) -> di
         shot = await tab.call("Page.captureScreenshot", format="png")
         (artifacts / "ops-view-dag-tab.png").write_bytes(base64.b64decode(shot["data"]))
         # A DAG written from the README: its tab opens its table (no tables file names it).
-        await tab.open(base + "/dags/trips_ingest", "/dags/trips_ingest")
+        await tab.open(base + "/dags/trips_ingest")
         await tab.click(
             "document.querySelector('a[href$=\"plugin/deltaplane-table\"]')",
             "the README DAG's Delta table tab",
