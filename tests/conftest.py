@@ -47,6 +47,15 @@ def conformance_golden() -> Path:
 
 
 @pytest.fixture
+def dataset_scanner_for_small_scans(monkeypatch):
+    """Local scans of any size go through Arrow's dataset scanner where it applies: a test of that
+    path writes tiny tables, which the engine otherwise reads file by file (``SMALL_SCAN_BYTES``)."""
+    from deltaplane.engine.scan import core
+
+    monkeypatch.setattr(core, "SMALL_SCAN_BYTES", 0)
+
+
+@pytest.fixture
 def table_dir(tmp_path: Path) -> Path:
     path = tmp_path / "table"
     path.mkdir()

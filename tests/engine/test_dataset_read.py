@@ -19,6 +19,8 @@ from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage.local import LocalStore
 from tests.logbuilder import DV_FEATURES, add, inline_dv, metadata, protocol, struct_schema, write_commit
 
+pytestmark = pytest.mark.usefixtures("dataset_scanner_for_small_scans")
+
 SCHEMA = struct_schema(("id", "long"), ("name", "string"), ("p", "string"))
 
 

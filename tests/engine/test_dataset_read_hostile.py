@@ -25,6 +25,8 @@ from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage.local import LocalStore
 from tests.logbuilder import DV_FEATURES, add, inline_dv, metadata, protocol, write_commit
 
+pytestmark = pytest.mark.usefixtures("dataset_scanner_for_small_scans")
+
 
 def field(name: str, typ, nullable: bool = True, **meta) -> dict:
     return {"name": name, "type": typ, "nullable": nullable, "metadata": meta}

@@ -65,6 +65,39 @@ def test_to_batches_matches_to_arrow(table_path):
     )
 
 
+def test_small_local_scans_read_file_by_file_on_the_calling_thread(table_path, monkeypatch):
+    """Five local files of 1,000 rows are far below ``SMALL_SCAN_BYTES``: a whole read, a stream
+    and a row-level command's read take them one by one on the calling thread, without Arrow's
+    dataset scanner or a thread pool. Past the bound the same scan goes to the scanner."""
+    from deltaplane.engine.scan import core, file_path
+
+    paths: list[str] = []
+    pool = core.ThreadPoolExecutor
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a small scan started a thread pool")
+
+    for module in (core, file_path):
+        monkeypatch.setattr(module, "ThreadPoolExecutor", no_pool)
+    for method in ("_read_dataset", "_dataset_batches"):
+        monkeypatch.setattr(core.Scan, method, lambda self, *a, **k: paths.append("scanner"))
+    t = DeltaTable(table_path)
+    rows = t.to_arrow()
+    streamed = pa.Table.from_batches(list(t.scan().to_batches(batch_size=300)))
+    positions = list(t.scan().read_files_with_positions())
+    assert paths == []
+    for got in (rows, streamed, pa.concat_tables([r.table for _, r in positions])):
+        assert sorted(got.column("id").to_pylist()) == list(range(5000))
+        assert sorted(got.column("value").to_pylist()) == sorted([float(x) for x in range(1000)] * 5)
+    assert [len(r.positions) for _, r in positions] == [1000] * 5
+
+    monkeypatch.setattr(core, "SMALL_SCAN_BYTES", 1)
+    for module in (core, file_path):
+        monkeypatch.setattr(module, "ThreadPoolExecutor", pool)
+    assert t.to_arrow().num_rows == 5000
+    assert paths == ["scanner"]
+
+
 def test_empty_results_keep_the_schema(table_path):
     t = DeltaTable(table_path)
     empty = t.to_arrow(filter="id < 0")
