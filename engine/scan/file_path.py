@@ -252,12 +252,13 @@ class FilePath:
             source = store.open_input(key, size=plan.size)
             # Pages written with a CRC are checked: a flipped bit is an error, never wrong rows.
             # Column chunks are fetched ahead in coalesced requests only where a request is a
-            # round trip: on a local file that costs a quarter of a small file's read.
+            # round trip (the file's own store: a table's files may live elsewhere): on a local
+            # file that costs a quarter of a small file's read.
             return pq.ParquetFile(
                 source,
                 coerce_int96_timestamp_unit="us",
                 page_checksum_verification=True,
-                pre_buffer=self._remote,
+                pre_buffer=bool(getattr(store, "remote", False)),
             )
         except ObjectNotFoundError as e:
             raise DataFileError(
