@@ -5,9 +5,8 @@ The clone is made from this repository's HEAD into a temporary folder and runs `
 README's test command: it installs its own virtualenv, the Delta Spark reference and everything
 else, as CI does). As soon as the clone's pytest starts, the neighbour runs for ``--minutes``:
 ``benchmarks/spark.py --rows 2000000`` (Spark local[2] reading and deleting from a 2M-row table)
-back to back, with this interpreter, in a session of its own. The session matters: with the
-kernel's autogroup scheduling (on by default) the cores are shared between sessions, not between
-threads, so a neighbour in its own session takes a full share, as another team's job would.
+back to back, with this interpreter, each run in a session of its own, as another team's job
+would be (the kernel's autogroup scheduling, on by default, shares the cores between sessions).
 
     .venv/bin/python benchmarks/suite_beside.py [--minutes 20] [--keep]
 
