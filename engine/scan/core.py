@@ -43,9 +43,10 @@ _PYTHON_URIS = 256
 # file on the calling thread (the engine's path, ``Scan._small``): for such files the dataset
 # scanner's and a thread pool's start-up cost more CPU than the decoding. Measured on 2 cores:
 # 2 files of 1,000 rows 0.6 ms of CPU instead of 1.0-1.3 (wall 0.6 instead of 0.9-1.1), 8 such
-# files 2.3 instead of 2.9-3.8 (wall 2.3 instead of 1.9-2.4); larger scans lose more wall time
-# to going one file at a time than they save CPU (8 files of 20,000 rows, 450 KB: 9.3 ms instead
-# of 5.9).
+# files 2.3 instead of 2.9-3.8 (wall 2.3 instead of 1.9-2.4). At the bounds' corner the wall
+# time is what is given up: 16 files of 4,000 rows (188 KB) 6.4-6.6 ms of CPU instead of 7.8-8.6,
+# but also of wall instead of 4.8-5.4. Larger scans lose more wall time to going one file at a
+# time than they save CPU (8 files of 20,000 rows, 450 KB: 9.3 ms instead of 5.9).
 SMALL_SCAN_BYTES = 256 << 10
 SMALL_SCAN_FILES = 16
 
