@@ -131,14 +131,12 @@ class Scan(DatasetPath, FilePath):
         # Files the dataset scanner reads at once: on an object store, enough to cover the
         # round trips; locally Arrow's default (its threads decode what the disk hands over).
         self._file_readahead = REMOTE_READ_WORKERS if self._remote else 4
-        self._threads_per_file = files.num_rows < self._workers
         self._small = (
             not self._remote
             and files.num_rows <= SMALL_SCAN_FILES
             and (pc.sum(files.column("size")).as_py() or 0) < SMALL_SCAN_BYTES
         )
-        if self._small:
-            self._threads_per_file = False
+        self._threads_per_file = not self._small and files.num_rows < self._workers
 
         needed = {f.name for f in self.output_fields}
         if self.predicate is not None:

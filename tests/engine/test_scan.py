@@ -71,7 +71,7 @@ def test_small_local_scans_read_file_by_file_on_the_calling_thread(table_path, m
     dataset scanner or a thread pool. Past the bound the same scan goes to the scanner."""
     from deltaplane.engine.scan import core, file_path
 
-    paths: list[str] = []
+    scanner_calls: list[str] = []
     pool = core.ThreadPoolExecutor
 
     def no_pool(*args, **kwargs):
@@ -80,12 +80,12 @@ def test_small_local_scans_read_file_by_file_on_the_calling_thread(table_path, m
     for module in (core, file_path):
         monkeypatch.setattr(module, "ThreadPoolExecutor", no_pool)
     for method in ("_read_dataset", "_dataset_batches"):
-        monkeypatch.setattr(core.Scan, method, lambda self, *a, **k: paths.append("scanner"))
+        monkeypatch.setattr(core.Scan, method, lambda self, *a, **k: scanner_calls.append("scanner"))
     t = DeltaTable(table_path)
     rows = t.to_arrow()
     streamed = pa.Table.from_batches(list(t.scan().to_batches(batch_size=300)))
     positions = list(t.scan().read_files_with_positions())
-    assert paths == []
+    assert scanner_calls == []
     for got in (rows, streamed, pa.concat_tables([r.table for _, r in positions])):
         assert sorted(got.column("id").to_pylist()) == list(range(5000))
         assert sorted(got.column("value").to_pylist()) == sorted([float(x) for x in range(1000)] * 5)
@@ -95,7 +95,7 @@ def test_small_local_scans_read_file_by_file_on_the_calling_thread(table_path, m
     for module in (core, file_path):
         monkeypatch.setattr(module, "ThreadPoolExecutor", pool)
     assert t.to_arrow().num_rows == 5000
-    assert paths == ["scanner"]
+    assert scanner_calls == ["scanner"]
 
 
 def test_empty_results_keep_the_schema(table_path):
