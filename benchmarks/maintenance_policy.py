@@ -4,11 +4,12 @@ Ten tables with the shapes teams run (three streaming tables committing every 5 
 minutes, two partitioned daily-batch tables, two tables with frequent deletion-vector deletes and
 updates, a liquid-clustered table, two quiet tables) live through one simulated day, compressed:
 the workload is a deterministic list of events in simulated time, replayed as fast as the machine
-goes. Every simulated hour, at a minute drawn at random (the same for both policies), a query
-suite runs on every table (a full count and a selective filter): its latency is measured (each
-query's fastest of three runs) and the files it opens after pruning are counted (the
-deterministic part of its cost: the latency of one day's run moves by about 10% from run to run
-on a shared machine, the files do not). The day is replayed twice on fresh copies:
+goes. Each policy has its own copy of the tables, and the copies live through the day side by
+side, minute by minute. Every simulated hour, at a minute drawn at random (the same for both
+policies), a query suite runs on every table (a full count and a selective filter): its latency
+is measured on both copies in turn (each query's fastest of three rounds, the copies taking turns
+within a round, so that the machine's drift over the day weighs on both alike) and the files it
+opens after pruning are counted (the deterministic part of its cost). The policies:
 
 - **fixed**: OPTIMIZE of every table every hour, VACUUM of every table at the end of the day (what
   a cron string per table gives today); checkpoints on the default interval;
@@ -199,6 +200,7 @@ def user_write(table: DeltaTable, action: str, n: int, minute: int, next_id: dic
 
 
 QUERY_REPEATS = 3  # each query's latency is the fastest of this many runs: the machine's noise out
+POLICIES = ("fixed", "health")
 
 
 def files_read(table: DeltaTable) -> int:
@@ -208,15 +210,23 @@ def files_read(table: DeltaTable) -> int:
     return sum(len(fresh.scan(filter=predicate).file_uris()) for predicate in (None, "k = 42"))
 
 
-def query_suite(table: DeltaTable) -> list[float]:
-    out = []
+def query_suite(tables: list[DeltaTable]) -> list[list[float]]:
+    """The query suite on the same table under each policy, timed side by side: each query runs
+    ``QUERY_REPEATS`` rounds, every round on each policy's copy in turn (the first of a round
+    alternating), and each copy keeps its fastest. Timed apart (one policy's whole day, then the
+    other's) the comparison took the machine's drift between the two days with it; side by side
+    both see the same moment. One list per table, each query's latency."""
+    out: list[list[float]] = [[] for _ in tables]
     for predicate in (None, "k = 42"):
-        took = []
-        for _ in range(QUERY_REPEATS):
-            started = time.perf_counter()
-            DeltaTable(table.uri).count(filter=predicate)
-            took.append(time.perf_counter() - started)
-        out.append(min(took))
+        took: list[list[float]] = [[] for _ in tables]
+        for round_ in range(QUERY_REPEATS):
+            order = range(len(tables)) if round_ % 2 == 0 else reversed(range(len(tables)))
+            for i in order:
+                started = time.perf_counter()
+                DeltaTable(tables[i].uri).count(filter=predicate)
+                took[i].append(time.perf_counter() - started)
+        for i, times in enumerate(took):
+            out[i].append(min(times))
     return out
 
 
@@ -267,57 +277,76 @@ def sample(root: Path, run: Run, hour: int) -> None:
     run.hourly.append({"hour": hour, "small_files": small, "unvacuumed_bytes": unvacuumed})
 
 
-def replay(root: Path, policy: str, hours: int, scale: int) -> Run:
-    run = Run(policy)
-    rng = np.random.default_rng(7)
-    tables = {name: DeltaTable(str(root / name)) for name in TABLES}
-    trackers: dict[str, HealthTracker] = {}
-    vacuumed_before: dict[str, int] = {}
-    if policy == "health":
-        started = time.process_time()
-        for name, t in tables.items():
-            trackers[name] = HealthTracker.from_snapshot(
-                t.snapshot, small_file_size=HEALTH_POLICY.small_file_size
-            )
-        run.maintenance_cpu += time.process_time() - started
-    next_id: dict[str, int] = {}
-    events = workload(hours, scale)
-    # each hour's queries at a minute drawn once for both policies: not tied to either's schedule
-    query_minute = np.random.default_rng(11).integers(0, MINUTES, hours + 1)
-    i = 0
-    for minute in range(hours * MINUTES + 1):
-        while i < len(events) and events[i][0] == minute:
-            _, name, action, n = events[i]
+class Replay:
+    """One policy's copy of the tables living through the day, a simulated minute at a time (the
+    user's writes due then, and the policy's maintenance); the same writes, drawn from the same
+    seed, in every copy."""
+
+    def __init__(self, root: Path, policy: str, hours: int, scale: int):
+        self.root, self.policy, self.hours = root, policy, hours
+        self.run = Run(policy)
+        self.rng = np.random.default_rng(7)
+        self.tables = {name: DeltaTable(str(root / name)) for name in TABLES}
+        self.trackers: dict[str, HealthTracker] = {}
+        self.vacuumed_before: dict[str, int] = {}
+        self.next_id: dict[str, int] = {}
+        self.events = workload(hours, scale)
+        self.i = 0
+        if policy == "health":
+            started = time.process_time()
+            for name, t in self.tables.items():
+                self.trackers[name] = HealthTracker.from_snapshot(
+                    t.snapshot, small_file_size=HEALTH_POLICY.small_file_size
+                )
+            self.run.maintenance_cpu += time.process_time() - started
+
+    def minute(self, minute: int) -> None:
+        run, tables, events = self.run, self.tables, self.events
+        while self.i < len(events) and events[self.i][0] == minute:
+            _, name, action, n = events[self.i]
             try:
-                user_write(tables[name], action, n, minute, next_id, rng)
+                user_write(tables[name], action, n, minute, self.next_id, self.rng)
             except Exception:  # a user's write that maintenance broke: counted, never hidden
                 run.failed_writes += 1
-            i += 1
-        if policy == "fixed" and minute % MINUTES == 59:
+            self.i += 1
+        if self.policy == "fixed" and minute % MINUTES == 59:
             started = time.process_time()
             for t in tables.values():
                 optimize(t, run)
             run.maintenance_cpu += time.process_time() - started
-        if policy == "fixed" and minute == hours * MINUTES - 1:
+        if self.policy == "fixed" and minute == self.hours * MINUTES - 1:
             started = time.process_time()
             for name, t in tables.items():
                 vacuum(t, name, run)
             run.maintenance_cpu += time.process_time() - started
-        if policy == "health" and minute % POLL_MINUTES == POLL_MINUTES - 1:
+        if self.policy == "health" and minute % POLL_MINUTES == POLL_MINUTES - 1:
             started = time.process_time()
-            health_step(tables, trackers, run, vacuumed_before)
+            health_step(tables, self.trackers, run, self.vacuumed_before)
             run.maintenance_cpu += time.process_time() - started
+
+
+def replay(roots: dict[str, Path], hours: int, scale: int) -> dict[str, Run]:
+    """Every policy's day in lockstep: minute by minute each copy takes its writes and
+    maintenance, and every simulated hour, at a minute drawn at random (not tied to any
+    policy's schedule), the query suite runs on each table of every copy side by side."""
+    replays = [Replay(root, policy, hours, scale) for policy, root in roots.items()]
+    query_minute = np.random.default_rng(11).integers(0, MINUTES, hours + 1)
+    for minute in range(hours * MINUTES + 1):
+        for r in replays:
+            r.minute(minute)
         if minute % MINUTES == query_minute[minute // MINUTES]:
-            hour_latencies = []
-            for name, t in tables.items():
-                took = query_suite(t)
-                run.files_read.append(files_read(t))
-                run.latencies += took
-                hour_latencies += took
-                run.by_table.setdefault(name, []).extend(took)
-            sample(root, run, minute // MINUTES)
-            run.hourly[-1]["query_mean_ms"] = round(1000 * statistics.mean(hour_latencies), 2)
-    return run
+            hour_latencies: list[list[float]] = [[] for _ in replays]
+            for name in TABLES:
+                took = query_suite([r.tables[name] for r in replays])
+                for r, mine, hour in zip(replays, took, hour_latencies, strict=True):
+                    r.run.files_read.append(files_read(r.tables[name]))
+                    r.run.latencies += mine
+                    hour += mine
+                    r.run.by_table.setdefault(name, []).extend(mine)
+            for r, hour in zip(replays, hour_latencies, strict=True):
+                sample(r.root, r.run, minute // MINUTES)
+                r.run.hourly[-1]["query_mean_ms"] = round(1000 * statistics.mean(hour), 2)
+    return {r.policy: r.run for r in replays}
 
 
 def health_step(tables, trackers, run: Run, vacuumed_before) -> None:
@@ -439,17 +468,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="maintenance-policy-") as tmp:
         base = Path(tmp) / "base"
         create_tables(base)
-        results = {}
-        for policy in ("fixed", "health"):
-            root = Path(tmp) / policy
-            shutil.copytree(base, root)
-            started = time.perf_counter()
-            run = replay(root, policy, args.hours, args.scale)
-            results[policy] = {
-                **run.summary(),
-                "wall_s": round(time.perf_counter() - started, 1),
-                "hourly": run.hourly,
-            }
+        roots = {}
+        for policy in POLICIES:
+            roots[policy] = Path(tmp) / policy
+            shutil.copytree(base, roots[policy])
+        started = time.perf_counter()
+        runs = replay(roots, args.hours, args.scale)
+        wall = round(time.perf_counter() - started, 1)
+        results = {policy: {**run.summary(), "hourly": run.hourly} for policy, run in runs.items()}
     fixed, health = results["fixed"], results["health"]
     ratios = {
         "query_p95": round(health["query_p95_ms"] / fixed["query_p95_ms"], 3),
@@ -466,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         "scale": args.scale,
         "size_scale": args.size_scale,
         "tables": len(TABLES),
+        "wall_s": wall,  # both policies' day, replayed side by side
         "results": results,
         "health_over_fixed": ratios,
     }
