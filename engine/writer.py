@@ -240,7 +240,7 @@ class DataFileWriter:
         self._piece_overhead = PIECE_OVERHEAD + COLUMN_OVERHEAD * len(self._file_schema)
         self._counter = 0
         self._write_id = uuid.uuid4()
-        self._dictionary: list[str] | bool | None = None  # chosen from the first rows written
+        self._dictionary: list[str] | bool | None = None  # chosen from the rows the first file gets
         self._statistics: list[str] | bool | None = None  # statistics_columns of the file schema
         self.rows_written = 0
         self.bytes_written = 0
@@ -406,8 +406,6 @@ class DataFileWriter:
 
     def _buffer_piece(self, values: tuple, physical: pa.Table, source: _Batch, nbytes: int) -> None:
         """Buffer one piece (in the file's layout) of ``nbytes``."""
-        if self._dictionary is None:
-            self._dictionary = dictionary_columns(physical)
         b = self._buffers.get(values)
         if b is None:
             b = self._buffers[values] = _Buffer()
@@ -497,6 +495,8 @@ class DataFileWriter:
             if values in self._closed_early:
                 self._closed_early.discard(values)
                 self.files_reopened += 1
+            if self._dictionary is None:  # judged on a file's first rows, not on the first batch
+                self._dictionary = dictionary_columns(table)
             f = self._open[values] = self._new_file(values)
         else:
             self._open.move_to_end(values)

@@ -447,3 +447,32 @@ def test_dictionary_encoding_only_for_repetitive_columns(tmp_path):
     assert "RLE_DICTIONARY" in column["kind"]
     assert "RLE_DICTIONARY" not in column["id"] and "PLAIN_DICTIONARY" not in column["id"]
     assert_same_rows(table.to_arrow(), data)
+
+
+def _encodings(uri: str) -> dict[str, list[str]]:
+    meta = pq.ParquetFile(uri.removeprefix("file://")).metadata.row_group(0)
+    return {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+
+
+def test_dictionary_encoding_is_judged_on_the_rows_a_file_gets_not_the_first_batch(tmp_path):
+    """Rows that come in batches too small to judge (a stream of 500-row batches, or OPTIMIZE
+    reading small files one by one) are judged once a file's rows are together: the first batch
+    alone used to decide, and too small to judge meant dictionary for every column, ids too."""
+    data = pa.table(
+        {
+            "id": pa.array(range(5000), pa.int64()),
+            "kind": pa.array([("a", "b", "c")[i % 3] for i in range(5000)]),
+        }
+    )
+    streamed = DeltaTable.create(str(tmp_path / "streamed"), data.schema)
+    streamed.append(pa.RecordBatchReader.from_batches(data.schema, data.to_batches(max_chunksize=500)))
+    compacted = DeltaTable.create(str(tmp_path / "compacted"), data.schema)
+    for start in range(0, 5000, 500):
+        compacted.append(data.slice(start, 500))
+    assert compacted.optimize().num_files_added == 1
+    for table in (streamed, compacted):
+        (uri,) = table.file_uris()
+        column = _encodings(uri)
+        assert "RLE_DICTIONARY" in column["kind"], table.uri
+        assert "RLE_DICTIONARY" not in column["id"] and "PLAIN_DICTIONARY" not in column["id"], table.uri
+        assert_same_rows(table.to_arrow(), data)
