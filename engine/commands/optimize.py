@@ -66,6 +66,12 @@ DEFAULT_OPTIMIZE_FILE_SIZE = 1 * GiB  # the paper's and Delta Spark's OPTIMIZE t
 DEFAULT_MAX_DELETED_ROWS_RATIO = 0.05  # Delta Spark's optimize.maxDeletedRowsRatio
 DEFAULT_MIN_NUM_FILES = 2
 NO_SIZE_LIMIT = 1 << 62
+# A bin of at most this many bytes is read whole and handed to the writer at once: one write per
+# bin instead of one per batch of each file, each costing the writer about as much as reading a
+# small file (12 files of 200 rows compacted in 12.4 ms of CPU instead of 15.6; a bin of 13 files
+# and 440 KB, 29.5 instead of 29.7: bytes weigh there, not calls). Larger bins stream batch by
+# batch, their memory bounded by the writer's row group.
+WHOLE_BIN_BYTES = 4 << 20
 
 
 class OptimizeError(InvalidArgumentError):
@@ -461,6 +467,8 @@ def rewrite_bin(store: ObjectStore, plan: OptimizePlan, index: int) -> list[Add]
             for lo, hi in itertools.pairwise(bounds):
                 writer.write(rows.slice(lo, hi - lo))
                 writer.roll()
+        elif b.size <= WHOLE_BIN_BYTES:
+            writer.write(scan.to_table())
         else:
             for batch in scan.to_batches():
                 writer.write(pa.Table.from_batches([batch]))
