@@ -34,6 +34,8 @@ from deltaplane.engine.log.commits import LogActions, parse_log_json
 from deltaplane.engine.log.files import LogFile
 from deltaplane.engine.log.replay import (
     SMALL_REPLAY_ACTIONS,
+    ReplayResult,
+    advance_rows,
     normalize_partition_values,
     reconcile,
     reconcile_rows,
@@ -270,11 +272,43 @@ def advance_snapshot(
         (*(previous.commits if previous else ()), *files),
         merged,
     )
-    return _assemble(snapshot.store, segment, parsed, _as_base(snapshot), snapshot.commit_infos)
+    replayed = _advanced_files(snapshot, parsed)
+    if replayed is None:
+        return _assemble(snapshot.store, segment, parsed, _as_base(snapshot), snapshot.commit_infos)
+    return _assemble(
+        snapshot.store, segment, parsed, _as_base(snapshot, files=False), snapshot.commit_infos, replayed
+    )
 
 
-def _as_base(snapshot: Snapshot) -> LogActions:
-    """A snapshot's state in the shape of a checkpoint's actions, to replay commits onto."""
+def _advanced_files(snapshot: Snapshot, parsed: list[LogActions]) -> ReplayResult | None:
+    """The snapshot's files and tombstones carried over commits still in parsed JSON (a writer's
+    own commit, most often), without re-keying every file it knows; ``None`` when that does not
+    apply (a large commit, a metadata change, other column shapes)."""
+    pending = [a.pending_rows for a in parsed]
+    if any(p is None for p in pending) or sum(len(p) for p in pending) > SMALL_REPLAY_ACTIONS:
+        return None
+    if any(a.metadata is not None for a in parsed):
+        return None  # the partition columns or their physical names may change: the full path
+    physical = [f.physical_name for f in snapshot.partition_fields]
+    rows = [(a.version, rows) for a, rows in zip(reversed(parsed), reversed(pending), strict=True)]
+    try:
+        return advance_rows(snapshot.files, snapshot.tombstones, rows, snapshot.store.root, physical)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return None  # the full path names the file and the field
+
+
+def _as_base(snapshot: Snapshot, *, files: bool = True) -> LogActions:
+    """A snapshot's state in the shape of a checkpoint's actions, to replay commits onto
+    (``files=False``: its protocol, metadata, transactions and domains only)."""
+    if not files:
+        return LogActions(
+            source=f"snapshot {snapshot.version}",
+            version=snapshot.version,
+            protocol=snapshot.protocol,
+            metadata=snapshot.metadata,
+            txns=list(snapshot.txns.values()),
+            domains=list(snapshot.domains.values()),
+        )
     files = snapshot.files
     n = files.num_rows
     live = files.append_column("is_add", pa.repeat(True, n))
@@ -331,62 +365,24 @@ def _assemble(
     parsed: list[LogActions],
     checkpoint: LogActions | None,
     base_infos: dict[int, dict] | None = None,
+    replayed: ReplayResult | None = None,
 ) -> Snapshot:
-    """Protocol, metadata and replayed state from commits (ascending) over a checkpoint or base."""
+    """Protocol, metadata and replayed state from commits (ascending) over a checkpoint or base
+    (``replayed``: the files and tombstones, already worked out)."""
     newest_first = [*reversed(parsed), *([checkpoint] if checkpoint else [])]
     protocol, metadata, physical = _table_config(store, segment, newest_first)
-
     txns: dict[str, Txn] = {}
     domains: dict[str, DomainMetadata] = {}
-    commit_tables: list[pa.Table] = []
-    checkpoint_table: pa.Table | None = None
-    pending = [a.pending_rows for a in parsed]
-    if (
-        checkpoint is None
-        and all(p is not None for p in pending)
-        and sum(len(p) for p in pending) <= SMALL_REPLAY_ACTIONS
-    ):
-        # A few small commits and nothing under them: replay the parsed JSON directly.
-        for actions in newest_first:
-            for txn in actions.txns:
-                txns.setdefault(txn.app_id, txn)
-            for domain in actions.domains:
-                domains.setdefault(domain.domain, domain)
-        rows = [(a.version, a.pending_rows) for a in newest_first]
-        try:
-            replayed = reconcile_rows(rows, store.root, physical)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            for actions in parsed:
-                _ = actions.file_actions  # the commit's own parse names the file and the field
-            raise
-        newest_first = []
-    else:
-        replayed = None
     for actions in newest_first:
         for txn in actions.txns:
             txns.setdefault(txn.app_id, txn)
         for domain in actions.domains:
             domains.setdefault(domain.domain, domain)
-        if actions.file_actions is not None and actions.file_actions.num_rows:
-            table = normalize_partition_values(actions.file_actions, physical)
-            actions.file_actions = None  # replay owns the data now; let it free sources early
-            if "version" not in table.column_names:
-                table = table.append_column(
-                    "version", pa.repeat(scalar(actions.version, pa.int64()), table.num_rows)
-                )
-            if actions is checkpoint:
-                checkpoint_table = table
-            else:
-                commit_tables.append(table)
     domains = {k: d for k, d in domains.items() if not d.removed}
-    del newest_first, checkpoint
+    del newest_first
     if replayed is None:
-        replayed = reconcile(commit_tables, checkpoint_table, store.root)
-        if replayed.live.num_rows + replayed.tombstones.num_rows > _RELEASE_AFTER_ROWS:
-            # Replay of a big log frees hundreds of MB of transient buffers that the allocator
-            # would otherwise keep: hand them back so the process does not stay at its peak.
-            pa.default_memory_pool().release_unused()
-    del checkpoint_table
+        replayed = _replay(store, parsed, checkpoint, physical)
+    del checkpoint
 
     commit_info = parsed[-1].commit_info if parsed and parsed[-1].version == segment.version else None
     infos = _commit_infos(parsed, base_infos)
@@ -405,6 +401,47 @@ def _assemble(
         segment=segment,
         commit_infos=infos,
     )
+
+
+def _replay(
+    store: ObjectStore, parsed: list[LogActions], checkpoint: LogActions | None, physical: list[str]
+) -> ReplayResult:
+    """Live files and tombstones from commits (ascending) over a checkpoint or base."""
+    pending = [a.pending_rows for a in parsed]
+    if (
+        checkpoint is None
+        and all(p is not None for p in pending)
+        and sum(len(p) for p in pending) <= SMALL_REPLAY_ACTIONS
+    ):
+        # A few small commits and nothing under them: replay the parsed JSON directly.
+        rows = [(a.version, a.pending_rows) for a in reversed(parsed)]
+        try:
+            return reconcile_rows(rows, store.root, physical)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            for actions in parsed:
+                _ = actions.file_actions  # the commit's own parse names the file and the field
+            raise
+    commit_tables: list[pa.Table] = []
+    checkpoint_table: pa.Table | None = None
+    for actions in [*reversed(parsed), *([checkpoint] if checkpoint else [])]:
+        if actions.file_actions is not None and actions.file_actions.num_rows:
+            table = normalize_partition_values(actions.file_actions, physical)
+            actions.file_actions = None  # replay owns the data now; let it free sources early
+            if "version" not in table.column_names:
+                table = table.append_column(
+                    "version", pa.repeat(scalar(actions.version, pa.int64()), table.num_rows)
+                )
+            if actions is checkpoint:
+                checkpoint_table = table
+            else:
+                commit_tables.append(table)
+    del checkpoint
+    replayed = reconcile(commit_tables, checkpoint_table, store.root)
+    if replayed.live.num_rows + replayed.tombstones.num_rows > _RELEASE_AFTER_ROWS:
+        # Replay of a big log frees hundreds of MB of transient buffers that the allocator
+        # would otherwise keep: hand them back so the process does not stay at its peak.
+        pa.default_memory_pool().release_unused()
+    return replayed
 
 
 def _commit_timestamp(segment: LogSegment, commit_info: CommitInfo | None, props: TableProperties) -> int:

@@ -118,7 +118,13 @@ def normalize_partition_values(table: pa.Table, physical_columns: list[str]) -> 
             if child.type != pa.string():
                 child = child.cast(pa.string())
             children.append(child)
-        column = pa.StructArray.from_arrays(children, fields=list(target))
+        # A row without partition values (a remove may leave them out) stays null, as the
+        # replay of parsed JSON leaves it, not a struct of nulls.
+        missing = pv.is_null()
+        missing = missing.combine_chunks() if isinstance(missing, pa.ChunkedArray) else missing
+        column = pa.StructArray.from_arrays(
+            children, fields=list(target), mask=missing if pv.null_count else None
+        )
     index = table.schema.get_field_index("partition_values")
     return table.set_column(index, pa.field("partition_values", target), column)
 
@@ -267,6 +273,66 @@ def reconcile_rows(
     return ReplayResult(
         _rows_table(live, physical, tombstone=False), _rows_table(tombstones, physical, tombstone=True)
     )
+
+
+def advance_rows(
+    live: pa.Table,
+    tombstones: pa.Table,
+    commits_newest_first: list[tuple[int, list[tuple[str, dict]]]],
+    table_root: str,
+    physical: list[str],
+) -> ReplayResult | None:
+    """A replayed state (``live`` and ``tombstones`` as a replay left them) carried over a few
+    small commits still in parsed JSON: the commits' own winners first, then the earlier rows
+    whose key no commit mentions, as ``reconcile`` with the state as its checkpoint orders them.
+    Only the earlier rows whose path a commit names are looked at in Python, so a writer's next
+    state costs its own actions, not a re-keying of every file it knows. ``None`` when the shapes
+    differ (a state read from a checkpoint with other columns): ``reconcile`` then does it."""
+    new = reconcile_rows(commits_newest_first, table_root, physical)
+    if not (new.live.schema.equals(live.schema) and new.tombstones.schema.equals(tombstones.schema)):
+        return None
+    mentioned = {
+        (_canonical(body["path"], table_root), _dv_id(body.get("deletionVector")))
+        for _, actions in commits_newest_first
+        for _, body in actions
+    }
+    paths = pa.array(sorted({path for path, _ in mentioned}), pa.string())
+    return ReplayResult(
+        _stacked(new.live, _unmentioned(live, paths, mentioned, table_root)),
+        _stacked(new.tombstones, _unmentioned(tombstones, paths, mentioned, table_root)),
+    )
+
+
+def _canonical(path: str, table_root: str) -> str:
+    return canonical_path(path, table_root) if ("%" in path or ":" in path or path.startswith("/")) else path
+
+
+def _unmentioned(table: pa.Table, paths: pa.Array, mentioned: set, table_root: str) -> pa.Table:
+    """``table`` less the rows whose (canonical path, DV id) is in ``mentioned``."""
+    if not table.num_rows or not len(paths):
+        return table
+    same_path = pc.is_in(canonical_paths(table.column("path"), table_root), value_set=paths)
+    hits = np.flatnonzero(to_numpy(same_path.combine_chunks()))
+    if not len(hits):
+        return table
+    candidates = table.take(pa.array(hits)).select(["path", "deletion_vector"]).to_pylist()
+    keep = np.ones(table.num_rows, dtype=bool)
+    for row, candidate in zip(hits.tolist(), candidates, strict=True):
+        key = (_canonical(candidate["path"], table_root), _dv_id(candidate["deletion_vector"]))
+        keep[row] = key not in mentioned
+    return table if keep.all() else table.filter(from_numpy(keep))
+
+
+def _stacked(new: pa.Table, earlier: pa.Table) -> pa.Table:
+    """The commits' rows, then the earlier ones; chunks of few rows combined as ``reconcile``
+    combines them (each commit would otherwise add one that every later step pays for)."""
+    if not new.num_rows:
+        return earlier
+    table = pa.concat_tables([new, earlier]) if earlier.num_rows else new
+    chunks = max((column.num_chunks for column in table.columns), default=0)
+    if chunks > _MAX_CHUNKS or (chunks > _FEW_CHUNKS and table.num_rows < chunks * _SMALL_CHUNK_ROWS):
+        table = _combine_columnwise(table)
+    return table
 
 
 def _dv_id(dv: dict | None) -> str:
