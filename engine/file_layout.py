@@ -4,6 +4,8 @@ which get footer statistics."""
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -86,6 +88,14 @@ def dictionary_columns(sample: pa.Table) -> list[str] | bool:
 
 
 def statistics_columns(schema: pa.Schema) -> list[str] | bool:
+    """The Parquet columns whose footer statistics are written (``_statistics_columns``; worked
+    out once per file schema: each writer of a table asks for the same)."""
+    found = _statistics_columns(schema)
+    return found if isinstance(found, bool) else list(found)
+
+
+@functools.lru_cache(maxsize=64)
+def _statistics_columns(schema: pa.Schema) -> tuple[str, ...] | bool:
     """The Parquet columns whose footer statistics are written: all but floats.
 
     Parquet writers leave NaN out of a float column's min/max, and readers that prune row groups
@@ -106,4 +116,4 @@ def statistics_columns(schema: pa.Schema) -> list[str] | bool:
     }
     if not floats:
         return True
-    return [c.path for c in leaves if c.path not in floats]
+    return tuple(c.path for c in leaves if c.path not in floats)
