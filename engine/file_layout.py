@@ -64,6 +64,13 @@ def to_physical(arr: pa.Array, t: DataType, mode: str) -> pa.Array:
 
 DICTIONARY_SAMPLE_ROWS = 65_536
 DICTIONARY_MAX_DISTINCT = 0.5
+# A column whose first rows are nearly all distinct is judged on them alone: counting the distinct
+# values of 65,536 distinct int64s takes 5 ms (its hash table outgrows the caches), of the first
+# 8,192 0.15 ms, and in random order a column that distinct so early is never repetitive enough
+# over the whole sample (20,000 values in random order: 82% of the first 8,192 rows distinct,
+# judged on the whole sample, chosen).
+DICTIONARY_FIRST_ROWS = 8192
+DICTIONARY_SURELY_DISTINCT = 0.95
 
 
 def dictionary_columns(sample: pa.Table) -> list[str] | bool:
@@ -78,9 +85,14 @@ def dictionary_columns(sample: pa.Table) -> list[str] | bool:
     if rows < 1000 or any(pa.types.is_nested(f.type) for f in sample.schema):
         return True
     head = sample.slice(0, rows)
+    first = min(rows, DICTIONARY_FIRST_ROWS)
     chosen = []
     for name in sample.column_names:
         column = head.column(name)
+        if first < rows:
+            early = pc.count_distinct(column.slice(0, first), mode="all").as_py()
+            if early >= DICTIONARY_SURELY_DISTINCT * first:
+                continue
         distinct = pc.count_distinct(column, mode="all").as_py()
         if distinct <= DICTIONARY_MAX_DISTINCT * rows:
             chosen.append(name)
