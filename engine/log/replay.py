@@ -184,10 +184,7 @@ def reconcile(
     del commit_keys
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
     del tables
-    chunks = max(column.num_chunks for column in table.columns)  # a column added whole has one
-    if chunks > _MAX_CHUNKS or (chunks > _FEW_CHUNKS and table.num_rows < chunks * _SMALL_CHUNK_ROWS):
-        # Incremental updates add a chunk per commit; keep per-chunk kernels from multiplying.
-        table = _combine_columnwise(table)
+    table = _in_few_chunks(table)
     first = masks[0] if len(masks) == 1 else np.concatenate(masks)
     is_add = to_numpy(table.column("is_add"))
     if first.all() and is_add.all():
@@ -261,9 +258,7 @@ def reconcile_rows(
     live, tombstones = [], []
     for version, kind, body in rows:
         path = body["path"]
-        key = (
-            canonical_path(path, table_root) if ("%" in path or ":" in path or path.startswith("/")) else path
-        )
+        key = _canonical(path, table_root)
         if with_dv:
             key += "\x00" + _dv_id(body.get("deletionVector"))
         if key in seen:
@@ -328,10 +323,15 @@ def _stacked(new: pa.Table, earlier: pa.Table) -> pa.Table:
     combines them (each commit would otherwise add one that every later step pays for)."""
     if not new.num_rows:
         return earlier
-    table = pa.concat_tables([new, earlier]) if earlier.num_rows else new
-    chunks = max((column.num_chunks for column in table.columns), default=0)
+    return _in_few_chunks(pa.concat_tables([new, earlier]) if earlier.num_rows else new)
+
+
+def _in_few_chunks(table: pa.Table) -> pa.Table:
+    """``table``, combined when it has too many chunks, or many of few rows: incremental updates
+    add a chunk per commit, and per-chunk kernels would multiply with them."""
+    chunks = max((column.num_chunks for column in table.columns), default=0)  # a whole column: 1
     if chunks > _MAX_CHUNKS or (chunks > _FEW_CHUNKS and table.num_rows < chunks * _SMALL_CHUNK_ROWS):
-        table = _combine_columnwise(table)
+        return _combine_columnwise(table)
     return table
 
 
