@@ -30,6 +30,11 @@ MiB = 1 << 20
 DEFAULT_SMALL_FILE_SIZE = 128 * MiB  # Delta Spark's autoCompact maxFileSize: smaller is "small"
 # File-size histogram bucket lower bounds: 0, then powers of two from 64 KiB to 1 GiB.
 HISTOGRAM_BOUNDS = (0, *(1 << k for k in range(16, 31)))
+# Size tiers of a partition's files that are not small: tier k holds the files from 2**k up to
+# 2**(k + 1) times the small size. Compacting only the small files leaves its outputs, once they
+# grow past the small size, out of every later compaction: these tiers let the planner merge
+# them a band at a time (size-tiered), each byte rewritten once per band on its way to the target.
+SIZE_TIERS = 8
 HISTORY_PAGES = (50, 1000)  # commits looked at (newest first) to find the last OPTIMIZE/VACUUM
 DAY_MS = 86_400_000
 
@@ -46,6 +51,9 @@ class PartitionHealth:
     small_files_bytes: int
     num_rows: int | None  # after deletion vectors; None when some file has no statistics
     num_deleted_rows: int  # hidden by deletion vectors
+    # files and bytes per size tier (``SIZE_TIERS``: from 2**k to 2**(k + 1) small sizes)
+    tier_files: tuple[int, ...] = (0,) * SIZE_TIERS
+    tier_bytes: tuple[int, ...] = (0,) * SIZE_TIERS
 
     @property
     def deleted_rows_ratio(self) -> float:
@@ -156,7 +164,7 @@ def table_health(
         if n and "clustering_provider" in files.column_names
         else np.ones(n, dtype=bool)
     )
-    partitions = _partitions(snapshot, files, sizes, small, records, deleted)
+    partitions = _partitions(snapshot, files, sizes, small_file_size, records, deleted)
     # The log now, not as it was when the snapshot was loaded: a checkpoint may have been
     # written since (listing from the _last_checkpoint hint is one cheap request).
     segment = build_log_segment(snapshot.store, snapshot.version)
@@ -202,18 +210,35 @@ def _histogram(sizes: np.ndarray) -> list[dict[str, int]]:
     return out
 
 
-def _partitions(snapshot, files, sizes, small, records, deleted) -> list[PartitionHealth]:
+def size_tier(size: int, small_file_size: int) -> int | None:
+    """The size tier of a file (``SIZE_TIERS``), None for a small file or one above the tiers."""
+    if size < small_file_size:
+        return None
+    k = (size // small_file_size).bit_length() - 1
+    return k if k < SIZE_TIERS else None
+
+
+def _partitions(snapshot, files, sizes, small_file_size, records, deleted) -> list[PartitionHealth]:
     n = files.num_rows
     if n == 0:
         return []
+    small = sizes < small_file_size
+    tiers = {}
+    for k in range(SIZE_TIERS):
+        chosen = (sizes >= small_file_size << k) & (sizes < small_file_size << (k + 1))
+        tiers[f"t{k}"], tiers[f"tb{k}"] = chosen.astype(np.int64), np.where(chosen, sizes, 0)
     names = [f.physical_name for f in snapshot.partition_fields]
     values = files.column("partition_values")
+    columns = {
+        "size": sizes,
+        "small": small.astype(np.int64),
+        "small_bytes": np.where(small, sizes, 0),
+        **tiers,
+    }
     table = pa.table(
         {
             **{f"p{i}": pc.struct_field(values, name) for i, name in enumerate(names)},
-            "size": sizes,
-            "small": small.astype(np.int64),
-            "small_bytes": np.where(small, sizes, 0),
+            **columns,
             "records": records,
             "records_missing": pc.is_null(records),
             "deleted": deleted,
@@ -224,9 +249,7 @@ def _partitions(snapshot, files, sizes, small, records, deleted) -> list[Partiti
         table.group_by(keys, use_threads=False).aggregate(
             [
                 ("size", "count"),
-                ("size", "sum"),
-                ("small", "sum"),
-                ("small_bytes", "sum"),
+                *[(name, "sum") for name in columns],
                 ("records", "sum"),
                 ("records_missing", "any"),
                 ("deleted", "sum"),
@@ -236,9 +259,7 @@ def _partitions(snapshot, files, sizes, small, records, deleted) -> list[Partiti
         else pa.table(
             {
                 "size_count": [n],
-                "size_sum": [int(sizes.sum())],
-                "small_sum": [int(small.sum())],
-                "small_bytes_sum": [int(np.where(small, sizes, 0).sum())],
+                **{f"{name}_sum": [int(column.sum())] for name, column in columns.items()},
                 "records_sum": [pc.sum(records).as_py()],
                 "records_missing_any": [bool(pc.any(pc.is_null(records)).as_py())],
                 "deleted_sum": [int(deleted.sum())],
@@ -259,6 +280,8 @@ def _partitions(snapshot, files, sizes, small, records, deleted) -> list[Partiti
                 small_files_bytes=int(row["small_bytes_sum"]),
                 num_rows=rows,
                 num_deleted_rows=int(row["deleted_sum"]),
+                tier_files=tuple(int(row[f"t{k}_sum"]) for k in range(SIZE_TIERS)),
+                tier_bytes=tuple(int(row[f"tb{k}_sum"]) for k in range(SIZE_TIERS)),
             )
         )
     out.sort(key=lambda p: p.partition)

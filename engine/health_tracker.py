@@ -38,10 +38,12 @@ from deltaplane.engine.clustering import DOMAIN as CLUSTERING_DOMAIN
 from deltaplane.engine.health import (
     DEFAULT_SMALL_FILE_SIZE,
     HISTOGRAM_BOUNDS,
+    SIZE_TIERS,
     MaintenanceEvent,
     PartitionHealth,
     TableHealth,
     oldest_commit,
+    size_tier,
     table_health,
 )
 from deltaplane.engine.log.commits import pv_string
@@ -74,13 +76,20 @@ class _Sums:
     records_missing: int = 0  # files without a row count in their statistics
     deleted: int = 0
     dv_files: int = 0
+    tier_files: list[int] = field(default_factory=lambda: [0] * SIZE_TIERS)
+    tier_bytes: list[int] = field(default_factory=lambda: [0] * SIZE_TIERS)
 
-    def add(self, size: int, records: int | None, deleted: int, small: bool, sign: int) -> None:
+    def add(
+        self, size: int, records: int | None, deleted: int, small: bool, tier: int | None, sign: int
+    ) -> None:
         self.files += sign
         self.bytes += sign * size
         if small:
             self.small += sign
             self.small_bytes += sign * size
+        elif tier is not None:
+            self.tier_files[tier] += sign
+            self.tier_bytes[tier] += sign * size
         if records is None:
             self.records_missing += sign
         else:
@@ -398,7 +407,8 @@ class HealthTracker:
         sums = self.partitions.get(part)
         if sums is None:
             sums = self.partitions[part] = _Sums()
-        sums.add(size, rows, deleted, size < self.small_file_size, sign)
+        small = size < self.small_file_size
+        sums.add(size, rows, deleted, small, None if small else size_tier(size, self.small_file_size), sign)
         if sums.files == 0:
             del self.partitions[part]
         b = _bucket(size)
@@ -422,12 +432,15 @@ class HealthTracker:
                     small_files_bytes=s.small_bytes,
                     num_rows=None if s.records_missing else s.records - s.deleted,
                     num_deleted_rows=s.deleted,
+                    tier_files=tuple(s.tier_files),
+                    tier_bytes=tuple(s.tier_bytes),
                 )
             )
         total = _Sums()
         for s in self.partitions.values():
-            for name in vars(total):
-                setattr(total, name, getattr(total, name) + getattr(s, name))
+            for name, value in vars(total).items():
+                if isinstance(value, int):
+                    setattr(total, name, value + getattr(s, name))
         checkpoint = self.last_checkpoint_version
         return TableHealth(
             uri=self.uri,

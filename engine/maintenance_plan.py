@@ -51,7 +51,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, Spending, TableHealth
+from deltaplane.engine.health import DEFAULT_SMALL_FILE_SIZE, PartitionHealth, Spending, TableHealth
 
 if TYPE_CHECKING:
     from deltaplane.engine.commands.manifest import ManifestLag
@@ -78,6 +78,10 @@ class MaintenancePolicy:
     retention_hours: float = 168.0
     target_file_size: int = DEFAULT_SMALL_FILE_SIZE
     max_files_below_target: int | None = None  # a full compaction once this many are (None: never)
+    # size tiers (health.SIZE_TIERS): a partition's files from 2**k to 2**(k + 1) small sizes merge
+    # once this many are in one tier (with its smaller files), for the tiers under half the
+    # target; None: only small files are compacted
+    min_tier_files: int | None = 4
     max_bytes_rewritten_per_day: int | None = None  # None: no budget
     max_cpu_seconds_per_day: float | None = None  # rewrites' CPU (recorded, or estimated); None: no budget
     max_manifest_commits_behind: int = 1
@@ -119,6 +123,8 @@ class MaintenancePolicy:
                 "min_small_files, min_unclustered_files, max_versions_since_checkpoint and "
                 "max_manifest_commits_behind must be at least 1"
             )
+        if self.min_tier_files is not None and self.min_tier_files < 2:
+            raise ValueError("min_tier_files must be at least 2 (or None: no size tiers)")
         if self.max_cpu_seconds_per_day is not None and not self.max_cpu_seconds_per_day > 0:
             raise ValueError("max_cpu_seconds_per_day must be a positive number of seconds")
         if not 0.0 <= self.max_deleted_rows_ratio <= 1.0:
@@ -245,7 +251,8 @@ def _compaction(name, health: TableHealth, policy: MaintenancePolicy, removed) -
     if not chosen and total >= policy.min_small_files:
         chosen = [p for p in health.partitions if p.num_small_files >= 2]
         where = f"in the table (>= {policy.min_small_files}), {len(chosen)} partition(s) with 2 or more"
-    if not chosen:
+    tiered = {p.partition: bound for p in health.partitions if (bound := _tier_bound(p, policy))}
+    if not chosen and not tiered:
         worst = max((p.num_small_files for p in health.partitions), default=0)
         spread = f", at most {worst} in a partition" if len(health.partitions) > 1 else ""
         return Decision(
@@ -255,30 +262,67 @@ def _compaction(name, health: TableHealth, policy: MaintenancePolicy, removed) -
             f"{total} small files (< {_size(small_size)}) in the table{spread}; "
             f"threshold {policy.min_small_files}",
         )
-    rewritten = sum(p.small_files_bytes for p in chosen)
-    files = sum(p.num_small_files for p in chosen)
-    after = sum(max(1, -(-p.small_files_bytes // policy.target_file_size)) for p in chosen)
+    # one size for the whole plan: the largest tier bound a partition reached, else the small size
+    under = max(tiered.values(), default=small_size)
+    why = f"{sum(p.num_small_files for p in chosen)} small files (< {_size(small_size)}) {where}"
+    if tiered:
+        named = {p.partition for p in chosen}
+        chosen += [p for p in health.partitions if p.partition in tiered and p.partition not in named]
+        tiers = (
+            f"{len(tiered)} partition(s) with >= {policy.min_tier_files} files in a size tier: "
+            f"files under {_size(under)} merge"
+        )
+        why = f"{why}; {tiers}" if named else tiers
+    counted = [(p.num_small_files, p.small_files_bytes, *_tiers_under(p, small_size, under)) for p in chosen]
+    files = sum(n + tier_n for n, _, tier_n, _ in counted)
+    rewritten = sum(b + tier_b for _, b, _, tier_b in counted)
+    after = sum(max(1, -(-(b + tier_b) // policy.target_file_size)) for _, b, _, tier_b in counted)
     saved = max(0, files - after)
     # files saved per GiB rewritten, against a table just at the threshold (its small files half
-    # the small size on average, all becoming one)
+    # the small size on average, all becoming one); a due size tier is at its threshold at least
     per_gib = saved / max(rewritten / GiB, 1 / 1024)
     threshold = max(policy.min_small_files - 1, 1) / max(
         policy.min_small_files * small_size / 2 / GiB, 1 / 1024
     )
-    score = per_gib / threshold
+    score = max(per_gib / threshold, 1.0 if tiered else 0.0)
     engine, place = _engine(policy, rewritten)
     return Decision(
         name,
         "compaction",
         True,
-        f"{files} small files (< {_size(small_size)}) {where}; rewrites {_size(rewritten)} into "
-        f"~{after} files; {place}",
+        f"{why}; rewrites {files} files, {_size(rewritten)}, into ~{after}; {place}"
+        if tiered
+        else f"{why}; rewrites {_size(rewritten)} into ~{after} files; {place}",
         score=score,
         bytes_rewritten=rewritten,
         partitions=tuple(dict(p.values) for p in chosen),
         engine=engine,
-        details={"files": files, "files_after": after, "min_file_size": small_size},
+        details={"files": files, "files_after": after, "min_file_size": under},
     )
+
+
+def _tier_bound(p: PartitionHealth, policy: MaintenancePolicy) -> int | None:
+    """The size under which a partition's files merge for its size tiers: the upper bound of its
+    largest tier holding ``min_tier_files`` files, among the tiers wholly under half the target
+    (any two of their files fit in one target-sized file, so a merge always makes progress);
+    None when no tier is due."""
+    if policy.min_tier_files is None:
+        return None
+    bound = None
+    for k, n in enumerate(p.tier_files):
+        upper = policy.small_file_size << (k + 1)
+        if 2 * upper > policy.target_file_size:
+            break
+        if n >= policy.min_tier_files:
+            bound = upper
+    return bound
+
+
+def _tiers_under(p: PartitionHealth, small_size: int, under: int) -> tuple[int, int]:
+    """Files and bytes of ``p``'s size tiers under ``under`` (what a plan with that minimum
+    file size rewrites beside the small files)."""
+    kept = [k for k in range(len(p.tier_files)) if small_size << (k + 1) <= under]
+    return sum(p.tier_files[k] for k in kept), sum(p.tier_bytes[k] for k in kept)
 
 
 def _full_compaction(name, health: TableHealth, policy: MaintenancePolicy, below_target: int) -> Decision:

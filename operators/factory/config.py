@@ -87,6 +87,7 @@ class MaintenanceSettings(_Model):
     max_cpu_seconds_per_day: float | None = Field(None, gt=0)
     max_manifest_commits_behind: int | None = Field(None, gt=0)
     min_unclustered_files: int | None = Field(None, gt=0)
+    min_tier_files: int | None = Field(None, ge=2)
     kinds: (
         list[
             Literal["compaction", "dv_purge", "clustering", "checkpoint", "log_cleanup", "vacuum", "manifest"]

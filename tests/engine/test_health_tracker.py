@@ -188,6 +188,34 @@ def test_foreign_file_action_shapes_count_as_a_full_recompute_counts_them(tmp_pa
     assert tracker.removed_files()["num_files"] == snapshot.tombstones.num_rows == 3
 
 
+def test_size_tiers_count_files_by_powers_of_two_of_the_small_size(tmp_path):
+    """Tier k holds the files from 2**k up to 2**(k + 1) small sizes, per partition; small
+    files and files of 256 small sizes or more are in none (numbers written out by hand)."""
+    store = LocalStore(str(tmp_path))
+    schema = {"type": "struct", "fields": [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "p", "type": "string", "nullable": True, "metadata": {}},
+    ]}  # fmt: skip
+    write_commit(store, 0, [commit_info(), protocol(), metadata(schema, ["p"])])
+    tracker = HealthTracker.from_snapshot(load_snapshot(store), small_file_size=100)
+    sizes = {"a": 99, "b": 100, "c": 199, "d": 200, "e": 399, "f": 400, "g": 25_599, "h": 25_600}
+    write_commit(
+        store, 1, [commit_info()] + [add(f"{n}.parquet", {"p": "x"}, size=v) for n, v in sizes.items()]
+    )
+    write_commit(store, 2, [commit_info(), add("y.parquet", {"p": "y"}, size=150)])
+    tracker.advance(store)
+    x, y = tracker.health().partitions
+    assert (x.num_small_files, x.tier_files) == (1, (2, 2, 1, 0, 0, 0, 0, 1))
+    assert x.tier_bytes == (299, 599, 400, 0, 0, 0, 0, 25_599)
+    assert (y.num_small_files, y.tier_files, y.tier_bytes) == (0, (1,) + (0,) * 7, (150,) + (0,) * 7)
+    write_commit(store, 3, [commit_info(), remove("c.parquet", size=199, partitionValues={"p": "x"})])
+    tracker.advance(store)
+    assert tracker.health().partitions[0].tier_files == (1, 2, 1, 0, 0, 0, 0, 1)
+    assert tracker.health() == table_health(load_snapshot(store), small_file_size=100)
+    carried = HealthTracker.from_json(tracker.to_json())  # the state a trigger carries, recounted
+    assert carried.health() == tracker.health()
+
+
 class CountingStore(LocalStore):
     def __init__(self, root: str):
         super().__init__(root)

@@ -5,11 +5,13 @@ lag, removed files past the retention)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 import pytest
 
 from deltaplane.engine import DeltaTable
-from deltaplane.engine.health import Spending
+from deltaplane.engine.health import Spending, table_health
 from deltaplane.engine.health_tracker import HealthTracker
 from deltaplane.engine.maintenance_plan import Decision, MaintenancePolicy, decide, rank
 from deltaplane.engine.snapshot import load_snapshot
@@ -148,6 +150,7 @@ def test_spark_above_the_threshold(tmp_path):
         ({"max_deleted_rows_ratio": 1.5}, "between 0 and 1"),
         ({"min_small_files": 0}, "at least 1"),
         ({"max_manifest_commits_behind": 0}, "at least 1"),
+        ({"min_tier_files": 1}, "at least 2"),
         ({"max_cpu_seconds_per_day": 0}, "positive"),
         ({"max_cpu_seconds_per_day": float("nan")}, "positive"),
     ],
@@ -175,6 +178,95 @@ def test_a_table_full_of_small_files_across_partitions_is_compacted(tmp_path):
     d = by_kind(decide("t", tracker_of(path).health(), full))["compaction"]
     assert d.run and d.reason.startswith("16 files under the target 128.0 MiB in the table (threshold 16)")
     assert d.partitions == () and d.details["min_file_size"] == full.target_file_size
+
+
+def _run_compaction(t: DeltaTable, decision, target: int) -> None:
+    from deltaplane.engine.commands.optimize import execute_optimize, plan_optimize
+
+    plan = plan_optimize(
+        t._latest_for_write(),
+        target_file_size=target,
+        partitions=list(decision.partitions) or None,
+        min_file_size=decision.details["min_file_size"],
+    )
+    assert plan.bins, decision.reason  # a decision to compact always has something to do
+    execute_optimize(t._store, plan)
+
+
+@pytest.mark.parametrize("tiers", [4, 2, None])
+def test_size_tiers_merge_what_small_file_compaction_left_behind(tmp_path, tiers):
+    """A streaming table compacted whenever it has 4 small files: each compaction's output grows
+    past the small size once a few have merged, and small-file compaction never looks at it
+    again. Without size tiers those files pile up, one per few compactions, forever; with them
+    the next look merges a tier under half the target once it holds ``min_tier_files`` files,
+    and the table's file count stays bounded while every decision to compact does something."""
+    path = tmp_path / "t"
+    DeltaTable.create(str(path), SCHEMA, configuration={"delta.checkpointInterval": "1000"})
+    t = DeltaTable(str(path))
+    t.append(pa.table({"id": list(range(200)), "day": ["d"] * 200}))
+    one = t.snapshot.files.column("size").to_pylist()[0]
+    small = 3 * one  # an append is small; three or four compacted together are not
+    target = 64 * small
+    policy = MaintenancePolicy(
+        small_file_size=small, min_small_files=4, target_file_size=target, min_tier_files=tiers
+    )
+    tracker = HealthTracker.from_snapshot(t.snapshot, small_file_size=small)
+    counts, tiered = [], 0
+    for round_ in range(120):
+        t.append(pa.table({"id": list(range(200 * round_, 200 * round_ + 200)), "day": ["d"] * 200}))
+        tracker.advance(t._store)
+        before = tracker.health()
+        d = by_kind(decide("t", before, policy))["compaction"]
+        (p,) = before.partitions
+        due = tiers is not None and any(
+            n >= tiers for k, n in enumerate(p.tier_files) if small << (k + 1) <= target // 2
+        )
+        assert ("size tier" in d.reason) == due and (d.run or not due)
+        if d.run:
+            tiered += due
+            _run_compaction(t, d, target)
+            tracker.advance(t._store)
+        health = tracker.health()
+        assert health == table_health(load_snapshot(LocalStore(str(path))), small_file_size=small)
+        if tiers is not None:  # a tier under half the target holds at most min_tier_files files
+            (p,) = health.partitions  # (the compaction that just ran may have made the last one)
+            assert all(n <= tiers for k, n in enumerate(p.tier_files) if small << (k + 1) <= target // 2)
+        counts.append(health.num_files)
+    assert DeltaTable(str(path)).count() == 200 * 121  # nothing lost or doubled on the way
+    if tiers is None:
+        assert tiered == 0 and counts[-1] >= 10  # a frozen file every 16 appends, forever
+        assert counts[-1] > counts[40] + 3
+    else:
+        assert tiered > 0 and max(counts) <= 4 + tiers
+
+
+def test_size_tiers_stop_under_half_the_target(tmp_path):
+    """A tier whose files could not pair up inside the target (two of them over it) is never
+    merged: such a plan would have nothing to do, and the decision would come back every poll."""
+    base = dict(small_file_size=SMALL, min_small_files=50, min_tier_files=2)
+    path = tmp_path / "t"
+    DeltaTable.create(str(path), SCHEMA)
+    health = tracker_of(path).health()
+    part = dataclasses.replace(
+        _partition("", {}), num_files=3, tier_files=(0, 0, 3, 0, 0, 0, 0, 0),
+        tier_bytes=(0, 0, 3 * 5 * SMALL, 0, 0, 0, 0, 0),
+    )  # fmt: skip
+    health = dataclasses.replace(health, partitions=(part,), num_files=3)
+    # tier 2: files of 4 to 8 small sizes; with a target of 16 two fit, with 15 they may not
+    d = by_kind(decide("t", health, MaintenancePolicy(**base, target_file_size=16 * SMALL)))["compaction"]
+    assert d.run and d.details["min_file_size"] == 8 * SMALL
+    assert "1 partition(s) with >= 2 files in a size tier: files under 8.0 MiB merge" in d.reason
+    assert d.bytes_rewritten == 15 * SMALL and d.details["files"] == 3
+    d = by_kind(decide("t", health, MaintenancePolicy(**base, target_file_size=15 * SMALL)))["compaction"]
+    assert not d.run
+    off = MaintenancePolicy(**{**base, "min_tier_files": None}, target_file_size=16 * SMALL)
+    assert not by_kind(decide("t", health, off))["compaction"].run
+
+
+def _partition(name, values):
+    from deltaplane.engine.health import PartitionHealth
+
+    return PartitionHealth(name, values, 0, 0, 0, 0, 0, 0)
 
 
 def test_optimize_leaves_files_past_the_min_file_size_alone(tmp_path):

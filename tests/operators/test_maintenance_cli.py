@@ -105,3 +105,29 @@ def test_an_invalid_policy_names_the_file_and_the_key(tmp_path):
     config.write_text("tables:\n  t:\n    uri: lake/t\n    maintenance:\n      max_deleted_rows_ratio: 2\n")
     done = plan(tmp_path, str(config))
     assert done.returncode == 2 and "table 't': maintenance.max_deleted_rows_ratio" in done.stderr
+    config.write_text("tables:\n  t:\n    uri: lake/t\n    maintenance:\n      min_tier_files: 1\n")
+    done = plan(tmp_path, str(config))
+    assert done.returncode == 2 and "table 't': maintenance.min_tier_files" in done.stderr
+
+
+def test_size_tiers_come_from_the_file_over_the_engines_default(tmp_path):
+    from deltaplane.operators.factory.config import load_config, maintenance_policy
+
+    config = tmp_path / "tables.yaml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            maintenance:
+              defaults: {min_tier_files: 3}
+            tables:
+              a: {uri: lake/a}
+              b: {uri: lake/b, maintenance: {min_tier_files: 8}}
+            """
+        )
+    )
+    loaded = load_config(config)
+    policies = {name: maintenance_policy(t, loaded.maintenance) for name, t in loaded.tables.items()}
+    assert (policies["a"].min_tier_files, policies["b"].min_tier_files) == (3, 8)
+    config.write_text("tables:\n  a: {uri: lake/a}\n")
+    loaded = load_config(config)
+    assert maintenance_policy(loaded.tables["a"], loaded.maintenance).min_tier_files == 4
