@@ -83,6 +83,7 @@ BASE_POLICY = MaintenancePolicy(
     min_small_files=5,
     min_unclustered_files=5,  # the liquid table's new files, as the others' small files
     max_files_below_target=24,
+    min_tier_files=2,
     max_deleted_rows_ratio=0.1,
     max_versions_since_checkpoint=50,
     min_vacuum_bytes=6 << 20,
@@ -418,6 +419,7 @@ def configure(
     max_files_below_target: int,
     min_vacuum_bytes: int | None = None,
     size_scale: int = 1,
+    min_tier_files: int | None = BASE_POLICY.min_tier_files,
 ) -> None:
     """The health policy's knobs; ``size_scale`` multiplies every size (the small-file size, the
     target, the VACUUM threshold) for runs whose data is scaled by the same factor (``--scale``):
@@ -432,6 +434,7 @@ def configure(
         min_small_files=min_small_files,
         min_unclustered_files=min_small_files,
         max_files_below_target=max_files_below_target,
+        min_tier_files=min_tier_files,
         min_vacuum_bytes=vacuum_bytes * size_scale,
     )
 
@@ -444,6 +447,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-minutes", type=int, default=BASE_POLL_MINUTES)
     parser.add_argument("--min-small-files", type=int, default=BASE_POLICY.min_small_files)
     parser.add_argument("--max-files-below-target", type=int, default=BASE_POLICY.max_files_below_target)
+    parser.add_argument(
+        "--min-tier-files",
+        type=int,
+        default=BASE_POLICY.min_tier_files,
+        help="merge a size tier's files once this many (0: small files only)",
+    )
     parser.add_argument(
         "--min-vacuum-bytes", type=int, default=BASE_POLICY.min_vacuum_bytes, help="before --size-scale"
     )
@@ -464,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         args.max_files_below_target,
         args.min_vacuum_bytes,
         args.size_scale,
+        args.min_tier_files or None,
     )
     with tempfile.TemporaryDirectory(prefix="maintenance-policy-") as tmp:
         base = Path(tmp) / "base"
