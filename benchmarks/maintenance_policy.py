@@ -15,7 +15,8 @@ opens after pruning are counted (the deterministic part of its cost). The polici
   a cron string per table gives today); checkpoints on the default interval;
 - **health**: every 30 simulated minutes each table's ``HealthTracker`` advances over the new
   commits and the planner (``deltaplane.engine.maintenance_plan``) decides; what it ranks runs
-  (compaction or DV purge of the chosen partitions, a checkpoint, a VACUUM).
+  (compaction or DV purge of the chosen partitions, a checkpoint, a VACUUM). Its compactions
+  rewrite the small files, and merge a size tier once it holds ``--min-tier-files`` files.
 
 Reported for each: query latency p50/p95 over the day, maintenance CPU-seconds (process time of the
 maintenance calls and, for the health policy, its tracking and planning), bytes rewritten, peak
@@ -80,8 +81,8 @@ TABLES = {
 
 BASE_POLICY = MaintenancePolicy(
     small_file_size=BASE_SMALL,
-    min_small_files=5,
-    min_unclustered_files=5,  # the liquid table's new files, as the others' small files
+    min_small_files=8,  # a streaming table's: compacted hourly, as the schedule does
+    min_unclustered_files=8,  # the liquid table's new files, as the others' small files
     max_files_below_target=24,
     min_tier_files=2,
     max_deleted_rows_ratio=0.1,
