@@ -106,7 +106,7 @@ def test_maintenance_policy_benchmark_runs_both_policies_on_the_same_day(tmp_pat
         "bytes_rewritten",
         "files_read_mean",
     }
-    assert result["policy"]["min_small_files"] == 5
+    assert (result["policy"]["min_small_files"], result["policy"]["min_tier_files"]) == (8, 2)
     # the files the queries open are counted, and the same table and hour open the same files
     assert fixed["files_read_mean"] > 0 and health["files_read_p95"] >= 1
     assert fixed["peak_unvacuumed_bytes"] >= 0 and health["mean_unvacuumed_bytes"] >= 0
@@ -119,7 +119,8 @@ def test_maintenance_policy_sizes_scale_with_the_data_and_reruns_start_from_the_
 
     scaled, default = tmp_path / "scaled.json", tmp_path / "default.json"
     args = ["--hours", "1", "--poll-minutes", "20"]
-    assert maintenance([*args, "--scale", "2", "--size-scale", "2", "--out", str(scaled)]) == 0
+    scaling = ["--scale", "2", "--size-scale", "2", "--min-tier-files", "0"]
+    assert maintenance([*args, *scaling, "--out", str(scaled)]) == 0
     assert maintenance(["--hours", "1", "--out", str(default)]) == 0
     scaled, default = json.loads(scaled.read_text()), json.loads(default.read_text())
     assert scaled["size_scale"] == 2 and default["size_scale"] == 1
@@ -130,3 +131,4 @@ def test_maintenance_policy_sizes_scale_with_the_data_and_reruns_start_from_the_
         1 << 20,
     )
     assert default["policy"]["min_vacuum_bytes"] == 6 << 20 and default["policy"]["poll_minutes"] == 30
+    assert (scaled["policy"]["min_tier_files"], default["policy"]["min_tier_files"]) == (None, 2)
