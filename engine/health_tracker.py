@@ -409,7 +409,7 @@ class HealthTracker:
         if sums is None:
             sums = self.partitions[part] = _Sums()
         small = size < self.small_file_size
-        sums.add(size, rows, deleted, small, None if small else size_tier(size, self.small_file_size), sign)
+        sums.add(size, rows, deleted, small, size_tier(size, self.small_file_size), sign)
         if sums.files == 0:
             del self.partitions[part]
         b = _bucket(size)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from deltaplane.engine import DeltaTable
-from deltaplane.engine.health import Spending, table_health
+from deltaplane.engine.health import PartitionHealth, Spending, table_health
 from deltaplane.engine.health_tracker import HealthTracker
 from deltaplane.engine.maintenance_plan import Decision, MaintenancePolicy, decide, rank
 from deltaplane.engine.snapshot import load_snapshot
@@ -264,8 +264,6 @@ def test_size_tiers_stop_under_half_the_target(tmp_path):
 
 
 def _partition(name, values):
-    from deltaplane.engine.health import PartitionHealth
-
     return PartitionHealth(name, values, 0, 0, 0, 0, 0, 0)
 
 
