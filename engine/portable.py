@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from deltaplane.engine.actions import Metadata, Protocol
 from deltaplane.engine.errors import InvalidArgumentError
+from deltaplane.engine.packing import next_fit
 from deltaplane.engine.snapshot import Snapshot, files_snapshot
 from deltaplane.engine.storage import open_store
 from deltaplane.engine.storage.base import ObjectStore
@@ -78,25 +79,10 @@ def pack_files(
         min_partitions=min_partitions,
     )
     order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
-    groups = _next_fit(order, sizes, limit, open_cost_bytes)
+    groups = next_fit(order, sizes, limit, cost=open_cost_bytes)
     if max_partitions is not None and len(groups) > max_partitions:
         counted = sum(sizes) + len(sizes) * open_cost_bytes
-        groups = _next_fit(order, sizes, -(-counted // max_partitions), open_cost_bytes)
-    return groups
-
-
-def _next_fit(order: list[int], sizes: list[int], limit: int, open_cost_bytes: int) -> list[list[int]]:
-    groups: list[list[int]] = []
-    current: list[int] = []
-    filled = 0
-    for i in order:
-        if current and filled + sizes[i] > limit:
-            groups.append(current)
-            current, filled = [], 0
-        current.append(i)
-        filled += sizes[i] + open_cost_bytes
-    if current:
-        groups.append(current)
+        groups = next_fit(order, sizes, -(-counted // max_partitions), cost=open_cost_bytes)
     return groups
 
 

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.clustering import PROVIDER, ZCUBE_COLUMNS_TAG, ZCUBE_ID_TAG
+from deltaplane.engine.packing import next_fit
 
 GiB = 1 << 30
 # Delta Spark's defaults are 100 GiB (minCubeSize.threshold) and 150 GiB (targetCubeSize): a
@@ -72,18 +73,7 @@ def select_bins(
     if not unclustered and not stale and len(small) <= 1:
         return []
     ordered = unclustered + [i for k in sorted(small) for i in small[k]] + stale
-    bins: list[list[int]] = []
-    current_bin: list[int] = []
-    current_size = 0
-    for i in ordered:
-        if current_bin and current_size + sizes[i] > max_bin_size:
-            bins.append(current_bin)
-            current_bin, current_size = [], 0
-        current_bin.append(i)
-        current_size += sizes[i]
-    if current_bin:
-        bins.append(current_bin)
-    return bins
+    return next_fit(ordered, sizes, max_bin_size)
 
 
 def _tag(files: pa.Table, key: str) -> list[str | None]:

@@ -52,6 +52,7 @@ from deltaplane.engine.errors import InvalidArgumentError, InvalidPredicateError
 from deltaplane.engine.expressions.bind import bind_predicate
 from deltaplane.engine.expressions.parser import parse_predicate
 from deltaplane.engine.expressions.tree import Expr, columns
+from deltaplane.engine.packing import next_fit
 from deltaplane.engine.portable import PortableSnapshot
 from deltaplane.engine.scan import Scan, file_keep_mask
 from deltaplane.engine.snapshot import Snapshot
@@ -193,18 +194,7 @@ def _pack(candidates: list[int], sizes: np.ndarray, paths: list[str], target: in
     """Bin-pack files smallest first (ties by path, so a plan is reproducible) into bins of at
     most ``target`` bytes; a file larger than the target is a bin of its own."""
     candidates = sorted(candidates, key=lambda i: (sizes[i], paths[i]))
-    packed: list[list[int]] = []
-    current: list[int] = []
-    current_size = 0
-    for i in candidates:
-        if current and current_size + sizes[i] > target:
-            packed.append(current)
-            current, current_size = [], 0
-        current.append(i)
-        current_size += int(sizes[i])
-    if current:
-        packed.append(current)
-    return packed
+    return next_fit(candidates, sizes, target)
 
 
 def plan_optimize(
