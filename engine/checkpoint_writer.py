@@ -31,7 +31,7 @@ from deltaplane.engine.log.last_checkpoint import read_last_checkpoint, render_l
 from deltaplane.engine.partitions import parse_partition_values
 from deltaplane.engine.schema import StructType, to_arrow_type
 from deltaplane.engine.snapshot import Snapshot, load_snapshot
-from deltaplane.engine.stats import parse_file_stats, stats_leaves
+from deltaplane.engine.stats import nested_struct_type, parse_file_stats, stats_leaves
 from deltaplane.engine.storage.base import ObjectStore
 from deltaplane.engine.table_features import reader_features
 
@@ -214,8 +214,8 @@ class _CheckpointLayout:
         return pa.struct(fields)
 
     def _stats_type(self) -> pa.DataType:
-        values = _nested({p: to_arrow_type(t) for p, t in self.stats_columns.items()})
-        counts = _nested({p: pa.int64() for p in self.null_count_paths if p in self.stats_columns})
+        values = nested_struct_type({p: to_arrow_type(t) for p, t in self.stats_columns.items()})
+        counts = nested_struct_type({p: pa.int64() for p in self.null_count_paths if p in self.stats_columns})
         return pa.struct(
             [
                 ("numRecords", pa.int64()),
@@ -359,20 +359,6 @@ def _struct_to_map(column, n: int) -> pa.Array:
     values = pa.concat_arrays([_plain(pc.struct_field(pv, name)).cast(pa.string()) for name in names])
     order = (np.arange(k)[None, :] * n + np.arange(n)[:, None]).reshape(-1)  # row-major interleave
     return pa.MapArray.from_arrays(offsets, keys, values.take(pa.array(order)), type=_MAP)
-
-
-def _nested(paths: dict[tuple[str, ...], pa.DataType]) -> pa.DataType:
-    tree: dict = {}
-    for path, typ in paths.items():
-        node = tree
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = typ
-    return _tree_type(tree)
-
-
-def _tree_type(node: dict) -> pa.DataType:
-    return pa.struct([(k, _tree_type(v) if isinstance(v, dict) else v) for k, v in node.items()])
 
 
 def _build_nested(typ: pa.DataType, prefix: tuple[str, ...], source: dict, n: int) -> pa.Array:

@@ -20,7 +20,7 @@ from deltaplane.engine.log.replay import canonical_paths
 from deltaplane.engine.partitions import parse_partition_values
 from deltaplane.engine.schema import DataType, StructType, to_arrow_schema, to_arrow_type
 from deltaplane.engine.snapshot import Snapshot
-from deltaplane.engine.stats import parse_file_stats, stats_supported
+from deltaplane.engine.stats import parse_file_stats, path_tree, stats_supported
 from deltaplane.engine.storage import arrow_files
 from deltaplane.engine.values_to_arrow import scalar
 
@@ -99,19 +99,12 @@ def add_actions_table(snapshot: Snapshot, *, flatten: bool = False) -> pa.Table:
 
 
 def _nested_struct(values: dict[Path, pa.Array], n: int) -> pa.StructArray:
-    tree: dict = {}
-    for path, array in values.items():
-        node = tree
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = array
-
     def build(node: dict) -> pa.StructArray:
         names = list(node)
         arrays = [build(v) if isinstance(v, dict) else _array(v) for v in node.values()]
         return pa.StructArray.from_arrays(arrays, names=names) if arrays else pa.nulls(n, pa.struct([]))
 
-    return build(tree)
+    return build(path_tree(values))
 
 
 def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:

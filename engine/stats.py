@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -69,19 +70,25 @@ def _json_type(dtype: DataType) -> pa.DataType:
     return pa.string()  # strings, dates and timestamps arrive as strings
 
 
-def _nest(paths: dict[Path, pa.DataType]) -> pa.DataType:
-    """A struct type holding ``paths`` (physical name paths) at their nesting."""
+def path_tree(leaves: dict[Path, Any]) -> dict:
+    """``leaves`` (values at name paths) as nested dicts, one level a path part, in first-seen
+    order: the shape of a stats struct, of its type or of its arrays."""
     tree: dict = {}
-    for path, typ in paths.items():
+    for path, leaf in leaves.items():
         node = tree
         for part in path[:-1]:
             node = node.setdefault(part, {})
-        node[path[-1]] = typ
-    return _to_struct(tree)
+        node[path[-1]] = leaf
+    return tree
 
 
-def _to_struct(node: dict) -> pa.DataType:
-    return pa.struct([(k, _to_struct(v) if isinstance(v, dict) else v) for k, v in node.items()])
+def nested_struct_type(paths: dict[Path, pa.DataType]) -> pa.DataType:
+    """A struct type holding ``paths`` (physical name paths) at their nesting."""
+
+    def struct(node: dict) -> pa.DataType:
+        return pa.struct([(k, struct(v) if isinstance(v, dict) else v) for k, v in node.items()])
+
+    return struct(path_tree(paths))
 
 
 def parse_file_stats(
@@ -98,9 +105,9 @@ def parse_file_stats(
     fields = [("numRecords", pa.int64()), ("tightBounds", pa.bool_())]
     if columns:
         fields += [
-            ("minValues", _nest(value_types)),
-            ("maxValues", _nest(value_types)),
-            ("nullCount", _nest({p: pa.int64() for p in columns})),
+            ("minValues", nested_struct_type(value_types)),
+            ("maxValues", nested_struct_type(value_types)),
+            ("nullCount", nested_struct_type({p: pa.int64() for p in columns})),
         ]
     schema = pa.schema(fields)
     stats = files.column("stats") if "stats" in files.column_names else pa.nulls(n, pa.string())
