@@ -53,6 +53,51 @@ def is_commit_put(request) -> bool:
     return request.method == "PUT" and "_delta_log/" in request.url and request.url.endswith(".json")
 
 
+def _answering(matches, status: int, code: str, times: int | None = None):
+    """A before-send hook: requests that ``matches`` answer ``status`` with the S3 error ``code``
+    (``times`` times, or forever) and never reach the store. Returns the hook and the list of the
+    statuses it answered."""
+    answered: list = []
+
+    def hook(request, **kwargs):
+        if matches(request) and (times is None or len(answered) < times):
+            answered.append(status)
+            return fake_response(request, status, code)
+        return None
+
+    return hook, answered
+
+
+def _failing_reads(of: str, times: int | None):
+    """A before-send hook: GETs of keys containing ``of`` answer 503 (``times`` times, or forever)."""
+    return _answering(lambda request: request.method == "GET" and of in request.url, 503, "SlowDown", times)
+
+
+def _land_commit(s3_server, fired: list, then):
+    """A before-send hook: the first commit PUT lands (through a side client), then ``then(request)``
+    stands in for the store's answer, so the writer never learns it succeeded."""
+    side = s3_server.client()
+
+    def hook(request, **kwargs):
+        if is_commit_put(request) and not fired:
+            fired.append(request.url)
+            bucket, key = request.url.split(f"{s3_server.endpoint}/", 1)[1].split("/", 1)
+            side.put_object(Bucket=bucket, Key=key, Body=request.body, IfNoneMatch="*")
+            return then(request)
+        return None
+
+    return hook
+
+
+def _drop_connection(request):
+    raise botocore.exceptions.ConnectionClosedError(endpoint_url=request.url)
+
+
+def _land_then_drop(s3_server, fired: list):
+    """The commit PUT lands, then the connection drops: the classic lost response."""
+    return _land_commit(s3_server, fired, _drop_connection)
+
+
 def test_table_lifecycle_on_s3_and_delta_rs_reads_it(s3_server):
     uri = s3_server.uri()
     table = DeltaTable.create(uri, SCHEMA, partition_by=["region"], storage_options=s3_server.options())
@@ -118,18 +163,8 @@ def test_a_lost_response_after_a_successful_commit_is_a_success(s3_server):
     uri = s3_server.uri()
     options = {**s3_server.options(), "max_attempts": "1"}  # let the store, not botocore, retry
     table = DeltaTable.create(uri, SCHEMA, storage_options=options)
-    side = s3_server.client()
-    fired = []
-
-    def land_then_drop(request, **kwargs):
-        if is_commit_put(request) and not fired:
-            fired.append(request.url)
-            bucket_key = request.url.split(f"{s3_server.endpoint}/", 1)[1]
-            bucket, key = bucket_key.split("/", 1)
-            side.put_object(Bucket=bucket, Key=key, Body=request.body, IfNoneMatch="*")
-            raise botocore.exceptions.ConnectionClosedError(endpoint_url=request.url)
-
-    table._store.client.meta.events.register("before-send.s3.PutObject", land_then_drop)
+    fired: list = []
+    table._store.client.meta.events.register("before-send.s3.PutObject", _land_then_drop(s3_server, fired))
     result = table.append(data(0, 5))
     assert fired and result.version == 1 and result.attempts == 1
     fresh = DeltaTable(uri, storage_options=s3_server.options())
@@ -139,14 +174,7 @@ def test_a_lost_response_after_a_successful_commit_is_a_success(s3_server):
 def test_409_conflicts_are_retried_on_the_same_version(s3_server):
     uri = s3_server.uri()
     table = DeltaTable.create(uri, SCHEMA, storage_options=s3_server.options())
-    answered = []
-
-    def conflict_twice(request, **kwargs):
-        if is_commit_put(request) and len(answered) < 2:
-            answered.append(409)
-            return fake_response(request, 409, "ConditionalRequestConflict")
-        return None
-
+    conflict_twice, answered = _answering(is_commit_put, 409, "ConditionalRequestConflict", times=2)
     table._store.client.meta.events.register("before-send.s3.PutObject", conflict_twice)
     result = table.append(data(0, 3))
     assert answered == [409, 409] and result.version == 1
@@ -156,19 +184,12 @@ def test_500_after_the_write_landed_is_resolved_by_reading(s3_server):
     uri = s3_server.uri()
     options = {**s3_server.options(), "max_attempts": "1"}
     table = DeltaTable.create(uri, SCHEMA, storage_options=options)
-    side = s3_server.client()
-    fired = []
-
-    def land_then_fail(request, **kwargs):
-        if is_commit_put(request) and not fired:
-            fired.append(True)
-            bucket, key = request.url.split(f"{s3_server.endpoint}/", 1)[1].split("/", 1)
-            side.put_object(Bucket=bucket, Key=key, Body=request.body, IfNoneMatch="*")
-            return fake_response(request, 500, "InternalError")
-        return None
-
+    fired: list = []
+    land_then_fail = _land_commit(
+        s3_server, fired, lambda request: fake_response(request, 500, "InternalError")
+    )
     table._store.client.meta.events.register("before-send.s3.PutObject", land_then_fail)
-    assert table.append(data(0, 3)).version == 1
+    assert table.append(data(0, 3)).version == 1 and fired
     assert DeltaTable(uri, storage_options=s3_server.options()).to_arrow().num_rows == 3
 
 
@@ -176,28 +197,16 @@ def test_500_before_the_write_is_retried(s3_server):
     uri = s3_server.uri()
     options = {**s3_server.options(), "max_attempts": "1"}
     table = DeltaTable.create(uri, SCHEMA, storage_options=options)
-    failures = []
-
-    def fail_first(request, **kwargs):
-        if is_commit_put(request) and len(failures) < 2:
-            failures.append(500)
-            return fake_response(request, 503, "SlowDown")
-        return None
-
+    fail_first, failures = _answering(is_commit_put, 503, "SlowDown", times=2)
     table._store.client.meta.events.register("before-send.s3.PutObject", fail_first)
-    assert table.append(data(0, 3)).version == 1 and failures == [500, 500]
+    assert table.append(data(0, 3)).version == 1 and failures == [503, 503]
 
 
 def test_an_outcome_that_cannot_be_settled_is_reported_not_guessed(s3_server):
     uri = s3_server.uri()
     options = {**s3_server.options(), "max_attempts": "1"}
     table = DeltaTable.create(uri, SCHEMA, storage_options=options)
-
-    def always_fail(request, **kwargs):
-        if is_commit_put(request):
-            return fake_response(request, 500, "InternalError")
-        return None
-
+    always_fail, _ = _answering(is_commit_put, 500, "InternalError")
     table._store.client.meta.events.register("before-send.s3.PutObject", always_fail)
     with pytest.raises(CommitOutcomeUnknownError):
         table.append(data(0, 3))
@@ -229,35 +238,6 @@ def test_eight_writers_on_s3(s3_server):
     )
     versions = run_concurrent_appends(uri, workers=8, appends=25, storage_options=s3_server.options())
     assert_exactly_once(uri, 8, 25, versions, storage_options=s3_server.options())
-
-
-def _land_then_drop(s3_server, fired: list):
-    """A before-send hook: the commit PUT lands (through a side client), then the connection
-    drops, so the writer never learns it succeeded."""
-    side = s3_server.client()
-
-    def hook(request, **kwargs):
-        if is_commit_put(request) and not fired:
-            fired.append(request.url)
-            bucket, key = request.url.split(f"{s3_server.endpoint}/", 1)[1].split("/", 1)
-            side.put_object(Bucket=bucket, Key=key, Body=request.body, IfNoneMatch="*")
-            raise botocore.exceptions.ConnectionClosedError(endpoint_url=request.url)
-        return None
-
-    return hook
-
-
-def _failing_reads(of: str, times: int | None):
-    """A before-send hook: GETs of keys containing ``of`` answer 503 (``times`` times, or forever)."""
-    failed = []
-
-    def hook(request, **kwargs):
-        if request.method == "GET" and of in request.url and (times is None or len(failed) < times):
-            failed.append(request.url)
-            return fake_response(request, 503, "SlowDown")
-        return None
-
-    return hook, failed
 
 
 def test_a_lost_response_whose_read_back_fails_for_a_while_is_still_one_commit(s3_server):
