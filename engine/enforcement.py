@@ -24,6 +24,7 @@ from deltaplane.engine.expressions.bind import bind_predicate
 from deltaplane.engine.expressions.parser import parse_predicate
 from deltaplane.engine.expressions.tree import Expr
 from deltaplane.engine.schema import (
+    NUMERIC_WIDENINGS,
     ArrayType,
     DataType,
     DecimalType,
@@ -37,22 +38,9 @@ from deltaplane.engine.schema import (
     to_arrow_type,
 )
 
-# Lossless Arrow-level casts accepted on write: (from, to) Delta type names.
-_SAFE_UPCASTS = {
-    ("byte", "short"),
-    ("byte", "integer"),
-    ("byte", "long"),
-    ("short", "integer"),
-    ("short", "long"),
-    ("integer", "long"),
-    ("float", "double"),
-    ("byte", "double"),
-    ("short", "double"),
-    ("integer", "double"),
-    ("byte", "float"),
-    ("short", "float"),
-    ("void", "*"),
-}
+# Lossless Arrow-level casts accepted on write: (from, to) Delta type names. Small integers also
+# fit a float exactly, which typeWidening does not list; "void" (all nulls) casts to anything.
+_SAFE_UPCASTS = NUMERIC_WIDENINGS | {("byte", "float"), ("short", "float"), ("void", "*")}
 
 
 def check_unique_names(schema: pa.Schema) -> None:

@@ -439,20 +439,24 @@ def iter_types(t: DataType):
 
 # --- evolution ----------------------------------------------------------------------------------
 
-# Type changes the typeWidening feature allows (the protocol's list), as (from, to) type names.
-_WIDENINGS = {
-    ("byte", "short"),
-    ("byte", "integer"),
-    ("byte", "long"),
-    ("short", "integer"),
-    ("short", "long"),
-    ("integer", "long"),
-    ("float", "double"),
-    ("byte", "double"),
-    ("short", "double"),
-    ("integer", "double"),
-    ("date", "timestamp_ntz"),
-}
+# Integer and floating-point widenings, lossless in Arrow and allowed by typeWidening: (from, to)
+# type names.
+NUMERIC_WIDENINGS = frozenset(
+    {
+        ("byte", "short"),
+        ("byte", "integer"),
+        ("byte", "long"),
+        ("short", "integer"),
+        ("short", "long"),
+        ("integer", "long"),
+        ("float", "double"),
+        ("byte", "double"),
+        ("short", "double"),
+        ("integer", "double"),
+    }
+)
+# Type changes the typeWidening feature allows (the protocol's list; decimals in is_widening).
+_WIDENINGS = NUMERIC_WIDENINGS | {("date", "timestamp_ntz")}
 
 
 def is_widening(old: DataType, new: DataType) -> bool:
