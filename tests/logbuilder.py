@@ -96,6 +96,25 @@ def write_parquet(store: ObjectStore, key: str, table: pa.Table) -> int:
     return len(buf.getvalue())
 
 
+def partitioned_file(store: ObjectStore, path: str, ids: list[int], **extra) -> dict:
+    """Write a Parquet file of ``ids`` at ``path`` (under ``part=<x>/``) and return its add action,
+    with the file's stats written out here."""
+    size = write_parquet(store, path, pa.table({"id": pa.array(ids, pa.int64())}))
+    part = path.split("/", 1)[0].split("=", 1)[1]
+    stats = {
+        "numRecords": len(ids),
+        "minValues": {"id": min(ids)},
+        "maxValues": {"id": max(ids)},
+        "nullCount": {"id": 0},
+    }
+    return add(path, {"part": part}, size=size, stats=stats, **extra)
+
+
+def id_part_rows(table: pa.Table) -> list[tuple[int, str]]:
+    """The ``(id, part)`` rows of a table of ``partitioned_file`` files, sorted."""
+    return sorted(zip(table.column("id").to_pylist(), table.column("part").to_pylist(), strict=True))
+
+
 def simple_table(store: ObjectStore, versions: int = 1, rows_per_file: int = 3) -> None:
     """Versions 0..n-1, each adding one data file with ids [v*rows, (v+1)*rows)."""
     for v in range(versions):
@@ -138,6 +157,11 @@ CHECKPOINT_TYPES = {
         [("path", pa.string()), ("deletionTimestamp", pa.int64()), ("dataChange", pa.bool_())]
     ),
 }
+# Checkpoint column types of actions a checkpoint has no column for unless a test adds them.
+TXN_TYPE = pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])
+DOMAIN_METADATA_TYPE = pa.struct(
+    [("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_())]
+)
 
 
 def _as_checkpoint_value(value, typ: pa.DataType):
@@ -154,17 +178,36 @@ def _as_checkpoint_value(value, typ: pa.DataType):
     return value
 
 
-def write_checkpoint(store: ObjectStore, version: int, actions: list[dict], types: dict | None = None) -> str:
-    """A classic single-file checkpoint holding ``actions``, one row each (as Delta Spark lays it out)."""
+def checkpoint_parquet(actions: list[dict], types: dict | None = None, **write_options) -> bytes:
+    """The Parquet bytes of a checkpoint holding ``actions``, one row each (as Delta Spark lays it
+    out): a column per action type, of ``CHECKPOINT_TYPES`` with ``types`` over them, written with
+    ``write_options`` (``pyarrow.parquet.write_table``'s)."""
     types = {**CHECKPOINT_TYPES, **(types or {})}
     columns = {
         name: pa.array([_as_checkpoint_value(a.get(name), typ) for a in actions], typ)
         for name, typ in types.items()
     }
     buf = io.BytesIO()
-    pq.write_table(pa.table(columns), buf)
+    pq.write_table(pa.table(columns), buf, **write_options)
+    return buf.getvalue()
+
+
+def write_checkpoint(
+    store: ObjectStore,
+    version: int,
+    actions: list[dict],
+    types: dict | None = None,
+    *,
+    last_checkpoint: bool = False,
+    **write_options,
+) -> str:
+    """A classic single-file checkpoint holding ``actions`` (see ``checkpoint_parquet``), and with
+    ``last_checkpoint`` a ``_last_checkpoint`` naming it."""
     key = f"_delta_log/{version:020d}.checkpoint.parquet"
-    store.put(key, buf.getvalue())
+    store.put(key, checkpoint_parquet(actions, types, **write_options))
+    if last_checkpoint:
+        pointer = {"version": version, "size": len(actions)}
+        store.put("_delta_log/_last_checkpoint", json.dumps(pointer).encode())
     return key
 
 

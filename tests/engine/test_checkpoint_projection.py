@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,8 +20,9 @@ import pytest
 from deltaplane.engine import DeltaTable
 from deltaplane.engine.errors import DeltaError
 from deltaplane.engine.storage import LocalStore
+from tests import logbuilder
 from tests.logbuilder import SIMPLE_SCHEMA as SCHEMA
-from tests.logbuilder import _as_checkpoint_value, add, commit_info, metadata, protocol, remove, write_parquet
+from tests.logbuilder import add, commit_info, id_part_rows, metadata, partitioned_file, protocol, remove
 
 _MAP = pa.map_(pa.string(), pa.string())
 _DV = pa.struct(
@@ -35,68 +35,42 @@ _DV = pa.struct(
     ]
 )
 _VALUES = pa.struct([("id", pa.int64())])
+_STATS = pa.struct(
+    [("numRecords", pa.int64()), ("minValues", _VALUES), ("maxValues", _VALUES), ("nullCount", _VALUES)]
+)
+_ROW_FIELDS = [("baseRowId", pa.int64()), ("defaultRowCommitVersion", pa.int64())]  # row tracking
+# Every column and field a Delta Spark checkpoint of such a table has, most of them null.
 TYPES = {
-    "txn": pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())]),
+    "txn": logbuilder.TXN_TYPE,
     "add": pa.struct(
         [
-            ("path", pa.string()),
-            ("partitionValues", _MAP),
-            ("size", pa.int64()),
-            ("modificationTime", pa.int64()),
-            ("dataChange", pa.bool_()),
+            *logbuilder.CHECKPOINT_TYPES["add"],
             ("tags", _MAP),
             ("deletionVector", _DV),
-            ("baseRowId", pa.int64()),
-            ("defaultRowCommitVersion", pa.int64()),
+            *_ROW_FIELDS,
             ("clusteringProvider", pa.string()),
-            ("stats", pa.string()),
-            (
-                "stats_parsed",
-                pa.struct(
-                    [
-                        ("numRecords", pa.int64()),
-                        ("minValues", _VALUES),
-                        ("maxValues", _VALUES),
-                        ("nullCount", _VALUES),
-                    ]
-                ),
-            ),
+            ("stats_parsed", _STATS),
         ]
     ),
     "remove": pa.struct(
         [
-            ("path", pa.string()),
-            ("deletionTimestamp", pa.int64()),
-            ("dataChange", pa.bool_()),
+            *logbuilder.CHECKPOINT_TYPES["remove"],
             ("extendedFileMetadata", pa.bool_()),
             ("partitionValues", _MAP),
             ("size", pa.int64()),
             ("deletionVector", _DV),
-            ("baseRowId", pa.int64()),
-            ("defaultRowCommitVersion", pa.int64()),
+            *_ROW_FIELDS,
         ]
     ),
-    "metaData": pa.struct(
-        [
-            ("id", pa.string()),
-            ("format", pa.struct([("provider", pa.string()), ("options", _MAP)])),
-            ("schemaString", pa.string()),
-            ("partitionColumns", pa.list_(pa.string())),
-            ("configuration", _MAP),
-            ("createdTime", pa.int64()),
-        ]
-    ),
+    "metaData": pa.struct([*logbuilder.CHECKPOINT_TYPES["metaData"], ("createdTime", pa.int64())]),
     "protocol": pa.struct(
         [
-            ("minReaderVersion", pa.int32()),
-            ("minWriterVersion", pa.int32()),
+            *logbuilder.CHECKPOINT_TYPES["protocol"],
             ("readerFeatures", pa.list_(pa.string())),
             ("writerFeatures", pa.list_(pa.string())),
         ]
     ),
-    "domainMetadata": pa.struct(
-        [("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_())]
-    ),
+    "domainMetadata": logbuilder.DOMAIN_METADATA_TYPE,
 }
 DV = {
     "storageType": "u",
@@ -107,42 +81,18 @@ DV = {
 }
 
 
-@pytest.fixture
-def root(tmp_path) -> Path:
-    path = tmp_path / "table"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def store(root) -> LocalStore:
-    return LocalStore(str(root))
-
-
 def data_file(store: LocalStore, path: str, ids: list[int], **extra) -> dict:
     """A Parquet file of ``ids`` under ``part=<x>/``; its add action with JSON stats and the
     same stats typed (``stats_parsed``)."""
-    size = write_parquet(store, path, pa.table({"id": pa.array(ids, pa.int64())}))
-    part = path.split("/", 1)[0].split("=", 1)[1]
-    stats = {"numRecords": len(ids), "minValues": {"id": min(ids)}, "maxValues": {"id": max(ids)}}
-    stats["nullCount"] = {"id": 0}
-    action = add(path, {"part": part}, size=size, stats=stats, **extra)
-    action["add"]["stats_parsed"] = stats
+    action = partitioned_file(store, path, ids, **extra)
+    action["add"]["stats_parsed"] = json.loads(action["add"]["stats"])
     return action
 
 
 def write_checkpoint(store: LocalStore, version: int, actions: list[dict], **options) -> bytes:
-    """A classic checkpoint of ``actions``, one row each, written with ``options``."""
-    columns = {
-        name: pa.array([_as_checkpoint_value(a.get(name), typ) for a in actions], typ)
-        for name, typ in TYPES.items()
-    }
-    buf = io.BytesIO()
-    pq.write_table(pa.table(columns), buf, **options)
-    data = buf.getvalue()
-    store.put(f"_delta_log/{version:020d}.checkpoint.parquet", data)
-    store.put("_delta_log/_last_checkpoint", json.dumps({"version": version, "size": len(actions)}).encode())
-    return data
+    """A classic checkpoint of ``actions``, one row each, written with ``options``; its bytes."""
+    key = logbuilder.write_checkpoint(store, version, actions, TYPES, last_checkpoint=True, **options)
+    return store.get(key)
 
 
 def damage(store: LocalStore, version: int, data: bytes, leaves: list[str], row_groups=None) -> None:
@@ -157,10 +107,6 @@ def damage(store: LocalStore, version: int, data: bytes, leaves: list[str], row_
             start = chunk.dictionary_page_offset or chunk.data_page_offset
             broken[start + chunk.total_compressed_size - 1] ^= 0xFF
     store.put(f"_delta_log/{version:020d}.checkpoint.parquet", bytes(broken))
-
-
-def rows(table: pa.Table) -> list[tuple]:
-    return sorted(zip(table.column("id").to_pylist(), table.column("part").to_pylist(), strict=True))
 
 
 def test_leaves_replay_does_not_use_are_not_decoded(root, store):
@@ -183,8 +129,8 @@ def test_leaves_replay_does_not_use_are_not_decoded(root, store):
         ],
     )
     table = DeltaTable(str(root))
-    assert rows(table.to_arrow()) == [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "b")]
-    assert rows(table.to_arrow(filter="id BETWEEN 4 AND 9")) == [(4, "b"), (5, "b")]
+    assert id_part_rows(table.to_arrow()) == [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "b")]
+    assert id_part_rows(table.to_arrow(filter="id BETWEEN 4 AND 9")) == [(4, "b"), (5, "b")]
     assert table.file_uris(filter="id > 2") == [str(root / "part=b/b.parquet")]
     assert table.snapshot.tombstones.num_rows == 0
     assert table.snapshot.files.column("deletion_vector").null_count == 2
@@ -220,7 +166,7 @@ def test_each_row_group_decodes_only_the_actions_it_holds(root, store):
     assert table.snapshot.files.column("path").to_pylist() == [f"part=a/{x}.parquet" for x in "abcd"]
     assert table.snapshot.tombstones.column("path").to_pylist() == ["part=a/old.parquet"]
     assert table.snapshot.app_transaction_version("job") == 3
-    assert rows(table.to_arrow(filter="id >= 2")) == [(2, "a"), (3, "a")]
+    assert id_part_rows(table.to_arrow(filter="id >= 2")) == [(2, "a"), (3, "a")]
 
 
 @pytest.mark.parametrize(

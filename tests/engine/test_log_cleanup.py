@@ -6,7 +6,6 @@ timestamp unless in-commit timestamps are on); ``now_ms`` stays the real time.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import deltalake
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from deltaplane.engine import DeltaTable
@@ -25,8 +23,8 @@ from deltaplane.engine.storage import LocalStore
 from tests.helpers import assert_same_rows
 from tests.logbuilder import (
     CHECKPOINT_TYPES,
-    _as_checkpoint_value,
     add,
+    checkpoint_parquet,
     commit_info,
     metadata,
     protocol,
@@ -215,13 +213,8 @@ def write_multipart(
     for i, actions in enumerate(parts, 1):
         if write is not None and i not in write:
             continue
-        columns = {
-            name: pa.array([_as_checkpoint_value(a.get(name), typ) for a in actions], typ)
-            for name, typ in CHECKPOINT_TYPES.items()
-        }
-        buf = io.BytesIO()
-        pq.write_table(pa.table(columns), buf)
-        store.put(f"_delta_log/{version:020d}.checkpoint.{i:010d}.{len(parts):010d}.parquet", buf.getvalue())
+        key = f"_delta_log/{version:020d}.checkpoint.{i:010d}.{len(parts):010d}.parquet"
+        store.put(key, checkpoint_parquet(actions))
 
 
 def multipart_table(root: Path) -> LocalStore:

@@ -24,14 +24,27 @@ from pathlib import Path
 import deltalake
 import pyarrow as pa
 import pyarrow.json as pj
-import pyarrow.parquet as pq
 import pytest
 
 from deltaplane.engine import DeltaTable
 from deltaplane.engine.log.commits import _SMALL_COMMIT_BYTES, parse_log_json
 from deltaplane.engine.storage import LocalStore
+from tests.logbuilder import (
+    CHECKPOINT_TYPES,
+    DOMAIN_METADATA_TYPE,
+    TXN_TYPE,
+    add,
+    checkpoint_parquet,
+    commit_info,
+    id_part_rows,
+    metadata,
+    partitioned_file,
+    protocol,
+    remove,
+    write_checkpoint,
+    write_parquet,
+)
 from tests.logbuilder import SIMPLE_SCHEMA as SCHEMA
-from tests.logbuilder import add, commit_info, metadata, protocol, remove, write_checkpoint, write_parquet
 
 SMALL, ARROW, FALLBACK = "json", "arrow", "arrow-fallback"
 PATHS = [SMALL, ARROW, FALLBACK]
@@ -73,14 +86,6 @@ def both(action: dict) -> dict:
     return beside(inside(action))
 
 
-def data_file(store: LocalStore, path: str, ids: list[int]) -> dict:
-    """Write a Parquet file of ``ids`` under ``part=<x>/`` and return its add action."""
-    size = write_parquet(store, path, pa.table({"id": pa.array(ids, pa.int64())}))
-    part = path.split("/", 1)[0].split("=", 1)[1]
-    stats = {"numRecords": len(ids), "minValues": {"id": min(ids)}, "maxValues": {"id": max(ids)}}
-    return add(path, {"part": part}, size=size, stats={**stats, "nullCount": {"id": 0}})
-
-
 def head(**config) -> list[dict]:
     return [
         commit_info(),
@@ -89,26 +94,12 @@ def head(**config) -> list[dict]:
     ]
 
 
-def rows(root: Path) -> list[tuple[int, str]]:
-    table = DeltaTable(str(root)).to_arrow()
-    return sorted(zip(table.column("id").to_pylist(), table.column("part").to_pylist(), strict=True))
+def rows(root: Path, version: int | None = None) -> list[tuple[int, str]]:
+    return id_part_rows(DeltaTable(str(root), version=version).to_arrow())
 
 
 def delta_rs_rows(root: Path) -> list[tuple[int, str]]:
-    table = deltalake.DeltaTable(str(root)).to_pyarrow_table()
-    return sorted(zip(table.column("id").to_pylist(), table.column("part").to_pylist(), strict=True))
-
-
-@pytest.fixture
-def root(tmp_path) -> Path:
-    path = tmp_path / "table"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def store(root) -> LocalStore:
-    return LocalStore(str(root))
+    return id_part_rows(deltalake.DeltaTable(str(root)).to_pyarrow_table())
 
 
 # --- the three parse paths really are three ----------------------------------------------------
@@ -134,11 +125,11 @@ def test_the_commit_encodings_reach_different_parse_paths():
 
 @pytest.mark.parametrize("how", PATHS)
 def test_add_with_unknown_keys_is_still_an_add(root, store, how):
-    a = data_file(store, "part=a/a.parquet", [1, 2])
-    b = data_file(store, "part=b/b.parquet", [3, 4])
-    c = data_file(store, "part=a/c.parquet", [5])
+    a = partitioned_file(store, "part=a/a.parquet", [1, 2])
+    b = partitioned_file(store, "part=b/b.parquet", [3, 4])
+    c = partitioned_file(store, "part=a/c.parquet", [5])
     commit(store, 0, [*head(), beside(a), inside(b), c], how)
-    d = data_file(store, "part=b/d.parquet", [6, 7])
+    d = partitioned_file(store, "part=b/d.parquet", [6, 7])
     commit(store, 1, [commit_info(), both(d)], how)
     expected = [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "a"), (6, "b"), (7, "b")]
     assert rows(root) == expected
@@ -154,9 +145,9 @@ def test_add_with_unknown_keys_is_still_an_add(root, store, how):
 
 @pytest.mark.parametrize("how", PATHS)
 def test_remove_with_unknown_keys_is_still_a_remove(root, store, how):
-    a = data_file(store, "part=a/a.parquet", [1, 2])
-    b = data_file(store, "part=b/b.parquet", [3, 4])
-    c = data_file(store, "part=b/c.parquet", [5])
+    a = partitioned_file(store, "part=a/a.parquet", [1, 2])
+    b = partitioned_file(store, "part=b/b.parquet", [3, 4])
+    c = partitioned_file(store, "part=b/c.parquet", [5])
     commit(store, 0, [*head(), a, b, c], how)
     commit(store, 1, [commit_info(operation="DELETE"), beside(remove("part=a/a.parquet"))], how)
     commit(store, 2, [commit_info(operation="DELETE"), both(remove("part=b/c.parquet"))], how)
@@ -164,17 +155,12 @@ def test_remove_with_unknown_keys_is_still_a_remove(root, store, how):
     assert delta_rs_rows(root) == [(3, "b"), (4, "b")]
     snap = DeltaTable(str(root)).snapshot
     assert sorted(snap.tombstones.column("path").to_pylist()) == ["part=a/a.parquet", "part=b/c.parquet"]
-    assert rows_at(root, 1) == [(3, "b"), (4, "b"), (5, "b")]
-
-
-def rows_at(root: Path, version: int) -> list[tuple[int, str]]:
-    table = DeltaTable(str(root), version=version).to_arrow()
-    return sorted(zip(table.column("id").to_pylist(), table.column("part").to_pylist(), strict=True))
+    assert rows(root, version=1) == [(3, "b"), (4, "b"), (5, "b")]
 
 
 @pytest.mark.parametrize("how", PATHS)
 def test_metadata_with_unknown_keys_is_still_the_metadata(root, store, how):
-    a = data_file(store, "part=a/a.parquet", [1])
+    a = partitioned_file(store, "part=a/a.parquet", [1])
     first = metadata(SCHEMA, partition_columns=["part"], configuration={"k": "0"})
     commit(store, 0, [commit_info(), protocol(1, 2), both(first), a], how)
     wider = {
@@ -194,7 +180,7 @@ def test_metadata_with_unknown_keys_is_still_the_metadata(root, store, how):
 
 @pytest.mark.parametrize("how", PATHS)
 def test_protocol_with_unknown_keys_is_still_the_protocol(root, store, how):
-    a = data_file(store, "part=a/a.parquet", [1])
+    a = partitioned_file(store, "part=a/a.parquet", [1])
     commit(store, 0, [commit_info(), both(protocol(1, 2)), metadata(SCHEMA, ["part"]), a], how)
     commit(store, 1, [commit_info(operation="UPGRADE PROTOCOL"), both(protocol(1, 4))], how)
     p = DeltaTable(str(root)).protocol
@@ -206,9 +192,9 @@ def test_protocol_with_unknown_keys_is_still_the_protocol(root, store, how):
 
 @pytest.mark.parametrize("how", PATHS)
 def test_txn_with_unknown_keys_is_still_a_txn(root, store, how):
-    a = data_file(store, "part=a/a.parquet", [1])
+    a = partitioned_file(store, "part=a/a.parquet", [1])
     commit(store, 0, [*head(), a, beside({"txn": {"appId": "first", "version": 3}})], how)
-    b = data_file(store, "part=a/b.parquet", [2])
+    b = partitioned_file(store, "part=a/b.parquet", [2])
     txn = both({"txn": {"appId": "job", "version": 7, "lastUpdated": 1_700_000_000_000}})
     commit(store, 1, [commit_info(), txn, b], how)
     snap = DeltaTable(str(root)).snapshot
@@ -221,10 +207,10 @@ def test_txn_with_unknown_keys_is_still_a_txn(root, store, how):
 
 @pytest.mark.parametrize("how", PATHS)
 def test_commit_info_with_unknown_keys_is_still_the_commit_info(root, store, how):
-    a = data_file(store, "part=a/a.parquet", [1])
+    a = partitioned_file(store, "part=a/a.parquet", [1])
     commit(store, 0, [*head(), a], how)
     info = beside(commit_info(operation="MERGE", engineInfo="future-writer/9", futureField={"x": 1}))
-    b = data_file(store, "part=a/b.parquet", [2])
+    b = partitioned_file(store, "part=a/b.parquet", [2])
     commit(store, 1, [info, b], how)
     table = DeltaTable(str(root))
     assert table.snapshot.commit_info.operation == "MERGE"
@@ -236,7 +222,7 @@ def test_commit_info_with_unknown_keys_is_still_the_commit_info(root, store, how
 
 @pytest.mark.parametrize("how", PATHS)
 def test_cdc_with_unknown_keys_is_still_a_cdc_file(root, store, how):
-    a = data_file(store, "part=a/a.parquet", [1, 2])
+    a = partitioned_file(store, "part=a/a.parquet", [1, 2])
     commit(store, 0, [*head(**{"delta.enableChangeDataFeed": "true"}), a], how)
     change = pa.table(
         {
@@ -253,7 +239,7 @@ def test_cdc_with_unknown_keys_is_still_a_cdc_file(root, store, how):
             "dataChange": False,
         }
     }
-    b = data_file(store, "part=a/b.parquet", [20])
+    b = partitioned_file(store, "part=a/b.parquet", [20])
     commit(store, 1, [commit_info(operation="UPDATE"), remove("part=a/a.parquet"), b, both(cdc)], how)
     changes = DeltaTable(str(root)).changes(1, 1)
     assert sorted(
@@ -268,7 +254,7 @@ def test_cdc_with_unknown_keys_is_still_a_cdc_file(root, store, how):
 
 @pytest.mark.parametrize("how", PATHS)
 def test_domain_metadata_with_unknown_keys_is_still_a_domain(root, store, how):
-    a = data_file(store, "part=a/a.parquet", [1])
+    a = partitioned_file(store, "part=a/a.parquet", [1])
     start = [commit_info(), protocol(1, 7, writer_features=["domainMetadata"]), metadata(SCHEMA, ["part"]), a]
     commit(store, 0, start, how)
     one = {"domainMetadata": {"domain": "app.one", "configuration": '{"k":1}', "removed": False}}
@@ -285,7 +271,7 @@ def test_domain_metadata_with_unknown_keys_is_still_a_domain(root, store, how):
 
 @pytest.mark.parametrize("how", PATHS)
 def test_a_line_with_only_unknown_keys_is_ignored(root, store, how):
-    a = data_file(store, "part=a/a.parquet", [1])
+    a = partitioned_file(store, "part=a/a.parquet", [1])
     future_add = {"futureAction": add("part=a/a.parquet", {"part": "a"})["add"]}
     future_remove = {"remove2": {"path": "part=a/a.parquet", "dataChange": True}}
     commit(store, 0, [*head(), a, future_add], how)
@@ -300,7 +286,7 @@ def test_unknown_keys_of_changing_types_across_file_action_lines(root, store, ho
     """Beside and inside file actions, the same unknown key as an object, a string, a list:
     nothing a columnar parser can type, so it falls back, and still gets every action (the txn
     beside the last add too)."""
-    files = [data_file(store, f"part=a/{i}.parquet", [i]) for i in range(4)]
+    files = [partitioned_file(store, f"part=a/{i}.parquet", [i]) for i in range(4)]
     values = [{"o": 1}, "text", [1, "two"], None]
     lines = []
     for f, value in zip(files, values, strict=True):
@@ -336,16 +322,16 @@ def test_a_line_with_two_known_actions_counts_as_both(root, store, how):
     delta-rs reads such lines the same way (one column per action type) except for an add and
     a remove on one line, where it takes only the add; so its rows are compared at version 0,
     before that line, and its other answers at the latest version."""
-    a = data_file(store, "part=a/a.parquet", [1, 2])
-    b = data_file(store, "part=b/b.parquet", [3])
+    a = partitioned_file(store, "part=a/a.parquet", [1, 2])
+    b = partitioned_file(store, "part=b/b.parquet", [3])
     start = [
         {**commit_info(), **protocol(1, 7, writer_features=["domainMetadata"])},
         {**metadata(SCHEMA, ["part"], configuration={"k": "v"}), **a},
         {**b, "txn": {"appId": "job", "version": 1}},
     ]
     commit(store, 0, start, how)
-    c = data_file(store, "part=a/c.parquet", [4, 5])
-    d = data_file(store, "part=b/d.parquet", [6])
+    c = partitioned_file(store, "part=a/c.parquet", [4, 5])
+    d = partitioned_file(store, "part=b/d.parquet", [6])
     domain = {"domainMetadata": {"domain": "app.d", "configuration": "{}", "removed": False}}
     commit(
         store,
@@ -357,7 +343,7 @@ def test_a_line_with_two_known_actions_counts_as_both(root, store, how):
         ],
         how,
     )
-    assert rows_at(root, 0) == [(1, "a"), (2, "a"), (3, "b")]
+    assert rows(root, version=0) == [(1, "a"), (2, "a"), (3, "b")]
     version_0 = deltalake.DeltaTable(str(root), version=0).to_pyarrow_table()
     assert sorted(version_0.column("id").to_pylist()) == [1, 2, 3]
     assert rows(root) == [(3, "b"), (4, "a"), (5, "a"), (6, "b")]
@@ -378,11 +364,10 @@ def test_a_line_with_two_known_actions_counts_as_both(root, store, how):
 
 
 def test_small_commits_with_unknown_keys_over_a_checkpoint(root, store):
-    a = data_file(store, "part=a/a.parquet", [1])
-    b = data_file(store, "part=b/b.parquet", [2])
-    write_checkpoint(store, 0, [protocol(1, 2), metadata(SCHEMA, ["part"]), a, b])
-    store.put("_delta_log/_last_checkpoint", json.dumps({"version": 0, "size": 4}).encode())
-    c = data_file(store, "part=a/c.parquet", [3])
+    a = partitioned_file(store, "part=a/a.parquet", [1])
+    b = partitioned_file(store, "part=b/b.parquet", [2])
+    write_checkpoint(store, 0, [protocol(1, 2), metadata(SCHEMA, ["part"]), a, b], last_checkpoint=True)
+    c = partitioned_file(store, "part=a/c.parquet", [3])
     commit(store, 1, [commit_info(), both(c), beside(remove("part=b/b.parquet"))], SMALL)
     commit(store, 2, [commit_info(), beside({"txn": {"appId": "job", "version": 5}})], SMALL)
     assert rows(root) == [(1, "a"), (3, "a")]
@@ -398,47 +383,17 @@ _FUTURE_STRUCT = pa.struct([("x", pa.list_(pa.int64())), ("futureFlag", pa.bool_
 def _future_types(big: bool) -> dict[str, pa.DataType]:
     """Checkpoint column types with unknown fields inside every action struct."""
     future = [("futureField", _FUTURE_STRUCT), ("futureBlob", pa.string())]
+    path, *known_add = CHECKPOINT_TYPES["add"]
     return {
         "protocol": pa.struct(
-            [
-                ("minReaderVersion", pa.int32()),
-                ("minWriterVersion", pa.int32()),
-                ("writerFeatures", pa.list_(pa.string())),
-                *future,
-            ]
+            [*CHECKPOINT_TYPES["protocol"], ("writerFeatures", pa.list_(pa.string())), *future]
         ),
-        "metaData": pa.struct(
-            [
-                ("id", pa.string()),
-                ("schemaString", pa.string()),
-                ("partitionColumns", pa.list_(pa.string())),
-                ("configuration", _MAP),
-                ("format", pa.struct([("provider", pa.string()), ("options", _MAP)])),
-                *future,
-            ]
-        ),
-        "add": pa.struct(
-            [
-                ("path", pa.string()),
-                ("futureField", _FUTURE_STRUCT),  # before the known fields, too
-                ("partitionValues", _MAP),
-                ("size", pa.int64()),
-                ("modificationTime", pa.int64()),
-                ("dataChange", pa.bool_()),
-                ("stats", pa.string()),
-                ("tags", _MAP),
-                ("futureBlob", pa.string()),
-            ]
-        ),
-        "remove": pa.struct(
-            [("path", pa.string()), ("deletionTimestamp", pa.int64()), ("dataChange", pa.bool_()), *future]
-        ),
-        "txn": pa.struct(
-            [("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64()), *future]
-        ),
-        "domainMetadata": pa.struct(
-            [("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_()), *future]
-        ),
+        "metaData": pa.struct([*CHECKPOINT_TYPES["metaData"], *future]),
+        # An unknown field before the known ones, too.
+        "add": pa.struct([path, ("futureField", _FUTURE_STRUCT), *known_add, ("tags", _MAP), future[1]]),
+        "remove": pa.struct([*CHECKPOINT_TYPES["remove"], *future]),
+        "txn": pa.struct([*TXN_TYPE, *future]),
+        "domainMetadata": pa.struct([*DOMAIN_METADATA_TYPE, *future]),
         # A whole action type this reader has never heard of, as a top-level column.
         "someFutureAction": pa.struct([("path", pa.string()), ("size", pa.int64())]),
     }
@@ -456,8 +411,8 @@ def test_classic_checkpoint_with_unknown_columns_and_fields(root, store, big):
     """A classic Parquet checkpoint whose action structs carry fields this reader does not know,
     plus a top-level column for an unknown action. ``big`` makes the checkpoint larger than the
     size read in one call (a 17 MiB unknown field), so the field-by-field reader runs too."""
-    a = data_file(store, "part=a/a.parquet", [1, 2])
-    b = data_file(store, "part=b/b.parquet", [3])
+    a = partitioned_file(store, "part=a/a.parquet", [1, 2])
+    b = partitioned_file(store, "part=b/b.parquet", [3])
     extra = _future_values(big)
     small_extra = _future_values(False)
     actions = [
@@ -477,10 +432,9 @@ def test_classic_checkpoint_with_unknown_columns_and_fields(root, store, big):
         {"domainMetadata": {"domain": "app.x", "configuration": "{}", "removed": False, **small_extra}},
         {"someFutureAction": {"path": "part=a/ghost.parquet", "size": 1}},
     ]
-    write_checkpoint(store, 3, actions, _future_types(big))
-    store.put("_delta_log/_last_checkpoint", json.dumps({"version": 3, "size": len(actions)}).encode())
+    write_checkpoint(store, 3, actions, _future_types(big), last_checkpoint=True)
     # The commits the checkpoint stands for are gone: only the checkpoint can answer.
-    c = data_file(store, "part=b/c.parquet", [4])
+    c = partitioned_file(store, "part=b/c.parquet", [4])
     commit(store, 4, [commit_info(), both(c)], SMALL)
     table = DeltaTable(str(root))
     assert rows(root) == [(1, "a"), (2, "a"), (3, "b"), (4, "b")]
@@ -530,8 +484,8 @@ V2 = protocol(3, 7, ["v2Checkpoint"], ["v2Checkpoint", "domainMetadata"])
 
 @pytest.mark.parametrize("how", PATHS)
 def test_v2_json_checkpoint_with_unknown_keys(root, store, how):
-    a = data_file(store, "part=a/a.parquet", [1, 2])
-    b = data_file(store, "part=b/b.parquet", [3])
+    a = partitioned_file(store, "part=a/a.parquet", [1, 2])
+    b = partitioned_file(store, "part=b/b.parquet", [3])
     side_1 = _sidecar(store, "one.parquet", [a])
     side_2 = _sidecar(store, "two.parquet", [b])
     manifest = [
@@ -548,7 +502,7 @@ def test_v2_json_checkpoint_with_unknown_keys(root, store, how):
         _encode(manifest, how),
     )
     commit(store, 2, [commit_info()], SMALL)  # the commit the checkpoint stands for
-    c = data_file(store, "part=a/c.parquet", [4])
+    c = partitioned_file(store, "part=a/c.parquet", [4])
     commit(store, 3, [commit_info(), both(c)], how)
     assert rows(root) == [(1, "a"), (2, "a"), (3, "b"), (4, "a")]
     snap = DeltaTable(str(root)).snapshot
@@ -559,8 +513,8 @@ def test_v2_json_checkpoint_with_unknown_keys(root, store, how):
 
 
 def test_v2_parquet_checkpoint_with_unknown_columns_and_fields(root, store):
-    a = data_file(store, "part=a/a.parquet", [1])
-    b = data_file(store, "part=b/b.parquet", [2, 3])
+    a = partitioned_file(store, "part=a/a.parquet", [1])
+    b = partitioned_file(store, "part=b/b.parquet", [2, 3])
     side = _sidecar(store, "s.parquet", [a, b])
     types = {
         **_future_types(False),
@@ -594,31 +548,12 @@ def test_v2_parquet_checkpoint_with_unknown_columns_and_fields(root, store):
         {"txn": {"appId": "job", "version": 2, **future}},
         {"someFutureAction": {"path": "part=a/ghost.parquet", "size": 1}},
     ]
-    buf = io.BytesIO()
-    columns = {
-        name: pa.array([_checkpoint_value(x.get(name), typ) for x in actions], typ)
-        for name, typ in types.items()
-    }
-    pq.write_table(pa.table(columns), buf)
     store.put(
         "_delta_log/00000000000000000001.checkpoint.0d5a5b1e-5f8c-4a44-9d0a-2f1b8f6c3e11.parquet",
-        buf.getvalue(),
+        checkpoint_parquet(actions, types),
     )
     commit(store, 1, [commit_info()], SMALL)
     assert rows(root) == [(1, "a"), (2, "b"), (3, "b")]
     snap = DeltaTable(str(root)).snapshot
     assert snap.segment.checkpoint.version == 1
     assert snap.app_transaction_version("job") == 2
-
-
-def _checkpoint_value(value, typ: pa.DataType):
-    if value is None:
-        return None
-    if pa.types.is_map(typ):
-        return list(value.items())
-    if pa.types.is_struct(typ):
-        return {
-            typ.field(i).name: _checkpoint_value(value.get(typ.field(i).name), typ.field(i).type)
-            for i in range(typ.num_fields)
-        }
-    return value
