@@ -387,21 +387,23 @@ def set_column_default(
 
 
 def set_table_description(store: ObjectStore, snapshot: Snapshot, description: str | None) -> CommitResult:
-    if description is not None and not isinstance(description, str):
-        raise InvalidArgumentError(f"a description is a string, not {type(description).__name__}")
-    metadata = dataclasses.replace(snapshot.metadata, description=description)
-    return _commit(
-        store, snapshot, "SET TBLPROPERTIES", {"properties": _params_json({"comment": description})}, metadata
-    )
+    return _set_text(store, snapshot, "description", description, "comment", "a description")
 
 
 def set_table_name(store: ObjectStore, snapshot: Snapshot, name: str | None) -> CommitResult:
-    if name is not None and not isinstance(name, str):
-        raise InvalidArgumentError(f"a table name is a string, not {type(name).__name__}")
-    metadata = dataclasses.replace(snapshot.metadata, name=name)
-    return _commit(
-        store, snapshot, "SET TBLPROPERTIES", {"properties": _params_json({"name": name})}, metadata
-    )
+    return _set_text(store, snapshot, "name", name, "name", "a table name")
+
+
+def _set_text(
+    store: ObjectStore, snapshot: Snapshot, field: str, value: str | None, property_name: str, what: str
+) -> CommitResult:
+    """Set (or clear, with None) one text field of the metadata, committed as Delta Spark's SET
+    TBLPROPERTIES of ``property_name``."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} is a string, not {type(value).__name__}")
+    metadata = dataclasses.replace(snapshot.metadata, **{field: value})
+    params = {"properties": _params_json({property_name: value})}
+    return _commit(store, snapshot, "SET TBLPROPERTIES", params, metadata)
 
 
 # --- liquid clustering --------------------------------------------------------------------------

@@ -355,9 +355,28 @@ def execute_delete(
     threshold: float | None = None,
 ) -> CommitResult:
     start = time.perf_counter()
+    change, bound, candidates = _begin(store, snapshot, "DELETE", predicate, strategy, threshold)
+    scan_start = time.perf_counter()
+    if _partition_only(snapshot, bound) and not change.cdf:
+        deleted = _delete_whole_files(change, candidates)
+    else:
+        deleted = delete_matching_rows(change, snapshot, candidates, bound)
+    return _finish(change, {"numDeletedRows": deleted}, scan_start, start)
+
+
+def _begin(
+    store: ObjectStore,
+    snapshot: Snapshot,
+    operation: str,
+    predicate: str | Expr | None,
+    strategy: str | None,
+    threshold: float | None,
+) -> tuple[RowLevelChange, Expr | None, pa.Table]:
+    """A DELETE's or UPDATE's change, its bound predicate and its candidate files, recorded as the
+    transaction's read set."""
     params = {"predicate": [predicate if isinstance(predicate, str) else str(predicate)] if predicate else []}
     context = WriteContext(
-        store, snapshot, params, target_file_size=None, schema_mode=None, operation="DELETE"
+        store, snapshot, params, target_file_size=None, schema_mode=None, operation=operation
     )
     bound = (
         bind_predicate(parse_predicate(predicate), snapshot.schema)
@@ -369,17 +388,18 @@ def execute_delete(
     )
     candidates = _candidates(snapshot, bound)
     context.txn.read_files(candidates, bound)
-    scan_start = time.perf_counter()
-    if _partition_only(snapshot, bound) and not change.cdf:
-        deleted = _delete_whole_files(change, candidates)
-    else:
-        deleted = delete_matching_rows(change, snapshot, candidates, bound)
+    return change, bound, candidates
+
+
+def _finish(change: RowLevelChange, counts: dict[str, int], scan_start: float, start: float) -> CommitResult:
+    """Stage the change's files and commit them with Delta Spark's DML metrics: the scan ran from
+    ``scan_start`` until now, the whole command from ``start``."""
     scan_ms = _ms(scan_start)
     rewrite_start = time.perf_counter()
     change.stage()
-    metrics = {"numDeletedRows": deleted, **change.file_metrics()}
+    metrics = {**counts, **change.file_metrics()}
     metrics |= {"scanTimeMs": scan_ms, "rewriteTimeMs": _ms(rewrite_start), "executionTimeMs": _ms(start)}
-    return context.txn.commit_if_needed(metrics)
+    return change.context.txn.commit_if_needed(metrics)
 
 
 def _delete_whole_files(change: RowLevelChange, candidates: pa.Table) -> int:
@@ -480,31 +500,12 @@ def execute_update(
     start = time.perf_counter()
     if not updates:
         raise InvalidArgumentError("update() needs at least one column to set")
-    schema = snapshot.schema
     assignments = bind_assignments(snapshot, updates)
-    params = {"predicate": [predicate if isinstance(predicate, str) else str(predicate)] if predicate else []}
-    context = WriteContext(
-        store, snapshot, params, target_file_size=None, schema_mode=None, operation="UPDATE"
-    )
-    context.values.check_update(assignments)  # identity columns cannot be updated
-    bound = (
-        bind_predicate(parse_predicate(predicate), schema)
-        if isinstance(predicate, str)
-        else (bind_predicate(predicate, schema) if predicate is not None else None)
-    )
-    change = RowLevelChange(
-        context, snapshot, choose_strategy(snapshot, strategy), rewrite_threshold(snapshot, threshold)
-    )
-    candidates = _candidates(snapshot, bound)
-    context.txn.read_files(candidates, bound)
+    change, bound, candidates = _begin(store, snapshot, "UPDATE", predicate, strategy, threshold)
+    change.context.values.check_update(assignments)  # identity columns cannot be updated
     scan_start = time.perf_counter()
     updated = update_matching_rows(change, snapshot, candidates, bound, assignments)
-    scan_ms = _ms(scan_start)
-    rewrite_start = time.perf_counter()
-    change.stage()
-    metrics = {"numUpdatedRows": updated, **change.file_metrics()}
-    metrics |= {"scanTimeMs": scan_ms, "rewriteTimeMs": _ms(rewrite_start), "executionTimeMs": _ms(start)}
-    return context.txn.commit_if_needed(metrics)
+    return _finish(change, {"numUpdatedRows": updated}, scan_start, start)
 
 
 def apply_assignments(
