@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from deltaplane.engine.errors import ObjectExistsError
+from deltaplane.engine.log.commits import DV_TYPE, remove_type
 from deltaplane.engine.log.files import LAST_CHECKPOINT, checkpoint_key
 from deltaplane.engine.log.last_checkpoint import read_last_checkpoint, render_last_checkpoint
 from deltaplane.engine.partitions import parse_partition_values
@@ -37,15 +38,6 @@ from deltaplane.engine.table_features import reader_features
 
 BATCH_ROWS = 64 * 1024
 _MAP = pa.map_(pa.string(), pa.string())
-_DV = pa.struct(
-    [
-        ("storageType", pa.string()),
-        ("pathOrInlineDv", pa.string()),
-        ("offset", pa.int32()),
-        ("sizeInBytes", pa.int32()),
-        ("cardinality", pa.int64()),
-    ]
-)
 TXN = pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])
 PROTOCOL = pa.struct(
     [
@@ -69,19 +61,7 @@ METADATA = pa.struct(
 )
 DOMAIN = pa.struct([("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_())])
 CHECKPOINT_METADATA = pa.struct([("version", pa.int64()), ("tags", _MAP)])
-REMOVE = pa.struct(
-    [
-        ("path", pa.string()),
-        ("deletionTimestamp", pa.int64()),
-        ("dataChange", pa.bool_()),
-        ("extendedFileMetadata", pa.bool_()),
-        ("partitionValues", _MAP),
-        ("size", pa.int64()),
-        ("deletionVector", _DV),
-        ("baseRowId", pa.int64()),
-        ("defaultRowCommitVersion", pa.int64()),
-    ]
-)
+REMOVE = remove_type(_MAP)
 
 
 @dataclass(frozen=True)
@@ -195,7 +175,7 @@ class _CheckpointLayout:
             ("modificationTime", pa.int64()),
             ("dataChange", pa.bool_()),
             ("tags", _MAP),
-            ("deletionVector", _DV),
+            ("deletionVector", DV_TYPE),
             ("baseRowId", pa.int64()),
             ("defaultRowCommitVersion", pa.int64()),
             ("clusteringProvider", pa.string()),
@@ -278,7 +258,7 @@ class _CheckpointLayout:
             "tags": _plain(files.column("tags")).cast(_MAP)
             if "tags" in files.column_names
             else pa.nulls(n, _MAP),
-            "deletionVector": _plain(files.column("deletion_vector")).cast(_DV),
+            "deletionVector": _plain(files.column("deletion_vector")).cast(DV_TYPE),
             "baseRowId": _plain(files.column("base_row_id")),
             "defaultRowCommitVersion": _plain(files.column("default_row_commit_version")),
             "clusteringProvider": _plain(files.column("clustering_provider")),
@@ -332,7 +312,7 @@ class _CheckpointLayout:
             "extendedFileMetadata": _plain(tombstones.column("extended_file_metadata")),
             "partitionValues": _struct_to_map(tombstones.column("partition_values"), n),
             "size": _plain(tombstones.column("size")),
-            "deletionVector": _plain(tombstones.column("deletion_vector")).cast(_DV),
+            "deletionVector": _plain(tombstones.column("deletion_vector")).cast(DV_TYPE),
             "baseRowId": _plain(tombstones.column("base_row_id")),
             "defaultRowCommitVersion": _plain(tombstones.column("default_row_commit_version")),
         }

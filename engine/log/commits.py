@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,21 +82,26 @@ def _file_action_schema(partition_keys: frozenset[str], tag_keys: frozenset[str]
             *tags,
         ]
     )
-    remove = pa.struct(
+    return pa.schema([("add", add), ("remove", remove_type(pv, tags))])
+
+
+def remove_type(partition_values: pa.DataType, extra: Sequence[tuple[str, pa.DataType]] = ()) -> pa.DataType:
+    """A remove action's Arrow type, with ``partition_values`` as its ``partitionValues`` (a
+    struct of strings in a commit's parse, a map in a checkpoint) and ``extra`` fields after."""
+    return pa.struct(
         [
             ("path", pa.string()),
             ("deletionTimestamp", pa.int64()),
             ("dataChange", pa.bool_()),
             ("extendedFileMetadata", pa.bool_()),
-            ("partitionValues", pv),
+            ("partitionValues", partition_values),
             ("size", pa.int64()),
             ("deletionVector", DV_TYPE),
             ("baseRowId", pa.int64()),
             ("defaultRowCommitVersion", pa.int64()),
-            *tags,
+            *extra,
         ]
     )
-    return pa.schema([("add", add), ("remove", remove)])
 
 
 _THREADED_PARSE_BYTES = 1 << 20
