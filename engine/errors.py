@@ -76,12 +76,16 @@ class ProtocolError(DeltaError):
         self.feature = feature
 
 
-class CorruptLogError(DeltaError):
-    """The transaction log is unreadable or inconsistent; ``path`` names the offending file."""
+class _FileError(DeltaError):
+    """An error about one file of the table; ``path`` names it (None where no one file is at fault)."""
 
     def __init__(self, message: str, path: str | None = None):
         super().__init__(message)
         self.path = path
+
+
+class CorruptLogError(_FileError):
+    """The transaction log is unreadable or inconsistent; ``path`` names the offending file."""
 
 
 class MissingLogVersionError(CorruptLogError):
@@ -104,20 +108,12 @@ class InvalidTimestampError(DeltaError, ValueError):
     """A timestamp (for time travel, RESTORE or the change feed) that cannot be understood."""
 
 
-class CorruptDeletionVectorError(DeltaError):
+class CorruptDeletionVectorError(_FileError):
     """A deletion vector failed its size, magic or CRC checks; ``path`` names the file."""
 
-    def __init__(self, message: str, path: str | None = None):
-        super().__init__(message)
-        self.path = path
 
-
-class DataFileError(DeltaError):
+class DataFileError(_FileError):
     """A data file referenced by the log is missing or unreadable; ``path`` names it."""
-
-    def __init__(self, message: str, path: str | None = None):
-        super().__init__(message)
-        self.path = path
 
 
 class ChangeDataNotRecordedError(DeltaError):
