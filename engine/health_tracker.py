@@ -29,6 +29,7 @@ import json
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -98,6 +99,16 @@ class _Sums:
         self.deleted += sign * deleted
         if deleted:
             self.dv_files += sign
+
+    def counts(self) -> dict[str, Any]:
+        """The counts a ``PartitionHealth`` and a ``TableHealth`` both report, from these sums."""
+        return {
+            "num_files": self.files,
+            "size_bytes": self.bytes,
+            "num_small_files": self.small,
+            "num_rows": None if self.records_missing else self.records - self.deleted,
+            "num_deleted_rows": self.deleted,
+        }
 
 
 @dataclass(frozen=True)
@@ -427,14 +438,10 @@ class HealthTracker:
                 PartitionHealth(
                     partition=key,
                     values=dict(self.partition_values.get(key, {})),
-                    num_files=s.files,
-                    size_bytes=s.bytes,
-                    num_small_files=s.small,
                     small_files_bytes=s.small_bytes,
-                    num_rows=None if s.records_missing else s.records - s.deleted,
-                    num_deleted_rows=s.deleted,
                     tier_files=tuple(s.tier_files),
                     tier_bytes=tuple(s.tier_bytes),
+                    **s.counts(),
                 )
             )
         total = _Sums()
@@ -447,13 +454,8 @@ class HealthTracker:
             uri=self.uri,
             version=self.version,
             timestamp=self.timestamp,
-            num_files=total.files,
-            size_bytes=total.bytes,
-            num_rows=None if total.records_missing else total.records - total.deleted,
-            num_deleted_rows=total.deleted,
             num_files_with_deletion_vectors=total.dv_files,
             small_file_size=self.small_file_size,
-            num_small_files=total.small,
             num_partitions=len(self.partitions),
             file_size_histogram=[
                 {"min_bytes": lower, "num_files": n, "bytes": b}
@@ -472,6 +474,7 @@ class HealthTracker:
             oldest_log_version=self.oldest_log_version,
             oldest_log_timestamp=self.oldest_log_timestamp,
             log_retention_ms=self.log_retention_ms,
+            **total.counts(),
         )
 
     def removed_files(
