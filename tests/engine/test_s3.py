@@ -98,6 +98,24 @@ def _land_then_drop(s3_server, fired: list):
     return _land_commit(s3_server, fired, _drop_connection)
 
 
+def _lose_the_response_of_commit_1(s3_server, table: DeltaTable, read_failures: int | None):
+    """Commit 1 lands and its response is lost; reading it back then fails ``read_failures``
+    times (or forever). Returns the commit PUTs that landed and the reads that failed."""
+    fired: list = []
+    events = table._store.client.meta.events
+    events.register("before-send.s3.PutObject", _land_then_drop(s3_server, fired))
+    reads, failed = _failing_reads("00000000000000000001.json", times=read_failures)
+    events.register("before-send.s3.GetObject", reads)
+    return fired, failed
+
+
+def _one_attempt_table(s3_server) -> tuple[str, DeltaTable]:
+    """A new table's URI and the table, its client trying each request once: the store, not
+    botocore, decides what is retried."""
+    uri = s3_server.uri()
+    return uri, DeltaTable.create(uri, SCHEMA, storage_options={**s3_server.options(), "max_attempts": "1"})
+
+
 def test_table_lifecycle_on_s3_and_delta_rs_reads_it(s3_server):
     uri = s3_server.uri()
     table = DeltaTable.create(uri, SCHEMA, partition_by=["region"], storage_options=s3_server.options())
@@ -160,9 +178,7 @@ def test_optimize_and_zorder_on_s3(s3_server):
 
 def test_a_lost_response_after_a_successful_commit_is_a_success(s3_server):
     """The PUT lands but the response never arrives; the retry sees 412 and recognises itself."""
-    uri = s3_server.uri()
-    options = {**s3_server.options(), "max_attempts": "1"}  # let the store, not botocore, retry
-    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
+    uri, table = _one_attempt_table(s3_server)
     fired: list = []
     table._store.client.meta.events.register("before-send.s3.PutObject", _land_then_drop(s3_server, fired))
     result = table.append(data(0, 5))
@@ -181,9 +197,7 @@ def test_409_conflicts_are_retried_on_the_same_version(s3_server):
 
 
 def test_500_after_the_write_landed_is_resolved_by_reading(s3_server):
-    uri = s3_server.uri()
-    options = {**s3_server.options(), "max_attempts": "1"}
-    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
+    uri, table = _one_attempt_table(s3_server)
     fired: list = []
     land_then_fail = _land_commit(
         s3_server, fired, lambda request: fake_response(request, 500, "InternalError")
@@ -194,18 +208,14 @@ def test_500_after_the_write_landed_is_resolved_by_reading(s3_server):
 
 
 def test_500_before_the_write_is_retried(s3_server):
-    uri = s3_server.uri()
-    options = {**s3_server.options(), "max_attempts": "1"}
-    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
+    _, table = _one_attempt_table(s3_server)
     fail_first, failures = _answering(is_commit_put, 503, "SlowDown", times=2)
     table._store.client.meta.events.register("before-send.s3.PutObject", fail_first)
     assert table.append(data(0, 3)).version == 1 and failures == [503, 503]
 
 
 def test_an_outcome_that_cannot_be_settled_is_reported_not_guessed(s3_server):
-    uri = s3_server.uri()
-    options = {**s3_server.options(), "max_attempts": "1"}
-    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
+    uri, table = _one_attempt_table(s3_server)
     always_fail, _ = _answering(is_commit_put, 500, "InternalError")
     table._store.client.meta.events.register("before-send.s3.PutObject", always_fail)
     with pytest.raises(CommitOutcomeUnknownError):
@@ -241,14 +251,8 @@ def test_eight_writers_on_s3(s3_server):
 
 
 def test_a_lost_response_whose_read_back_fails_for_a_while_is_still_one_commit(s3_server):
-    uri = s3_server.uri()
-    options = {**s3_server.options(), "max_attempts": "1"}
-    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
-    fired: list = []
-    events = table._store.client.meta.events
-    events.register("before-send.s3.PutObject", _land_then_drop(s3_server, fired))
-    reads, failed = _failing_reads("00000000000000000001.json", times=3)
-    events.register("before-send.s3.GetObject", reads)
+    uri, table = _one_attempt_table(s3_server)
+    fired, failed = _lose_the_response_of_commit_1(s3_server, table, read_failures=3)
     result = table.append(data(0, 5))
     assert fired and len(failed) == 3 and result.version == 1
     fresh = DeltaTable(uri, storage_options=s3_server.options())
@@ -257,17 +261,11 @@ def test_a_lost_response_whose_read_back_fails_for_a_while_is_still_one_commit(s
 
 def test_a_lost_response_whose_read_back_keeps_failing_is_an_unknown_outcome_never_a_failure(s3_server):
     """Before the fix this was a plain StorageError: a caller retrying wrote the batch twice."""
-    uri = s3_server.uri()
-    options = {**s3_server.options(), "max_attempts": "1"}
-    table = DeltaTable.create(uri, SCHEMA, storage_options=options)
-    fired: list = []
-    events = table._store.client.meta.events
-    events.register("before-send.s3.PutObject", _land_then_drop(s3_server, fired))
-    reads, failed = _failing_reads("00000000000000000001.json", times=None)
-    events.register("before-send.s3.GetObject", reads)
+    uri, table = _one_attempt_table(s3_server)
+    fired, failed = _lose_the_response_of_commit_1(s3_server, table, read_failures=None)
     with pytest.raises(CommitOutcomeUnknownError, match="may have succeeded"):
         table.append(data(0, 5), app_id="job", app_version=1)
-    assert len(failed) >= 2
+    assert fired and len(failed) >= 2
     # The commit did land once; a retry of the same idempotent write commits nothing more.
     again = DeltaTable(uri, storage_options=s3_server.options())
     assert again.version == 1
