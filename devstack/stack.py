@@ -39,6 +39,7 @@ from pathlib import Path
 
 from deltaplane.devstack.ports import SEAWEEDFS_GRPC_OFFSET, free_port, free_ports
 from deltaplane.devstack.seaweedfs import mini_command
+from deltaplane.devstack.spark_standalone import alive_workers, master_command, worker_command
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "lake"
@@ -337,45 +338,14 @@ def up(
         _wait("SeaweedFS", lambda: s3.list_buckets() is not None, 60, processes)
         if BUCKET not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
             s3.create_bucket(Bucket=BUCKET)
-        start(
-            "spark-master",
-            [
-                spark_class,
-                "org.apache.spark.deploy.master.Master",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(ports["spark"]),
-                "--webui-port",
-                str(ports["spark_ui"]),
-            ],
-        )
+        start("spark-master", master_command(spark_class, ports["spark"], ports["spark_ui"]))
         start(
             "spark-worker",
-            [
-                spark_class,
-                "org.apache.spark.deploy.worker.Worker",
-                f"spark://127.0.0.1:{ports['spark']}",
-                "--host",
-                "127.0.0.1",
-                "--cores",
-                "2",
-                "--memory",
-                "2g",
-                "--webui-port",
-                str(ports["worker_ui"]),
-                "--work-dir",
-                str(root / "spark-work"),
-            ],
+            worker_command(spark_class, ports["spark"], ports["worker_ui"], root / "spark-work"),
         )
         _wait(
             "Spark",
-            lambda: (
-                json.load(urllib.request.urlopen(f"http://127.0.0.1:{ports['spark_ui']}/json/", timeout=3))[
-                    "aliveworkers"
-                ]
-                >= 1
-            ),
+            lambda: alive_workers(ports["spark_ui"]) >= 1,
             90,
             processes,
         )

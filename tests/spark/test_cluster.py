@@ -4,11 +4,11 @@ on the SeaweedFS S3 server; delta-rs reads the result."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import deltalake
@@ -18,6 +18,7 @@ import pytest
 
 from deltaplane.devstack.ports import free_port
 from deltaplane.devstack.processes import stop
+from deltaplane.devstack.spark_standalone import alive_workers, master_command, worker_command
 from deltaplane.engine import DeltaTable, write_table
 from deltaplane.spark_jobs.submit import spark_home, submit
 
@@ -48,49 +49,15 @@ def spark_cluster(tmp_path_factory):
         "SPARK_NO_DAEMONIZE": "1",
     }
     spark_class = str(spark_home() / "bin" / "spark-class")
-    master = _start(
-        [
-            spark_class,
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--webui-port",
-            str(ui),
-        ],
-        work / "master.log",
-        env,
-    )
+    master = _start(master_command(spark_class, port, ui), work / "master.log", env)
     url = f"spark://127.0.0.1:{port}"
-    worker = _start(
-        [
-            spark_class,
-            "org.apache.spark.deploy.worker.Worker",
-            url,
-            "--host",
-            "127.0.0.1",
-            "--cores",
-            "2",
-            "--memory",
-            "2g",
-            "--webui-port",
-            str(worker_ui),
-            "--work-dir",
-            str(work / "worker"),
-        ],
-        work / "worker.log",
-        env,
-    )
+    worker = _start(worker_command(spark_class, port, worker_ui, work / "worker"), work / "worker.log", env)
     try:
         deadline = time.time() + 90
         while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as response:
-                    if json.load(response).get("aliveworkers", 0) >= 1:
-                        break
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                if alive_workers(ui, timeout=2) >= 1:
+                    break
             if time.time() > deadline or master.poll() is not None or worker.poll() is not None:
                 logs = "\n".join(p.read_text()[-2000:] for p in work.glob("*.log"))
                 pytest.fail(f"the Spark cluster did not come up:\n{logs}")
