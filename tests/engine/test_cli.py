@@ -11,6 +11,7 @@ import pytest
 from deltalake import write_deltalake
 
 from deltaplane.engine.cli import main
+from tests.warm_python import cli
 
 
 @pytest.fixture
@@ -144,16 +145,6 @@ def test_vacuum_restore_manifest_and_cleanup_log(path, capsys):
 # --- user errors: one line, status 2, never a traceback -------------------------------------------
 
 
-def run_cli(*args: str, stdin=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "deltaplane.engine.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=stdin,
-    )
-
-
 def assert_one_line_error(result: subprocess.CompletedProcess, fragment: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stderr)
     lines = result.stderr.strip().splitlines()
@@ -193,8 +184,12 @@ def test_user_errors_print_one_line_and_exit_2(path, tmp_path):
             "cannot reach the S3 endpoint http://127.0.0.1:9",
         ),
     ]
-    for args, fragment in cases:
-        assert_one_line_error(run_cli(*args), fragment)
+    # Each case is its own process (forked from a warm interpreter); the first also runs fresh,
+    # and must come out the same.
+    (first, fragment), *rest = cases
+    assert_one_line_error(cli(*first, fresh_too=True), fragment)
+    for args, fragment in rest:
+        assert_one_line_error(cli(*args), fragment)
 
 
 def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(tmp_path):
@@ -216,15 +211,15 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(tmp_path):
 def test_version_and_help(path):
     from deltaplane.engine import __version__
 
-    result = run_cli("--version")
+    result = cli("--version", fresh_too=True)  # fresh, and forked as the others are
     assert result.returncode == 0 and result.stdout.strip() == f"deltaplane {__version__}"
-    top = run_cli("--help")
+    top = cli("--help")
     assert top.returncode == 0
     for verb in ("describe", "history", "read", "optimize", "health", "vacuum", "cleanup-log", "restore"):
         assert verb in top.stdout
-        sub = run_cli(verb, "--help")
+        sub = cli(verb, "--help")
         assert sub.returncode == 0 and "s3://bucket/prefix" in sub.stdout
-    assert "arrives with writes" not in run_cli("read", "--help").stdout
+    assert "arrives with writes" not in cli("read", "--help").stdout
 
 
 def test_repair_lists_then_executes(tmp_path, capsys):

@@ -1,18 +1,18 @@
 """Errors the ``deltaplane`` command prints name its flags, never the Python keyword arguments of
 the engine calls behind them (``--no-enforce-retention``, not ``enforce_retention=False``). The
-CLI runs as a subprocess, as a user runs it; the Python API keeps its own wording."""
+CLI runs as a process of its own, as a user runs it; the Python API keeps its own wording."""
 
 from __future__ import annotations
 
 import re
 import subprocess
-import sys
 
 import pyarrow as pa
 import pytest
 
 from deltaplane.engine import DeltaTable
 from deltaplane.engine.errors import RetentionTooShortError
+from tests.warm_python import cli
 
 # Spellings of the engine's keyword arguments: what a command-line user cannot type.
 PYTHON_NAMES = re.compile(
@@ -23,9 +23,9 @@ PYTHON_NAMES = re.compile(
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "deltaplane.engine.cli", *args], capture_output=True, text=True, timeout=120
-    )
+    """The command as its own process, forked from a warm interpreter that has paid its imports
+    (``tests.warm_python``; test_cli.py checks that against fresh interpreters)."""
+    return cli(*args)
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:
