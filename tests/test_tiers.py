@@ -40,15 +40,16 @@ def test_external_programs_are_named_by_what_they_run(argv, expected):
 
 
 def _fake_program(folder: Path, name: str) -> Path:
-    """An executable called ``name`` (what the tier looks at) that only sleeps."""
+    """An executable called ``name`` (what the tier looks at) that only sleeps: 2 s, long enough
+    for the watcher (0.2 s), or ``$FAKE_PROGRAM_SECONDS`` where no watcher runs."""
     path = folder / name
-    path.write_text("#!/bin/sh\nsleep 2\n")  # long enough for the watcher (0.2 s)
+    path.write_text('#!/bin/sh\nsleep "${FAKE_PROGRAM_SECONDS:-2}"\n')
     path.chmod(0o755)
     return path
 
 
-def _run_pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+def _run_pytest(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **env}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.tiers", "-p", "no:cacheprovider", "-q", *args],
         cwd=tmp_path,
@@ -96,6 +97,7 @@ def test_a_fast_test_that_starts_an_external_program_fails_naming_the_marker(tmp
     assert "started 'weed' in the fast tier: mark the test @pytest.mark.external" in out, out
     assert "a child process started 'weed'" in out, out
 
-    whole = _run_pytest(tmp_path, "-k", "not expects_a_failure", "test_inner.py")
+    # Without --fast no watcher runs: the fake programs need not sleep (three of them ran 2 s each).
+    whole = _run_pytest(tmp_path, "-k", "not expects_a_failure", "test_inner.py", FAKE_PROGRAM_SECONDS="0")
     assert whole.returncode == 0, whole.stdout
     assert "4 passed" in whole.stdout, whole.stdout
