@@ -37,11 +37,36 @@ def load_dag(name: str, source: str):
     return module.dag, path
 
 
+def load_tasks(name: str, head: str, tasks: str):
+    """``load_dag`` of a DAG ``name`` with no schedule whose body is ``tasks``; ``head`` is what
+    the file has before the DAG besides ``datetime``, ``pendulum``, ``DAG`` and ``task``: the
+    operators' imports and the names the tasks share."""
+    dag = f"with DAG({name!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:"
+    body = textwrap.indent(textwrap.dedent(tasks), "    ")
+    common = "import datetime\nimport pendulum\nfrom airflow.sdk import DAG, task\n"
+    return load_dag(name, f"{common}{textwrap.dedent(head)}\n{dag}\n{body}")
+
+
 def run_loaded(dag, path: Path):
     try:
         return dag.test()
     finally:
         path.unlink()
+
+
+def run_beside(dag, path: Path, action, timeout: float = 60):
+    """``run_loaded`` while ``action`` runs in a thread of its own, waiting for it up to
+    ``timeout`` seconds after the run: the run."""
+    thread = threading.Thread(target=action, daemon=True)
+    thread.start()
+    run = run_loaded(dag, path)
+    thread.join(timeout)
+    return run
+
+
+def assert_none_left(left: list) -> None:
+    """No process of a stopped ``spark-submit`` tree is left (``survivors``' answer)."""
+    assert left == [], [f"{p.pid} {p.text[:100]}" for p in left]
 
 
 def tries(run) -> dict[str, int]:
@@ -97,24 +122,23 @@ def test_no_secret_in_argv_logs_xcom_commits_or_files(airflow_db, tmp_path, monk
         landing = tmp_path / "landing"
         landing.mkdir()
         (landing / "a.csv").write_text("id,g\n" + "\n".join(f"{i},{i % 2}" for i in range(20)) + "\n")
-        dag, path = load_dag(
+        dag, path = load_tasks(
             "secret_scan",
-            f"""
-            import pendulum
-            from airflow.sdk import DAG
+            """
             from deltaplane.operators.operators.dml import DeltaDMLOperator
             from deltaplane.operators.operators.maintenance import DeltaCompactionOperator
             from deltaplane.operators.operators.spark import DeltaSparkJobOperator
 
             c = dict(deltaplane_conn_id="lake_secret", spark_threshold_bytes=0)
-            with DAG("secret_scan", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-                compact = DeltaCompactionOperator(task_id="compact_s3", table_uri={remote!r}, **c)
-                delete = DeltaDMLOperator(task_id="delete_local", table_uri={local!r}, operation="delete",
-                                          predicate="id < 5", **c)
-                ingest = DeltaSparkJobOperator(task_id="ingest_local", table_uri={loaded!r}, job="ingest",
-                                               deltaplane_conn_id="lake_secret",
-                                               job_args=["--source", {str(landing)!r} + "/*.csv"])
-                compact >> delete >> ingest
+            """,
+            f"""
+            compact = DeltaCompactionOperator(task_id="compact_s3", table_uri={remote!r}, **c)
+            delete = DeltaDMLOperator(task_id="delete_local", table_uri={local!r}, operation="delete",
+                                      predicate="id < 5", **c)
+            ingest = DeltaSparkJobOperator(task_id="ingest_local", table_uri={loaded!r}, job="ingest",
+                                           deltaplane_conn_id="lake_secret",
+                                           job_args=["--source", {str(landing)!r} + "/*.csv"])
+            compact >> delete >> ingest
             """,
         )
         started = time.monotonic()
@@ -186,24 +210,23 @@ def test_no_secret_in_quarantine_files_or_ops_pages(airflow_db, tmp_path, monkey
         landing = tmp_path / "landing"
         landing.mkdir()
         (landing / "b.csv").write_text("id,name\n1,a\n,b\n3,c\n")  # a null id: the gate rejects it
-        dag, path = load_dag(
+        dag, path = load_tasks(
             "secret_gate",
             f"""
-            import pendulum
-            from airflow.sdk import DAG
             from deltaplane.operators.operators.commit import DeltaCommitOperator
             from deltaplane.operators.operators.ingest import DeltaStageOperator
             from deltaplane.operators.operators.quality import DeltaQualityGateOperator
 
             T, c = {table!r}, dict(deltaplane_conn_id="lake_secret")
             M = "{{{{ ti.xcom_pull(task_ids='stage')['manifest'] }}}}"
-            with DAG("secret_gate", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-                stage = DeltaStageOperator(task_id="stage", table_uri=T, landing={str(landing)!r},
-                                           staging=T + "/_deltaplane/staging", source_format="csv", **c)
-                gate = DeltaQualityGateOperator(task_id="gate", table_uri=T, staged_manifest=M, **c,
-                    expectations=[{{"expectation": "expect_column_values_to_not_be_null",
-                                    "kwargs": {{"column": "id"}}}}])
-                stage >> gate >> DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest=M, **c)
+            """,
+            f"""
+            stage = DeltaStageOperator(task_id="stage", table_uri=T, landing={str(landing)!r},
+                                       staging=T + "/_deltaplane/staging", source_format="csv", **c)
+            gate = DeltaQualityGateOperator(task_id="gate", table_uri=T, staged_manifest=M, **c,
+                expectations=[{{"expectation": "expect_column_values_to_not_be_null",
+                                "kwargs": {{"column": "id"}}}}])
+            stage >> gate >> DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest=M, **c)
             """,
         )
         run = run_loaded(dag, path)
@@ -234,21 +257,19 @@ def test_bad_input_fails_the_task_without_retries(airflow_db, tmp_path, capfd):
     ``retries=2``; the error names the exit code and the engine's error."""
     uri = str(tmp_path / "t")
     small_files(uri, names=True)
-    dag, path = load_dag(
+    dag, path = load_tasks(
         "bad_input",
-        f"""
-        import datetime
-        import pendulum
-        from airflow.sdk import DAG
+        """
         from deltaplane.operators.operators.dml import DeltaDMLOperator
         from deltaplane.operators.operators.spark import DeltaSparkJobOperator
 
         r = dict(retries=2, retry_delay=datetime.timedelta(0))
-        with DAG("bad_input", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            DeltaSparkJobOperator(task_id="unknown_column", table_uri={uri!r}, job="dml",
-                                  job_args=["--delete", "no_such_column = 1"], **r)
-            DeltaDMLOperator(task_id="fails_on_the_data", table_uri={uri!r}, operation="delete",
-                             predicate="CAST(name AS INT) = 3", spark_threshold_bytes=0, **r)
+        """,
+        f"""
+        DeltaSparkJobOperator(task_id="unknown_column", table_uri={uri!r}, job="dml",
+                              job_args=["--delete", "no_such_column = 1"], **r)
+        DeltaDMLOperator(task_id="fails_on_the_data", table_uri={uri!r}, operation="delete",
+                         predicate="CAST(name AS INT) = 3", spark_threshold_bytes=0, **r)
         """,
     )
     run = run_loaded(dag, path)
@@ -289,23 +310,15 @@ def test_a_commit_conflict_is_retried_and_then_lands(airflow_db, tmp_path, capfd
         except BaseException as e:  # reported by the test
             done["error"] = repr(e)
 
-    dag, path = load_dag(
+    dag, path = load_tasks(
         "conflict",
+        "from deltaplane.operators.operators.spark import DeltaSparkJobOperator",
         f"""
-        import datetime
-        import pendulum
-        from airflow.sdk import DAG
-        from deltaplane.operators.operators.spark import DeltaSparkJobOperator
-
-        with DAG("conflict", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            DeltaSparkJobOperator(task_id="compact", table_uri={uri!r}, job="compact",
-                                  retries=1, retry_delay=datetime.timedelta(0))
+        DeltaSparkJobOperator(task_id="compact", table_uri={uri!r}, job="compact",
+                              retries=1, retry_delay=datetime.timedelta(0))
         """,
     )
-    thread = threading.Thread(target=interfere, daemon=True)
-    thread.start()
-    run = run_loaded(dag, path)
-    thread.join(30)
+    run = run_beside(dag, path, interfere, timeout=30)
     logs = "".join(capfd.readouterr())
     assert "error" not in done, done
     assert done["delete"] == 4
@@ -337,25 +350,18 @@ def _kill_while_running(dag, path, kill) -> tuple[object, SubmitWatcher, dict]:
         except BaseException as e:
             result["error"] = repr(e)
 
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
-    run = run_loaded(dag, path)
-    thread.join(60)
+    run = run_beside(dag, path, killer)
     return run, watcher, result
 
 
 def test_on_kill_stops_the_spark_submit_and_everything_under_it(airflow_db, tmp_path, capfd):
     uri = str(tmp_path / "t")
     small_files(uri)
-    dag, path = load_dag(
+    dag, path = load_tasks(
         "on_kill",
+        "from deltaplane.operators.operators.spark import DeltaSparkJobOperator",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
-        from deltaplane.operators.operators.spark import DeltaSparkJobOperator
-
-        with DAG("on_kill", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            DeltaSparkJobOperator(task_id="job", table_uri={uri!r}, job="compact")
+        DeltaSparkJobOperator(task_id="job", table_uri={uri!r}, job="compact")
         """,
     )
     run, watcher, result = _kill_while_running(dag, path, dag.get_task("job").on_kill)
@@ -363,7 +369,7 @@ def test_on_kill_stops_the_spark_submit_and_everything_under_it(airflow_db, tmp_
     assert "error" not in result, result
     kinds = {("java" if "java" in p.text.split(" ")[0] else "python") for p in watcher.seen.values()}
     assert kinds == {"java", "python"} and len(watcher.seen) >= 3, watcher.seen
-    assert result["left"] == [], [f"{p.pid} {p.text[:100]}" for p in result["left"]]
+    assert_none_left(result["left"])
     assert task_states(run) == {"job": "failed"}
     assert "SIGTERM" in logs
     assert DeltaTable(uri).version == 2
@@ -375,20 +381,16 @@ def test_sigterm_stops_the_spark_job_of_any_operator(airflow_db, tmp_path, capfd
     the compaction operator: its Spark job is stopped too."""
     uri = str(tmp_path / "t")
     small_files(uri)
-    dag, path = load_dag(
+    dag, path = load_tasks(
         "sigterm",
+        "from deltaplane.operators.operators.maintenance import DeltaCompactionOperator",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
-        from deltaplane.operators.operators.maintenance import DeltaCompactionOperator
-
-        with DAG("sigterm", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            DeltaCompactionOperator(task_id="compact", table_uri={uri!r}, spark_threshold_bytes=0)
+        DeltaCompactionOperator(task_id="compact", table_uri={uri!r}, spark_threshold_bytes=0)
         """,
     )
     run, watcher, result = _kill_while_running(dag, path, lambda: os.kill(os.getpid(), signal.SIGTERM))
     assert "error" not in result, result
     assert len(watcher.seen) >= 3
-    assert result["left"] == [], [f"{p.pid} {p.text[:100]}" for p in result["left"]]
+    assert_none_left(result["left"])
     assert task_states(run) == {"compact": "failed"}
     assert DeltaTable(uri).version == 2

@@ -21,7 +21,15 @@ import pytest
 
 from deltaplane.engine import DeltaTable, write_table
 from tests.operators.conftest import HOME, task_states, xcom
-from tests.operators.test_spark_operator_safety import all_xcoms, load_dag, run_loaded, small_files, tries
+from tests.operators.test_spark_operator_safety import (
+    all_xcoms,
+    assert_none_left,
+    load_tasks,
+    run_beside,
+    run_loaded,
+    small_files,
+    tries,
+)
 from tests.proctree import CmdlineSampler, SubmitWatcher, alive, descendants, snapshot, survivors
 
 pytestmark = [pytest.mark.external, pytest.mark.airflow]
@@ -95,16 +103,12 @@ def test_spark_conf_secrets_are_never_on_a_command_line(airflow_db, tmp_path, mo
     )
     uri = str(tmp_path / "t")
     small_files(uri)
-    dag, path = load_dag(
+    dag, path = load_tasks(
         "conf_secret",
+        "from deltaplane.operators.operators.maintenance import DeltaCompactionOperator",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
-        from deltaplane.operators.operators.maintenance import DeltaCompactionOperator
-
-        with DAG("conf_secret", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            DeltaCompactionOperator(task_id="compact", table_uri={uri!r}, deltaplane_conn_id="lake_conf",
-                                    spark_threshold_bytes=0)
+        DeltaCompactionOperator(task_id="compact", table_uri={uri!r}, deltaplane_conn_id="lake_conf",
+                                spark_threshold_bytes=0)
         """,
     )
     with CmdlineSampler(marker) as sampler:
@@ -135,25 +139,23 @@ def test_the_hook_from_a_task_returns_metrics_and_maps_exit_codes(airflow_db, tm
     )
     uri = str(tmp_path / "t")
     small_files(uri)
-    dag, path = load_dag(
+    dag, path = load_tasks(
         "hook_task",
-        f"""
-        import datetime
-        import pendulum
-        from airflow.sdk import DAG, task
+        """
         from deltaplane.operators import DeltaSparkSubmitHook
 
         r = dict(retries=2, retry_delay=datetime.timedelta(0))
-        with DAG("hook_task", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            @task(**r)
-            def compact():
-                return DeltaSparkSubmitHook(deltaplane_conn_id="lake_hook").submit("compact", ["--table", {uri!r}])
+        """,
+        f"""
+        @task(**r)
+        def compact():
+            return DeltaSparkSubmitHook(deltaplane_conn_id="lake_hook").submit("compact", ["--table", {uri!r}])
 
-            @task(**r)
-            def bad_delete():
-                return DeltaSparkSubmitHook("lake_hook").submit("dml", ["--table", {uri!r}, "--delete", "nope = 1"])
+        @task(**r)
+        def bad_delete():
+            return DeltaSparkSubmitHook("lake_hook").submit("dml", ["--table", {uri!r}, "--delete", "nope = 1"])
 
-            compact() >> bad_delete()
+        compact() >> bad_delete()
         """,
     )
     run = run_loaded(dag, path)
@@ -179,16 +181,12 @@ def test_the_dml_job_does_the_work_the_operator_planned(airflow_db, tmp_path, ca
         write_table(uri, pa.table({"id": pa.array([35, 36], pa.int64())}), mode="append")
         return DeltaTable(uri).version
 
-    dag, path = load_dag(
+    dag, path = load_tasks(
         "planned_dml",
+        "from deltaplane.operators.operators.dml import DeltaDMLOperator",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
-        from deltaplane.operators.operators.dml import DeltaDMLOperator
-
-        with DAG("planned_dml", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            DeltaDMLOperator(task_id="delete", table_uri={uri!r}, operation="delete", predicate="id >= 30",
-                             spark_threshold_bytes=0)
+        DeltaDMLOperator(task_id="delete", table_uri={uri!r}, operation="delete", predicate="id >= 30",
+                         spark_threshold_bytes=0)
         """,
     )
     with Hold("dml", append) as hold:
@@ -225,17 +223,13 @@ def test_the_spark_stage_loads_the_files_the_operator_listed(airflow_db, tmp_pat
 
     manifest = tmp_path / "staging" / "batch1.json"
     manifest.parent.mkdir()
-    dag, path = load_dag(
+    dag, path = load_tasks(
         "pinned_stage",
+        "from deltaplane.operators.operators.spark import DeltaSparkJobOperator",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
-        from deltaplane.operators.operators.spark import DeltaSparkJobOperator
-
-        with DAG("pinned_stage", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            DeltaSparkJobOperator(task_id="stage", table_uri={uri!r}, job="ingest",
-                                  job_args=["--source", {str(landing)!r} + "/*.csv",
-                                            "--stage", {str(manifest)!r}])
+        DeltaSparkJobOperator(task_id="stage", table_uri={uri!r}, job="ingest",
+                              job_args=["--source", {str(landing)!r} + "/*.csv",
+                                        "--stage", {str(manifest)!r}])
         """,
     )
     with Hold("ingest", land) as hold:
@@ -251,17 +245,12 @@ def test_the_spark_stage_loads_the_files_the_operator_listed(airflow_db, tmp_pat
 
 
 def _driver_kill_dag(name: str, uri: str):
-    return load_dag(
+    return load_tasks(
         name,
+        "from deltaplane.operators.operators.dml import DeltaDMLOperator",
         f"""
-        import datetime
-        import pendulum
-        from airflow.sdk import DAG
-        from deltaplane.operators.operators.dml import DeltaDMLOperator
-
-        with DAG({name!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            DeltaDMLOperator(task_id="delete", table_uri={uri!r}, operation="delete", predicate="id >= 15",
-                             spark_threshold_bytes=0, retries=1, retry_delay=datetime.timedelta(0))
+        DeltaDMLOperator(task_id="delete", table_uri={uri!r}, operation="delete", predicate="id >= 15",
+                         spark_threshold_bytes=0, retries=1, retry_delay=datetime.timedelta(0))
         """,
     )
 
@@ -302,14 +291,11 @@ def test_kill_9_of_the_driver_mid_job_then_the_retry_deletes_once(airflow_db, tm
                     os.kill(proc.pid, signal.SIGKILL)
 
     dag, path = _driver_kill_dag("driver_kill", uri)
-    thread = threading.Thread(target=kill_driver, daemon=True)
-    thread.start()
-    run = run_loaded(dag, path)
-    thread.join(60)
+    run = run_beside(dag, path, kill_driver)
     logs = "".join(capfd.readouterr())
     assert "error" not in result, result
     assert result["version_at_kill"] == 2
-    assert result["left"] == [], [f"{p.pid} {p.text[:100]}" for p in result["left"]]
+    assert_none_left(result["left"])
     assert task_states(run) == {"delete": "success"}, logs[-3000:]
     assert tries(run) == {"delete": 2}
     assert "deltaplane.spark_jobs.dml failed with exit code" in logs or "killed by" in logs
@@ -345,14 +331,11 @@ def test_kill_9_after_the_commit_then_the_retry_commits_nothing_more(airflow_db,
             result["error"] = repr(e)
 
     dag, path = _driver_kill_dag("commit_kill", uri)
-    thread = threading.Thread(target=kill_after_commit, daemon=True)
-    thread.start()
-    run = run_loaded(dag, path)
-    thread.join(60)
+    run = run_beside(dag, path, kill_after_commit)
     logs = "".join(capfd.readouterr())
     assert "error" not in result, result
     assert result["alive_at_kill"], "spark-submit had already ended: the kill came too late"
-    assert result["left"] == [], [f"{p.pid} {p.text[:100]}" for p in result["left"]]
+    assert_none_left(result["left"])
     assert task_states(run) == {"delete": "success"}, logs[-3000:]
     assert tries(run) == {"delete": 2}
     assert "killed by SIGKILL" in logs
