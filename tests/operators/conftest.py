@@ -8,8 +8,10 @@ imports Airflow, because Airflow reads its configuration once, at import.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,11 +37,36 @@ os.environ.update(
 
 
 @pytest.fixture(scope="session")
-def airflow_db():
-    done = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+def airflow_db(tmp_path_factory):
+    """HOME with its metadata DB migrated by ``airflow db migrate``, which runs once per test
+    session (3-5 s): the first test worker to get here migrates its HOME and leaves a copy of its
+    database and configuration in the session's temporary folder; the others copy those. A new
+    database holds nothing of its home (the default pool, the log templates, the ``dags-folder``
+    bundle's name); the configuration names it, and the copy names this HOME instead."""
+    session = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        session = session.parent  # the workers' folders are in the session's
+    migrated = session / "airflow-migrated"
+    with open(session / "airflow-migrated.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (migrated / "home").exists():
+            done = subprocess.run(
+                [sys.executable, "-m", "airflow", "db", "migrate"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert not (HOME / "airflow.db-wal").exists()  # the migration's writes are all in the file
+            migrated.mkdir()
+            for name in ("airflow.db", "airflow.cfg"):
+                shutil.copy2(HOME / name, migrated / name)
+            (migrated / "home").write_text(str(HOME))
+        else:
+            shutil.copy2(migrated / "airflow.db", HOME / "airflow.db")
+            cfg = (migrated / "airflow.cfg").read_text().replace((migrated / "home").read_text(), str(HOME))
+            (HOME / "airflow.cfg").write_text(cfg)
+            (HOME / "airflow.cfg").chmod(0o600)  # as Airflow writes it
     return HOME
 
 
