@@ -221,18 +221,20 @@ def hand_built(
     return store
 
 
+def a_replaced_by_b(root: Path, now: int, removed_ago: int) -> LocalStore:
+    """``hand_built``: a.parquet added 15 days ago, then removed (its tombstone says
+    ``removed_ago``) in a 10-day-old commit that adds b.parquet."""
+    tombstone = remove("a.parquet", deletion_timestamp=now - removed_ago)
+    return hand_built(root, now, [[add("a.parquet")], [tombstone, add("b.parquet")]], [15 * DAY, 10 * DAY])
+
+
 @pytest.mark.parametrize("mode", ["full", "lite"])
 def test_an_unexpired_tombstone_keeps_its_file_even_when_its_commit_looks_old(tmp_path, mode):
     """The commit's file time says 10 days, its remove says 2 days (a copied log, a skewed
     clock): the tombstone's own timestamp decides, as in Delta Spark."""
     root = tmp_path / "t"
     now = now_ms()
-    store = hand_built(
-        root,
-        now,
-        [[add("a.parquet")], [remove("a.parquet", deletion_timestamp=now - 2 * DAY), add("b.parquet")]],
-        [15 * DAY, 10 * DAY],
-    )
+    store = a_replaced_by_b(root, now, removed_ago=2 * DAY)
     plan, _ = vacuum(DeltaTable(str(root)), now_ms=now, mode=mode)
     assert plan.latest_version_outside_window == 1 and plan.files == ()
     assert sorted_ids(DeltaTable(str(root), version=0).to_arrow()) == [ord("a")]
@@ -264,12 +266,7 @@ def test_a_file_removed_long_ago_then_restored_and_removed_again_recently_is_kep
 def test_a_fresh_object_is_never_deleted_even_if_the_log_removed_its_path_long_ago(tmp_path, mode):
     root = tmp_path / "t"
     now = now_ms()
-    store = hand_built(
-        root,
-        now,
-        [[add("a.parquet")], [remove("a.parquet", deletion_timestamp=now - 10 * DAY), add("b.parquet")]],
-        [15 * DAY, 10 * DAY],
-    )
+    store = a_replaced_by_b(root, now, removed_ago=10 * DAY)
     set_mtime(root / "a.parquet", now - HOUR)  # rewritten an hour ago, by whatever
     plan, _ = vacuum(DeltaTable(str(root)), now_ms=now, mode=mode)
     assert plan.files == () and "a.parquet" in files_under(root)
