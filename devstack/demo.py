@@ -24,9 +24,10 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+from deltaplane.devstack.stack import migrate_airflow_db
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,9 +112,10 @@ def main(argv=None) -> int:
     _environment(demo, config_path)
     print(f"deltaplane demo under {demo}")
     print("  Airflow home (SQLite):", demo / "airflow")
-    done = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True)
-    if done.returncode:
-        print(done.stderr[-3000:], file=sys.stderr)
+    try:
+        migrate_airflow_db()
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
         return 1
     from deltaplane.devstack.task_logs import task_log_files
 

@@ -136,6 +136,20 @@ def airflow_environment(
     }
 
 
+def migrate_airflow_db(env: dict[str, str] | None = None, timeout: float = 600) -> None:
+    """``airflow db migrate`` for the Airflow home ``env`` names, in a child interpreter (it loads
+    all of Airflow); ``RuntimeError`` with the end of its output when it fails."""
+    migrate = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if migrate.returncode:
+        raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-3000:]}")
+
+
 def _start(root: Path, logs: Path, record: dict, processes: dict, env: dict, name: str, command: list[str]):
     with open(logs / f"{name}.log", "ab") as log:
         processes[name] = subprocess.Popen(
@@ -202,15 +216,7 @@ def airflow_up(
     record = {"root": str(root), "ports": {"airflow": port}, "pids": {}, "started": time.time()}
     (root / "pids.json").write_text(json.dumps(record, indent=1))
     try:
-        migrate = subprocess.run(
-            [sys.executable, "-m", "airflow", "db", "migrate"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if migrate.returncode:
-            raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-2000:]}")
+        migrate_airflow_db(env)
         airflow = [sys.executable, "-m", "airflow"]
         start = functools.partial(_start, root, logs, record, processes, env)
         start(
@@ -349,11 +355,7 @@ def up(
             90,
             processes,
         )
-        migrate = subprocess.run(
-            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True
-        )
-        if migrate.returncode:
-            raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-2000:]}")
+        migrate_airflow_db(env)
         airflow = [sys.executable, "-m", "airflow"]
         start(
             "api-server",

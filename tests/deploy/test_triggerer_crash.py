@@ -45,6 +45,7 @@ import pyarrow as pa
 import pytest
 
 from deltaplane.devstack.ports import free_port
+from deltaplane.devstack.stack import migrate_airflow_db
 from deltaplane.engine import DeltaTable, write_table
 from tests.proctree import stop_group
 
@@ -105,14 +106,7 @@ def _start(name: str, args: list[str], env: dict, logs: Path) -> subprocess.Pope
 def start_airflow(env: dict, logs: Path, port: int) -> dict[str, subprocess.Popen]:
     """``airflow db migrate``, then the api-server (on 127.0.0.1:``port``), the dag-processor and
     the scheduler (no log server), each its own process group; the caller starts the triggerer."""
-    migrate = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    migrate_airflow_db(env, timeout=300)
     return {
         "api-server": _start(
             "api-server", ["api-server", "--host", "127.0.0.1", "--port", str(port)], env, logs
