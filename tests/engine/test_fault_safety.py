@@ -144,12 +144,19 @@ def test_a_transaction_open_longer_than_the_retention_checks_its_files_without_a
 # --- torn commit files ------------------------------------------------------------------------
 
 
-def test_an_empty_commit_file_is_corrupt_not_an_empty_commit(tmp_path):
-    root = tmp_path / "t"
+def newest_commit_to_tear(root: Path, *, delete: bool = True) -> Path:
+    """A table at ``root`` of rows 0 to 2 (with ``delete``, row 1 then deleted: versions 0 to 2);
+    the file of its newest commit."""
     table = DeltaTable.create(str(root), SCHEMA)
     table.append(rows(0, 3))
-    table.delete("id = 1")
-    torn = root / "_delta_log" / f"{table.version:020d}.json"
+    if delete:
+        table.delete("id = 1")
+    return root / "_delta_log" / f"{table.version:020d}.json"
+
+
+def test_an_empty_commit_file_is_corrupt_not_an_empty_commit(tmp_path):
+    root = tmp_path / "t"
+    torn = newest_commit_to_tear(root)
     torn.write_bytes(b"")
     for read in (lambda: DeltaTable(str(root)), lambda: DeltaTable(str(root), version=2).history()):
         with pytest.raises(CorruptLogError) as caught:
@@ -160,19 +167,14 @@ def test_an_empty_commit_file_is_corrupt_not_an_empty_commit(tmp_path):
 
 def test_a_whitespace_only_commit_file_is_corrupt(tmp_path):
     root = tmp_path / "t"
-    table = DeltaTable.create(str(root), SCHEMA)
-    table.append(rows(0, 3))
-    (root / "_delta_log" / f"{table.version:020d}.json").write_bytes(b"\n\n  \n")
+    newest_commit_to_tear(root, delete=False).write_bytes(b"\n\n  \n")
     with pytest.raises(CorruptLogError, match="empty"):
         DeltaTable(str(root))
 
 
 def test_a_commit_cut_in_the_middle_of_a_line_is_corrupt_and_named(tmp_path):
     root = tmp_path / "t"
-    table = DeltaTable.create(str(root), SCHEMA)
-    table.append(rows(0, 3))
-    table.delete("id = 1")
-    path = root / "_delta_log" / f"{table.version:020d}.json"
+    path = newest_commit_to_tear(root)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 40])
     with pytest.raises(CorruptLogError) as caught:
