@@ -1,21 +1,22 @@
 """Which tables file is read when none is named: ``deltaplane config validate`` and the library
 take ``$DELTAPLANE_CONFIG``, else ``config/tables.yaml`` in the current directory (never a file
 next to the installed package); the DAG files take the ``config/tables.yaml`` beside their own
-``dags/`` folder, whatever the process's current directory. Run as subprocesses, the way a user
-and the DAG processor run them."""
+``dags/`` folder, whatever the process's current directory. Run as processes of their own, the
+way a user and the DAG processor run them (forked from a warm interpreter, ``tests.warm_python``,
+the first of each kind also fresh)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from deltaplane.operators.factory import config as config_module
+from tests.warm_python import cli, warm
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -36,22 +37,20 @@ def env_without_config() -> dict[str, str]:
     return env
 
 
-def validate(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "deltaplane.engine.cli", "config", "validate", *args],
-        cwd=cwd,
-        env=env if env is not None else env_without_config(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def validate(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, fresh_too: bool = False
+) -> subprocess.CompletedProcess:
+    """``deltaplane config validate ARGS`` in ``cwd``: a process of its own, forked from a warm
+    interpreter (``tests.warm_python``); ``fresh_too``: also in a fresh one, which must agree."""
+    env = env if env is not None else env_without_config()
+    return cli("config", "validate", *args, cwd=cwd, env=env, fresh_too=fresh_too)
 
 
 def test_validate_reads_the_current_directory_config(tmp_path):
     project = tmp_path / "team"
     (project / "config").mkdir(parents=True)
     (project / "config" / "tables.yaml").write_text(tables("team_only_table"))
-    done = validate(project)
+    done = validate(project, fresh_too=True)
     assert done.returncode == 0, done.stderr
     assert "team_only_table:" in done.stdout and "ok: 1 table(s)" in done.stdout
     assert "trips" not in done.stdout  # not the repository's (or the package's) example
@@ -95,13 +94,7 @@ def test_environment_variable_wins_over_the_current_directory(tmp_path):
 
 
 def test_help_names_the_default(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "deltaplane.engine.cli", "config", "validate", "--help"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = cli("config", "validate", "--help", cwd=tmp_path)
     assert done.returncode == 0
     text = " ".join(done.stdout.split())
     assert "$DELTAPLANE_CONFIG" in text and "config/tables.yaml in the current directory" in text
@@ -120,7 +113,16 @@ def test_library_default_is_not_inside_the_package(tmp_path, monkeypatch):
     assert list(config_module.read_config().config.tables) == ["here"]
 
 
-def run_dag_files(dags: Path, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+# What the DAG files import, loaded once: modules that read no directory or variable at import.
+DAG_FILE_PRELOAD = ("airflow.sdk", "deltaplane.operators.factory.config", "deltaplane.operators.factory.dags")
+
+
+def run_dag_files(
+    dags: Path, cwd: Path, env: dict[str, str], fresh_too: bool = False
+) -> subprocess.CompletedProcess:
+    """Both DAG files imported by a Python process in ``cwd``, as the DAG processor does from a
+    warm parent: forked from an interpreter that has imported Airflow (``tests.warm_python``);
+    ``fresh_too``: also in a fresh interpreter, which must agree."""
     code = textwrap.dedent(
         f"""
         import runpy
@@ -130,9 +132,8 @@ def run_dag_files(dags: Path, cwd: Path, env: dict[str, str]) -> subprocess.Comp
         print("errors file imported")
         """
     )
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    python = warm(*DAG_FILE_PRELOAD)
+    return (python.run_fresh_too if fresh_too else python.run)(["-c", code], cwd=cwd, env=env, timeout=300)
 
 
 @pytest.mark.airflow
@@ -146,7 +147,7 @@ def test_dag_files_find_their_repository_config_from_any_directory(tmp_path):
     decoy = tmp_path / "elsewhere"
     (decoy / "config").mkdir(parents=True)
     (decoy / "config" / "tables.yaml").write_text(tables("decoy"))
-    done = run_dag_files(repo / "dags", decoy, env_without_config())
+    done = run_dag_files(repo / "dags", decoy, env_without_config(), fresh_too=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "deltaplane_beside_dags_maintenance" in done.stdout and "decoy" not in done.stdout
     assert "errors file imported" in done.stdout
