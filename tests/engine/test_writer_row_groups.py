@@ -21,6 +21,13 @@ MiB = 1 << 20
 ROWS = 3_000_000
 
 
+def writer_by_p(store, schema: pa.Schema, **config) -> DataFileWriter:
+    """A data file writer into ``store`` for ``schema``, partitioned by its column ``p``."""
+    return DataFileWriter(
+        store, WriterConfig(schema=from_arrow_schema(schema), partition_columns=["p"], **config)
+    )
+
+
 def narrow_table(rows: int) -> pa.Table:
     ids = np.arange(rows, dtype=np.int64)
     return pa.table({"id": ids, "bucket": (ids % 97).astype(np.int32)})
@@ -64,15 +71,7 @@ def test_the_least_recently_written_file_is_the_one_closed(tmp_path):
     arrives, keeps its file; b, the least recently written, is closed for c."""
     schema = pa.schema([("id", pa.int64()), ("p", pa.string())])
     store = MemoryStore()
-    writer = DataFileWriter(
-        store,
-        WriterConfig(
-            schema=from_arrow_schema(schema),
-            partition_columns=["p"],
-            row_group_bytes=1,
-            max_open_files=2,
-        ),
-    )
+    writer = writer_by_p(store, schema, row_group_bytes=1, max_open_files=2)
     for i, p in enumerate(["a", "b", "a", "c", "a", "b"]):
         writer.write(pa.table({"id": [i], "p": [p]}, schema=schema))
     adds = writer.close()
@@ -88,14 +87,7 @@ def test_the_least_recently_written_file_is_the_one_closed(tmp_path):
 def test_progress_of_a_long_write_is_logged(caplog):
     schema = pa.schema([("id", pa.int64()), ("p", pa.int64())])
     store = MemoryStore()
-    writer = DataFileWriter(
-        store,
-        WriterConfig(
-            schema=from_arrow_schema(schema),
-            partition_columns=["p"],
-            progress_seconds=0,  # every batch counts as long
-        ),
-    )
+    writer = writer_by_p(store, schema, progress_seconds=0)  # every batch counts as long
     with caplog.at_level(logging.INFO, logger="deltaplane.engine.writer"):
         for start in (0, 500):
             ids = np.arange(start, start + 500, dtype=np.int64)
@@ -116,15 +108,12 @@ def test_a_small_partition_in_every_batch_does_not_keep_the_batches_alive(tmp_pa
     still gets a single file."""
     schema = pa.schema([("id", pa.int64()), ("p", pa.string()), ("pad", pa.string())])
     budget = 4 * MiB
-    writer = DataFileWriter(
+    writer = writer_by_p(
         LocalStore(str(tmp_path)),
-        WriterConfig(
-            schema=from_arrow_schema(schema),
-            partition_columns=["p"],
-            row_group_bytes=1 * MiB,
-            target_file_size=2 * MiB,
-            buffer_budget=budget,
-        ),
+        schema,
+        row_group_bytes=1 * MiB,
+        target_file_size=2 * MiB,
+        buffer_budget=budget,
     )
     rows, batches = 20_000, 60
     baseline = pa.total_allocated_bytes()
