@@ -101,10 +101,7 @@ class DeltaDMLOperator(DeltaTableOperator):
         when_matched = check.choice("when_matched", when_matched, WHEN_MATCHED)
         when_not_matched = check.choice("when_not_matched", when_not_matched, WHEN_NOT_MATCHED)
         strategy = check.choice("strategy", strategy, STRATEGIES)
-        spark_threshold_bytes = check.integer(
-            "spark_threshold_bytes", spark_threshold_bytes, minimum=0, unit="bytes"
-        )
-        spark_timeout = check.number("spark_timeout", spark_timeout, minimum=0, above=True)
+        spark_threshold_bytes, spark_timeout = check.spark_routing(spark_threshold_bytes, spark_timeout)
         super().__init__(table_uri=table_uri, **kwargs)
         self.operation = operation
         self.predicate = predicate

@@ -250,10 +250,7 @@ class DeltaCompactionOperator(DeltaTableOperator):
         zorder = check.columns("zorder_by", zorder_by)
         partition_filter = check.text("partition_filter", partition_filter, optional=True, template=True)
         decision_task_id = check.text("decision_task_id", decision_task_id, optional=True)
-        spark_threshold_bytes = check.integer(
-            "spark_threshold_bytes", spark_threshold_bytes, minimum=0, unit="bytes"
-        )
-        spark_timeout = check.number("spark_timeout", spark_timeout, minimum=0, above=True)
+        spark_threshold_bytes, spark_timeout = check.spark_routing(spark_threshold_bytes, spark_timeout)
         super().__init__(table_uri=table_uri, **kwargs)
         self.target_file_size = target_file_size
         self.zorder_by = zorder

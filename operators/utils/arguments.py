@@ -106,6 +106,14 @@ class Arguments:
             raise self.value_error(name, f"must be {low}{high}, got {value}")
         return value
 
+    def spark_routing(self, threshold_bytes: Any, timeout: Any) -> tuple[Any, Any]:
+        """``spark_threshold_bytes`` (a size: above it the work is a Spark job) and
+        ``spark_timeout`` (seconds, above 0) of an operator that runs in-process or on Spark."""
+        return (
+            self.integer("spark_threshold_bytes", threshold_bytes, minimum=0, unit="bytes"),
+            self.number("spark_timeout", timeout, minimum=0, above=True),
+        )
+
     def text(self, name: str, value: Any, *, optional: bool = False, template: bool = False) -> Any:
         """A non-empty string (``template``: or an ``XComArg``, resolved at run time)."""
         if value is None and optional:
