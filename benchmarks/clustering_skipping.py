@@ -21,7 +21,6 @@ Prints the table and writes ``benchmarks/results/clustering_skipping.json``.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
+from benchmarks.results_file import command_line, write_results  # noqa: E402 (the repository root goes on the path first)
 from benchmarks.zorder_skipping import (  # noqa: E402 (the repository root goes on the path first)
     COLUMNS,
     FILES,
@@ -97,16 +96,13 @@ def summary(files: int, skipped: dict[str, float]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__, "clustering_skipping")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=200, help="random probe values per column")
     parser.add_argument(
         "--spark-probes", type=int, default=25, help="probes per column Delta Spark counts itself"
     )
     parser.add_argument("--no-spark", action="store_true", help="skip Delta Spark's clustering")
-    parser.add_argument("--out", default=str(HERE / "results" / "clustering_skipping.json"))
     args = parser.parse_args(argv)
     data = flows(args.rows)
     rng = np.random.default_rng(99)  # the probes of zorder_skipping.py

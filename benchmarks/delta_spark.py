@@ -45,10 +45,7 @@ load average). About 30 minutes on 2 cores (``--quick``: about 5, two JVM start-
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -57,13 +54,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks import results_file  # noqa: E402 (the repository root goes on the path first)
 
 DATA_FORMAT = 1  # bump when the generated data changes
 FILES = 10
@@ -502,28 +500,11 @@ def figure5(runner, flows: Path, work: Path, probes: dict[str, list[int]], args)
 
 
 def machine() -> dict:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     import pyspark
 
-    return {
-        "cpus": os.cpu_count(),
-        "cpu_model": model,
-        "memory_gib": round(memory / 2**30, 1),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "pyarrow": pa.__version__,
-        "pyspark_for_deltaplane": pyspark.__version__,
-        "delta_spark": "4.4.0 (pyspark 4.2.0, tests/deltaspark)",
-        "load_average_at_start": os.getloadavg(),
-    }
+    return results_file.machine(
+        pyspark_for_deltaplane=pyspark.__version__, delta_spark="4.4.0 (pyspark 4.2.0, tests/deltaspark)"
+    )
 
 
 # --- the run -------------------------------------------------------------------------------------
@@ -587,9 +568,7 @@ def run_engine(runner, paths: dict, work: Path, args, results: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = results_file.command_line(__doc__, "delta_spark")
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each: to try things")
     parser.add_argument("--rows", type=int, help="rows of the main table (10,000,000; --quick 100,000)")
     parser.add_argument("--small-files", type=int, help="files of the OPTIMIZE table (1,000; --quick 40)")
@@ -600,7 +579,6 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--warmup", type=int, help="untimed runs first (1; --quick 0)")
     parser.add_argument("--data", default=str(HERE / "data" / "delta_spark"), help="generated inputs, reused")
-    parser.add_argument("--out", default=str(HERE / "results" / "delta_spark.json"))
     args = parser.parse_args(argv)
     defaults = (
         {"rows": 100_000, "small_files": 40, "flows": 50_000, "queries": 3, "repeat": 1, "warmup": 0}
@@ -645,7 +623,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def engine(runner) -> None:
         run_engine(runner, paths, work, args, results)
-        partial.write_text(json.dumps(results, indent=2, default=str))
+        results_file.write_results(partial, results)
 
     work = Path(tempfile.mkdtemp(prefix="work-", dir=data_root))
     try:
@@ -669,7 +647,7 @@ def main(argv: list[str] | None = None) -> dict:
         shutil.rmtree(work, ignore_errors=True)
     results["machine"]["load_average_at_end"] = os.getloadavg()
     results["checks"] = checks(results, args)
-    out.write_text(json.dumps(results, indent=2, default=str))
+    results_file.write_results(out, results)
     partial.unlink(missing_ok=True)
     report(results, args)
     return results

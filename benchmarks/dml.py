@@ -18,7 +18,6 @@ Prints a table and writes ``benchmarks/results/dml.json``.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -32,7 +31,7 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
+from benchmarks.results_file import command_line, write_results  # noqa: E402 (the repository root goes on the path first)
 
 FILES = 10
 DELETE = "id % 10000 = 7"
@@ -161,11 +160,8 @@ def full_scan(path: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__, "dml")
     parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--out", default=str(HERE / "results" / "dml.json"))
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="deltaplane-dml-bench-"))
     results: dict = {"rows": args.rows}

@@ -19,7 +19,6 @@ Prints a table and writes ``benchmarks/results/everyday.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
@@ -32,6 +31,8 @@ import pyarrow as pa
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.results_file import command_line  # noqa: E402 (the repository root goes on the path first)
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("value", pa.float64())])
 
@@ -75,11 +76,10 @@ def summary(times: dict[str, list[float]]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_line(__doc__.splitlines()[0], "everyday")
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--history-versions", type=int, default=200)
-    parser.add_argument("--out", default=str(HERE / "results" / "everyday.json"))
     args = parser.parse_args(argv)
 
     from deltalake import DeltaTable as RsTable

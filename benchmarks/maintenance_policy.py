@@ -34,7 +34,6 @@ and query latency of both, as in docs/operating.md: ``docs/images/maintenance_po
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import shutil
@@ -51,6 +50,7 @@ import pyarrow as pa
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks.results_file import command_line  # noqa: E402 (the repository root goes on the path first)
 from deltaplane.engine import DeltaTable  # noqa: E402
 from deltaplane.engine.commands.optimize import execute_optimize, plan_optimize  # noqa: E402
 from deltaplane.engine.health import table_health  # noqa: E402
@@ -441,10 +441,9 @@ def configure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_line(__doc__.splitlines()[0], "maintenance_policy")
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--scale", type=int, default=1)
-    parser.add_argument("--out", default=str(HERE / "results" / "maintenance_policy.json"))
     parser.add_argument("--poll-minutes", type=int, default=BASE_POLL_MINUTES)
     parser.add_argument("--min-small-files", type=int, default=BASE_POLICY.min_small_files)
     parser.add_argument("--max-files-below-target", type=int, default=BASE_POLICY.max_files_below_target)

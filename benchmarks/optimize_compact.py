@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +30,8 @@ import pyarrow as pa
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
+from benchmarks.child_process import best_run, peak_rss, run_measure  # noqa: E402 (the root is on the path first)
+from benchmarks.results_file import command_line, write_results  # noqa: E402 (the repository root goes on the path first)
 
 ROWS_PER_FILE = 38_000  # about 1 MB of zstd Parquet with these columns
 
@@ -64,14 +63,6 @@ def build(path: Path, files: int) -> None:
     table.append(first)
     for f in range(1, files):
         table.append(batch(f * ROWS_PER_FILE, ROWS_PER_FILE, rng))
-
-
-def peak_rss() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def measure(engine: str, path: str, target: int) -> dict:
@@ -111,15 +102,7 @@ def measure(engine: str, path: str, target: int) -> dict:
 
 
 def run_child(engine: str, path: Path, target: int) -> dict:
-    out = subprocess.run(
-        [sys.executable, __file__, "--measure", engine, "--path", str(path), "--target", str(target)],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=HERE.parent,
-        env={**os.environ, "PYTHONPATH": str(HERE.parent)},
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_measure(__file__, engine, "--path", str(path), "--target", str(target))
 
 
 def sorted_ids(path: Path) -> list[int]:
@@ -129,13 +112,10 @@ def sorted_ids(path: Path) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__, "optimize_compact")
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--target-mb", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--out", default=str(HERE / "results" / "optimize_compact.json"))
     parser.add_argument("--measure", choices=["deltaplane", "deltalake", "spark"], help=argparse.SUPPRESS)
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark local[2] run")
     parser.add_argument("--path", help=argparse.SUPPRESS)
@@ -168,9 +148,7 @@ def main(argv: list[str] | None = None) -> dict:
                 if i == args.repeat - 1:
                     results[f"{engine}_ids_match"] = sorted_ids(copy) == sorted_ids(base)
                 shutil.rmtree(copy)
-            best = min(runs, key=lambda r: r["seconds"])
-            best["peak_bytes"] = max(r["peak_bytes"] for r in runs)
-            results[engine] = best
+            results[engine] = best_run(runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ours, theirs = results["deltaplane"], results["deltalake"]

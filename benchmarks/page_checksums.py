@@ -17,7 +17,6 @@ Best of ``--repeat`` runs, all in this process, same data, same run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -31,6 +30,7 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks.results_file import command_line  # noqa: E402 (the repository root goes on the path first)
 from benchmarks.write_commit import bulk_batches  # noqa: E402
 
 
@@ -70,10 +70,9 @@ def _best(fn, repeat: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_line(__doc__.splitlines()[0], "page_checksums")
     parser.add_argument("--gb", type=float, default=1.0)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", default=str(HERE / "results" / "page_checksums.json"))
     args = parser.parse_args(argv)
 
     from deltalake import DeltaTable as RsTable

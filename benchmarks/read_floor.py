@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -66,6 +65,8 @@ import pyarrow.parquet as pq
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from benchmarks import results_file  # noqa: E402 (the repository root goes on the path first)
 
 DATA_FORMAT = 1  # bump when the generated data changes
 DV = {"delta.enableDeletionVectors": "true"}
@@ -485,27 +486,11 @@ def progress(what: str) -> None:
 
 
 def machine() -> dict:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import deltalake
     import duckdb
 
     return {
-        "cpus": os.cpu_count(),
-        "cpu_model": model,
-        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "pyarrow": pa.__version__,
-        "deltalake": deltalake.__version__,
-        "duckdb": duckdb.__version__,
-        "load_average_at_start": os.getloadavg(),
+        **results_file.machine(deltalake=deltalake.__version__, duckdb=duckdb.__version__),
         **source_tree(),
     }
 
@@ -566,8 +551,7 @@ def parse(argv: list[str] | None):
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.out is None and not args.quick and not args.only:
-        args.out = str(HERE / "results" / "read_floor.json")
+    args.out = results_file.full_run_out(args, "read_floor")
     return args
 
 
@@ -595,8 +579,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def keep() -> None:
         if partial is not None:
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(json.dumps(results, indent=2, default=str))
+            results_file.write_results(partial, results)
 
     for case in ("filter", "fig4", "dv"):
         if case in cases:
@@ -630,8 +613,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["checks"] = checks(results)
     report(results, args)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=2, default=str))
+        results_file.write_results(args.out, results)
         partial.unlink(missing_ok=True)
     return results
 

@@ -33,7 +33,6 @@ Prints the table; a full run (no ``--quick``, no ``--only``) writes
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -50,6 +49,7 @@ import pyarrow.compute as pc
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks import results_file  # noqa: E402 (the repository root goes on the path first)
 from deltaplane.devstack.latency_proxy import ProxyProcess  # noqa: E402
 
 CASES = ("scan", "filter", "fig4", "append", "optimize", "open")
@@ -296,8 +296,7 @@ def parse(argv: list[str] | None):
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.repeat = 100_000, 1
-    if args.out is None and not args.quick and not args.only:
-        args.out = str(HERE / "results" / "s3_latency.json")
+    args.out = results_file.full_run_out(args, "s3_latency")
     return args
 
 
@@ -332,8 +331,7 @@ def main(argv: list[str] | None = None) -> dict:
                 proxy.close()
     report(results)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=2, default=str))
+        results_file.write_results(args.out, results)
     return results
 
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -29,7 +27,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
+from benchmarks.child_process import best_run, peak_rss, run_measure  # noqa: E402 (the root is on the path first)
+from benchmarks.results_file import command_line, write_results  # noqa: E402 (the repository root goes on the path first)
 
 SCHEMA = {
     "type": "struct",
@@ -132,46 +131,16 @@ def measure(engine: str, path: str) -> dict:
     }
 
 
-def peak_rss() -> int:
-    """This process's peak RSS. VmHWM belongs to the current address space, so unlike
-    ``ru_maxrss`` it does not inherit the parent's peak through fork+exec."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def run_child(engine: str, path: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, __file__, "--measure", engine, "--path", str(path)],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=HERE.parent,
-        env={**os.environ, "PYTHONPATH": str(HERE.parent)},
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def best_of(engine: str, path: Path, repeat: int) -> dict:
-    runs = [run_child(engine, path) for _ in range(repeat)]
-    best = min(runs, key=lambda r: r["seconds"])
-    best["peak_bytes"] = max(r["peak_bytes"] for r in runs)
-    return best
+    return best_run([run_measure(__file__, engine, "--path", str(path)) for _ in range(repeat)])
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__, "snapshot_load")
     parser.add_argument("--files", type=int, default=1_000_000)
     parser.add_argument("--commits", type=int, default=100)
     parser.add_argument("--tail", type=int, default=10, help="commits after the checkpoint")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument(
-        "--out", default=str(HERE / "results" / "snapshot_load.json"), help="where to write JSON"
-    )
     parser.add_argument("--measure", choices=["deltaplane", "deltalake"], help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -18,7 +18,6 @@ Prints the table and writes ``benchmarks/results/spark.json``.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
+from benchmarks.results_file import command_line, write_results  # noqa: E402 (the repository root goes on the path first)
 
 DELETE = "id % 10000 = 7"
 
@@ -40,11 +39,8 @@ def timed(fn) -> tuple[float, object]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__, "spark")
     parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--out", default=str(HERE / "results" / "spark.json"))
     args = parser.parse_args(argv)
 
     from benchmarks.dml import build

@@ -19,7 +19,6 @@ otherwise idle machine.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -34,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
+from benchmarks.results_file import command_line, write_results  # noqa: E402 (the repository root goes on the path first)
 
 SUMMARY = re.compile(r"^=*\s*(?P<outcome>\d+ (?:passed|failed)[^\n]*?) in (?P<seconds>[\d.]+)s", re.MULTILINE)
 
@@ -73,12 +72,9 @@ def _neighbour(minutes: float, log: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__, "suite_beside")
     parser.add_argument("--minutes", type=float, default=20, help="how long the neighbour runs")
     parser.add_argument("--keep", action="store_true", help="keep the clone (its logs) afterwards")
-    parser.add_argument("--out", default=str(HERE / "results" / "suite_beside.json"))
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="deltaplane-suite-beside-"))

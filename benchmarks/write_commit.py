@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
+from benchmarks.results_file import command_line, write_results  # noqa: E402 (the repository root goes on the path first)
 
 SMALL_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("value", pa.float64())])
 
@@ -204,15 +204,12 @@ def run_checkpoint(engine: str, template: Path, work: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__, "write_commit")
     parser.add_argument("--versions", type=int, default=1000)
     parser.add_argument("--appends", type=int, default=30)
     parser.add_argument("--bulk-gb", type=float, default=1.0)
     parser.add_argument("--files", type=int, default=1_000_000)
     parser.add_argument("--commits", type=int, default=100)
-    parser.add_argument("--out", default=str(HERE / "results" / "write_commit.json"))
     parser.add_argument("--checkpoint-child", nargs=2, metavar=("ENGINE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.checkpoint_child:

@@ -22,7 +22,6 @@ Prints the table and writes ``benchmarks/results/zorder_skipping.json``.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import pyarrow as pa
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.results_file import write_results  # noqa: E402 (the repository root goes on the path first)
+from benchmarks.results_file import command_line, write_results  # noqa: E402 (the repository root goes on the path first)
 
 COLUMNS = ["sourceIP", "sourcePort", "destIP", "destPort"]
 FILES = 100
@@ -126,12 +125,9 @@ def skipped_percent(path: Path, probes: dict[str, list[int]]) -> tuple[int, dict
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_line(__doc__, "zorder_skipping")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=200, help="random probe values per column")
-    parser.add_argument("--out", default=str(HERE / "results" / "zorder_skipping.json"))
     parser.add_argument("--spark", action="store_true", help="also Z-order with Spark's distributed sort")
     args = parser.parse_args(argv)
     data = flows(args.rows)
