@@ -94,23 +94,7 @@ def read_checkpoint(
     store: ObjectStore, checkpoint: Checkpoint, *, with_stats_parsed: bool = True
 ) -> LogActions:
     """All actions of a checkpoint; file actions as one Arrow table."""
-    out = LogActions(source=checkpoint.files[0].key, version=checkpoint.version)
-    tables = []
-    for f in checkpoint.files:
-        if f.fmt == "json":
-            part = _read_json_manifest(store, f, checkpoint.version)
-        else:
-            part = _read_parquet(
-                store,
-                f.key,
-                checkpoint.version,
-                non_file=True,
-                with_stats_parsed=with_stats_parsed,
-                size=f.size,
-            )
-        _merge_non_file(out, part)
-        if part.file_actions is not None:
-            tables.append(part.file_actions)
+    out, tables = _read_own_files(store, checkpoint, file_actions=True, with_stats_parsed=with_stats_parsed)
     for sidecar in out.sidecars:
         key = f"{SIDECAR_DIR}/{sidecar.path}" if "/" not in sidecar.path else sidecar.path
         part = _read_parquet(
@@ -140,23 +124,34 @@ def read_checkpoint(
 
 def read_checkpoint_config(store: ObjectStore, checkpoint: Checkpoint) -> LogActions:
     """Only the non-file actions of a checkpoint (protocol, metadata, txns, domains)."""
+    return _read_own_files(store, checkpoint, file_actions=False, with_stats_parsed=False)[0]
+
+
+def _read_own_files(
+    store: ObjectStore, checkpoint: Checkpoint, *, file_actions: bool, with_stats_parsed: bool
+) -> tuple[LogActions, list[pa.Table]]:
+    """The checkpoint's own files (its parts or its V2 manifest, not the sidecars): their
+    non-file actions merged into one ``LogActions``, and with ``file_actions`` their file-action
+    tables (without, a Parquet part's file actions are not read at all)."""
     out = LogActions(source=checkpoint.files[0].key, version=checkpoint.version)
+    tables = []
     for f in checkpoint.files:
         if f.fmt == "json":
             part = _read_json_manifest(store, f, checkpoint.version)
-            part.file_actions = None
         else:
             part = _read_parquet(
                 store,
                 f.key,
                 checkpoint.version,
                 non_file=True,
-                with_stats_parsed=False,
-                file_actions=False,
+                with_stats_parsed=with_stats_parsed,
+                file_actions=file_actions,
                 size=f.size,
             )
         _merge_non_file(out, part)
-    return out
+        if file_actions and part.file_actions is not None:
+            tables.append(part.file_actions)
+    return out, tables
 
 
 def concat_file_actions(tables: list[pa.Table]) -> pa.Table:
