@@ -318,11 +318,16 @@ def plant_temporaries(root: Path) -> dict[str, Path]:
     return planted
 
 
-def test_full_vacuum_removes_expired_temporary_data_files_only(tmp_path):
-    root = tmp_path / "t"
+def three_rows_and_temporaries(root: Path) -> tuple[DeltaTable, dict[str, Path]]:
+    """A table at ``root`` of rows 0 to 2 among ``plant_temporaries``' files: the table and them."""
     table = DeltaTable.create(str(root), SCHEMA)
     table.append(rows(0, 3))
-    planted = plant_temporaries(root)
+    return table, plant_temporaries(root)
+
+
+def test_full_vacuum_removes_expired_temporary_data_files_only(tmp_path):
+    root = tmp_path / "t"
+    table, planted = three_rows_and_temporaries(root)
     deleted = table.vacuum(dry_run=False)
     assert sorted(deleted) == sorted(["part=a/" + planted["data_old"].name, planted["root_old"].name])
     assert not planted["data_old"].exists() and planted["hidden_old"].exists()
@@ -332,9 +337,7 @@ def test_full_vacuum_removes_expired_temporary_data_files_only(tmp_path):
 
 def test_log_cleanup_removes_expired_temporary_log_files(tmp_path):
     root = tmp_path / "t"
-    table = DeltaTable.create(str(root), SCHEMA)
-    table.append(rows(0, 3))
-    planted = plant_temporaries(root)
+    table, planted = three_rows_and_temporaries(root)
     plan = table.cleanup_log(dry_run=True)
     assert plan.temporaries == (f"_delta_log/{planted['log_old'].name}",)
     metrics = table.cleanup_log()

@@ -560,12 +560,19 @@ def test_a_table_with_vacuum_protocol_check_deltaplane_can_write_is_vacuumed(tmp
 # --- lite mode ------------------------------------------------------------------------------------
 
 
-def test_lite_mode_finds_removed_files_but_not_untracked_ones(tmp_path):
-    root = tmp_path / "t"
+def overwritten(root: Path) -> tuple[DeltaTable, set[str]]:
+    """A table at ``root`` of rows 0 to 2, then overwritten with rows 3 to 5 (versions 0 to 2);
+    the table and the keys of the files the overwrite removed."""
     t = DeltaTable.create(str(root), SCHEMA)
     t.append(rows(0, 3))
     first = live_keys(t)
     t.overwrite(rows(3, 3))
+    return t, first
+
+
+def test_lite_mode_finds_removed_files_but_not_untracked_ones(tmp_path):
+    root = tmp_path / "t"
+    t, first = overwritten(root)
     now = now_ms() + 8 * DAY
     (root / "orphan.parquet").write_bytes(b"x")
     set_mtime(root / "orphan.parquet", now - 30 * DAY)
@@ -583,10 +590,7 @@ def test_lite_mode_finds_removed_files_but_not_untracked_ones(tmp_path):
 
 def test_lite_mode_refuses_when_the_log_no_longer_holds_what_it_needs(tmp_path):
     root = tmp_path / "t"
-    t = DeltaTable.create(str(root), SCHEMA)
-    t.append(rows(0, 3))
-    first = live_keys(t)
-    t.overwrite(rows(3, 3))
+    t, first = overwritten(root)
     t.append(rows(6, 3))
     t.checkpoint()
     t.append(rows(9, 3))
