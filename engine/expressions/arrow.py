@@ -13,22 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaplane.engine.errors import InvalidPredicateError
-from deltaplane.engine.expressions.tree import (
-    And,
-    BinaryOp,
-    Case,
-    Cast,
-    Column,
-    Comparison,
-    Expr,
-    Func,
-    In,
-    IsNull,
-    Like,
-    Literal,
-    Not,
-    Or,
-)
+from deltaplane.engine.expressions import tree
 from deltaplane.engine.schema import (
     DecimalType,
     PrimitiveType,
@@ -79,39 +64,39 @@ def balanced(combine, items: list):
     return items[0]
 
 
-def may_be_nan(expr: Expr) -> bool:
+def may_be_nan(expr: tree.Expr) -> bool:
     """Whether values of ``expr`` can be NaN (its type is float or double)."""
     return _kind(expr) in ("float", "double")
 
 
-def literal_scalar(lit: Literal) -> pa.Scalar:
+def literal_scalar(lit: tree.Literal) -> pa.Scalar:
     if lit.dtype is None:
         return pa.scalar(lit.value)
     return scalar(lit.value, to_arrow_type(lit.dtype))
 
 
-def to_arrow_expression(expr: Expr) -> pc.Expression:
-    if isinstance(expr, Column):
+def to_arrow_expression(expr: tree.Expr) -> pc.Expression:
+    if isinstance(expr, tree.Column):
         return pc.field(*expr.path)
-    if isinstance(expr, Literal):
+    if isinstance(expr, tree.Literal):
         return pc.scalar(literal_scalar(expr))
-    if isinstance(expr, Comparison):
+    if isinstance(expr, tree.Comparison):
         left, right = to_arrow_expression(expr.left), to_arrow_expression(expr.right)
         nans = may_be_nan(expr.left), may_be_nan(expr.right)
         if expr.op == "<=>":
             both_null = left.is_null() & right.is_null()
             return both_null | pc.coalesce(compare("=", left, right, *nans), pc.scalar(False))
         return compare(expr.op, left, right, *nans)
-    if isinstance(expr, And):
+    if isinstance(expr, tree.And):
         return balanced(pc.and_kleene, [to_arrow_expression(i) for i in expr.items])
-    if isinstance(expr, Or):
+    if isinstance(expr, tree.Or):
         return balanced(pc.or_kleene, [to_arrow_expression(i) for i in expr.items])
-    if isinstance(expr, Not):
+    if isinstance(expr, tree.Not):
         return ~to_arrow_expression(expr.child)
-    if isinstance(expr, IsNull):
+    if isinstance(expr, tree.IsNull):
         child = to_arrow_expression(expr.child)
         return child.is_valid() if expr.negated else child.is_null()
-    if isinstance(expr, In):
+    if isinstance(expr, tree.In):
         # SQL: NULL IN (...) is NULL, and x IN (..., NULL) is NULL when x is not listed;
         # Arrow's is_in answers false in both cases, so the nulls are put back.
         child = to_arrow_expression(expr.child)
@@ -123,16 +108,16 @@ def to_arrow_expression(expr: Expr) -> pc.Expression:
             member = pc.if_else(member, pc.scalar(True), unknown)
         result = pc.if_else(child.is_valid(), member, unknown)
         return ~result if expr.negated else result
-    if isinstance(expr, Like):
+    if isinstance(expr, tree.Like):
         matched = pc.match_like(to_arrow_expression(expr.child), pattern=expr.pattern)
         return ~matched if expr.negated else matched
-    if isinstance(expr, Cast):
+    if isinstance(expr, tree.Cast):
         return to_arrow_expression(expr.child).cast(to_arrow_type(expr.dtype))
-    if isinstance(expr, BinaryOp):
+    if isinstance(expr, tree.BinaryOp):
         return _binary(expr)
-    if isinstance(expr, Func):
+    if isinstance(expr, tree.Func):
         return _function(expr)
-    if isinstance(expr, Case):
+    if isinstance(expr, tree.Case):
         conditions = [pc.coalesce(to_arrow_expression(c), pc.scalar(False)) for c, _ in expr.branches]
         values = [to_arrow_expression(v) for _, v in expr.branches]
         if expr.default is not None:
@@ -145,14 +130,14 @@ def to_arrow_expression(expr: Expr) -> pc.Expression:
 _NUMERIC = {"byte", "short", "integer", "long", "float", "double"}
 
 
-def _kind(expr: Expr) -> str | None:
+def _kind(expr: tree.Expr) -> str | None:
     t = getattr(expr, "dtype", None)
     if isinstance(t, DecimalType):
         return "decimal"
     return t.name if isinstance(t, PrimitiveType) else None
 
 
-def _binary(expr: BinaryOp) -> pc.Expression:
+def _binary(expr: tree.BinaryOp) -> pc.Expression:
     left, right = to_arrow_expression(expr.left), to_arrow_expression(expr.right)
     op = expr.op
     if op == "||":
@@ -180,13 +165,13 @@ def _binary(expr: BinaryOp) -> pc.Expression:
     raise InvalidPredicateError(f"unknown operator {op!r}")
 
 
-def _literal_int(expr: Expr, what: str) -> int:
-    if not isinstance(expr, Literal) or not isinstance(expr.value, int):
+def _literal_int(expr: tree.Expr, what: str) -> int:
+    if not isinstance(expr, tree.Literal) or not isinstance(expr.value, int):
         raise InvalidPredicateError(f"{what} must be an integer literal")
     return int(expr.value)
 
 
-def _function(expr: Func) -> pc.Expression:
+def _function(expr: tree.Func) -> pc.Expression:
     name, args = expr.name, expr.args
     a = [to_arrow_expression(x) for x in args]
     simple = {
@@ -256,12 +241,12 @@ def _function(expr: Func) -> pc.Expression:
     raise InvalidPredicateError(f"unsupported function {name}() with {len(a)} argument(s)")
 
 
-def _arrow_of(expr: Expr) -> pa.DataType:
+def _arrow_of(expr: tree.Expr) -> pa.DataType:
     t = getattr(expr, "dtype", None)
     return to_arrow_type(t) if t is not None else pa.null()
 
 
-def result_type(expr: Expr, schema):
+def result_type(expr: tree.Expr, schema):
     """The Delta type of a bound expression, as Arrow computes it on this schema's columns."""
     import pyarrow.dataset as ds
 
@@ -287,7 +272,7 @@ def result_type(expr: Expr, schema):
 _GROUP = 256
 
 
-def evaluate(table: pa.Table, expr: Expr, where: str | None = None) -> pa.ChunkedArray:
+def evaluate(table: pa.Table, expr: tree.Expr, where: str | None = None) -> pa.ChunkedArray:
     """The expression's value for every row of ``table``.
 
     Arrow's errors on the data (overflow, division by zero, a string that does not cast) become
@@ -299,7 +284,7 @@ def evaluate(table: pa.Table, expr: Expr, where: str | None = None) -> pa.Chunke
         raise evaluation_error(expr, e, where) from None
 
 
-def filter_rows(table: pa.Table, expr: Expr, where: str | None = None) -> pa.Table:
+def filter_rows(table: pa.Table, expr: tree.Expr, where: str | None = None) -> pa.Table:
     """The rows of ``table`` where the bound predicate ``expr`` is true (null drops the row)."""
     try:
         if _size(expr) <= _GROUP:
@@ -309,25 +294,25 @@ def filter_rows(table: pa.Table, expr: Expr, where: str | None = None) -> pa.Tab
         raise evaluation_error(expr, e, where) from None
 
 
-def _evaluate(table: pa.Table, expr: Expr) -> pa.ChunkedArray:
+def _evaluate(table: pa.Table, expr: tree.Expr) -> pa.ChunkedArray:
     import pyarrow.dataset as ds
 
     if _size(expr) > _GROUP:
-        if isinstance(expr, And | Or):
-            combine = pc.and_kleene if isinstance(expr, And) else pc.or_kleene
+        if isinstance(expr, tree.And | tree.Or):
+            combine = pc.and_kleene if isinstance(expr, tree.And) else pc.or_kleene
             return functools.reduce(combine, (_evaluate(table, part) for part in _groups(expr)))
-        if isinstance(expr, Not):
+        if isinstance(expr, tree.Not):
             return pc.invert(_evaluate(table, expr.child))
     expression = to_arrow_expression(_checked_size(expr))
     return ds.dataset(table).to_table(columns={"value": expression}).column("value")
 
 
-def _groups(expr: And | Or) -> list[Expr]:
+def _groups(expr: tree.And | tree.Or) -> list[tree.Expr]:
     """A large AND/OR as consecutive groups of its items of at most ``_GROUP`` nodes each (an
     item larger than that alone, to be split in turn)."""
     kind = type(expr)
-    out: list[Expr] = []
-    chunk: list[Expr] = []
+    out: list[tree.Expr] = []
+    chunk: list[tree.Expr] = []
     budget = 0
     for item in expr.items:
         size = _size(item)
@@ -346,18 +331,18 @@ def _groups(expr: And | Or) -> list[Expr]:
 MAX_EXPRESSION_NODES = 4096
 
 
-def _size(expr: Expr) -> int:
+def _size(expr: tree.Expr) -> int:
     """Nodes of ``expr`` as Arrow sees them (an IN list is one membership test, whatever its
     length), counted without recursion."""
     count, stack = 0, [expr]
     while stack:
         node = stack.pop()
         count += 1
-        stack.extend((node.child,) if isinstance(node, In) else node.children())
+        stack.extend((node.child,) if isinstance(node, tree.In) else node.children())
     return count
 
 
-def _checked_size(expr: Expr) -> Expr:
+def _checked_size(expr: tree.Expr) -> tree.Expr:
     if _size(expr) > MAX_EXPRESSION_NODES:
         raise InvalidPredicateError(
             f"expression too large to evaluate: {str(expr)[:120]}... has more than "
@@ -367,7 +352,7 @@ def _checked_size(expr: Expr) -> Expr:
     return expr
 
 
-def evaluation_error(expr: Expr, error: Exception, where: str | None) -> InvalidPredicateError:
+def evaluation_error(expr: tree.Expr, error: Exception, where: str | None) -> InvalidPredicateError:
     """The error for an expression that fails on some rows' values."""
     place = f" on the rows of {where}" if where else ""
     return InvalidPredicateError(f"cannot evaluate {expr}{place}: {_arrow_message(error)}")

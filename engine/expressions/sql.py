@@ -12,23 +12,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from deltaplane.engine.errors import InvalidPredicateError
-from deltaplane.engine.expressions.tree import (
-    MAX_NESTING,
-    And,
-    BinaryOp,
-    Case,
-    Cast,
-    Column,
-    Comparison,
-    Expr,
-    Func,
-    In,
-    IsNull,
-    Like,
-    Literal,
-    Not,
-    Or,
-)
+from deltaplane.engine.expressions import tree
 from deltaplane.engine.schema import DataType, DecimalType, PrimitiveType
 
 _COMPARISON_NODES = {
@@ -100,9 +84,9 @@ def _parse_message(error: ParseError | TokenError) -> str:
     return " ".join(text.split())
 
 
-def parse_sql(text: str, what: str, convert) -> Expr:
-    """Tokenize once, check the tokens, parse them with sqlglot and convert the tree with
-    ``convert(converter, tree)``."""
+def parse_sql(text: str, what: str, convert) -> tree.Expr:
+    """Tokenize once, check the tokens, parse them with sqlglot and convert the parsed statement
+    with ``convert(converter, statement)``."""
     dialect = sqlglot.Dialect.get_or_raise("spark")
     try:
         tokens = dialect.tokenize(text)
@@ -112,8 +96,8 @@ def parse_sql(text: str, what: str, convert) -> Expr:
         if not statements or statements[0] is None:
             raise ParseError("no expression was parsed")
         # Several statements (``x; DROP TABLE t``) are a Block, which no converter accepts.
-        tree = exp.Block(expressions=statements) if len(statements) > 1 else statements[0]
-        return convert(_Converter(text), tree)
+        statement = exp.Block(expressions=statements) if len(statements) > 1 else statements[0]
+        return convert(_Converter(text), statement)
     except (ParseError, TokenError) as e:
         raise InvalidPredicateError(f"cannot parse {what} {_shown(text)}: {_parse_message(e)}") from None
     except RecursionError:
@@ -128,9 +112,9 @@ def _shown(text: str) -> str:
 
 
 def _too_deep(text: str, what: str, at: int | None) -> str:
-    where = f" (level {MAX_NESTING + 1} at character {at + 1})" if at is not None else ""
+    where = f" (level {tree.MAX_NESTING + 1} at character {at + 1})" if at is not None else ""
     return (
-        f"{what} {_shown(text)} nests too deeply{where}: at most {MAX_NESTING} levels of "
+        f"{what} {_shown(text)} nests too deeply{where}: at most {tree.MAX_NESTING} levels of "
         "parentheses, CASE, NOT or unary minus; long AND/OR chains need no parentheses"
     )
 
@@ -158,7 +142,7 @@ def _refuse_deep_nesting(tokens, text: str, what: str) -> None:
                 depth += 1
             elif kind in closing:
                 depth -= 1
-        if depth + run > MAX_NESTING:
+        if depth + run > tree.MAX_NESTING:
             raise InvalidPredicateError(_too_deep(text, what, token.start))
 
 
@@ -191,13 +175,13 @@ class _Converter:
             f"in predicate {_shown(self.text)}: {_shown(node.sql(dialect='spark'))} {why}"
         )
 
-    def convert(self, node: exp.Expression) -> Expr:
+    def convert(self, node: exp.Expression) -> tree.Expr:
         if isinstance(node, exp.Paren):
             return self.convert(node.this)
         if isinstance(node, exp.And):
-            return And(self._flatten(And, node))
+            return tree.And(self._flatten(tree.And, node))
         if isinstance(node, exp.Or):
-            return Or(self._flatten(Or, node))
+            return tree.Or(self._flatten(tree.Or, node))
         if isinstance(node, exp.Not):
             inner = node.this
             while isinstance(inner, exp.Paren):
@@ -208,22 +192,22 @@ class _Converter:
                 return self._in(inner, negated=True)
             if isinstance(inner, exp.Like):
                 return self._like(inner, negated=True)
-            return Not(self.convert(inner))
+            return tree.Not(self.convert(inner))
         for cls, op in _COMPARISON_NODES.items():
             if isinstance(node, cls):
-                return Comparison(op, self.value(node.this), self.value(node.expression))
+                return tree.Comparison(op, self.value(node.this), self.value(node.expression))
         if isinstance(node, exp.NullSafeNEQ):
-            return Not(Comparison("<=>", self.value(node.this), self.value(node.expression)))
+            return tree.Not(tree.Comparison("<=>", self.value(node.this), self.value(node.expression)))
         if isinstance(node, exp.Is):
             return self._is(node, negated=False)
         if isinstance(node, exp.In):
             return self._in(node, negated=False)
         if isinstance(node, exp.Between):
             target = self.value(node.this)
-            return And(
+            return tree.And(
                 (
-                    Comparison(">=", target, self.value(node.args["low"])),
-                    Comparison("<=", target, self.value(node.args["high"])),
+                    tree.Comparison(">=", target, self.value(node.args["low"])),
+                    tree.Comparison("<=", target, self.value(node.args["high"])),
                 )
             )
         if isinstance(node, exp.Like):
@@ -235,14 +219,14 @@ class _Converter:
             raise self.fail(node, "is not a condition: a predicate must be true or false for each row")
         raise self.fail(node)
 
-    def _flatten(self, kind: type, node: exp.Expression) -> tuple[Expr, ...]:
+    def _flatten(self, kind: type, node: exp.Expression) -> tuple[tree.Expr, ...]:
         """``a AND (b AND c)`` as one n-ary node: simpler trees for every visitor.
 
         sqlglot nests a chain one level per term (``a OR b OR c`` is ``Or(Or(a, b), c)``), so
         the chain is walked with an explicit stack, left to right: a 20,000-term OR is a loop,
         not 20,000 nested calls."""
-        connector = exp.And if kind is And else exp.Or
-        items: list[Expr] = []
+        connector = exp.And if kind is tree.And else exp.Or
+        items: list[tree.Expr] = []
         stack = [node]
         while stack:
             current = stack.pop()
@@ -256,33 +240,33 @@ class _Converter:
             items.extend(converted.items if isinstance(converted, kind) else (converted,))
         return tuple(items)
 
-    def _is(self, node: exp.Is, negated: bool) -> Expr:
+    def _is(self, node: exp.Is, negated: bool) -> tree.Expr:
         if not isinstance(node.expression, exp.Null):
             raise self.fail(node, "is not supported (only IS [NOT] NULL)")
-        return IsNull(self.value(node.this), negated)
+        return tree.IsNull(self.value(node.this), negated)
 
-    def _in(self, node: exp.In, negated: bool) -> Expr:
+    def _in(self, node: exp.In, negated: bool) -> tree.Expr:
         if node.args.get("query") is not None:
             raise self.fail(node, "uses a subquery, which is not supported")
         values = []
         for v in node.expressions:
             lit = self.value(v)
-            if not isinstance(lit, Literal):
+            if not isinstance(lit, tree.Literal):
                 raise self.fail(v, "must be a literal in an IN list")
             values.append(lit)
-        return In(self.value(node.this), tuple(values), negated)
+        return tree.In(self.value(node.this), tuple(values), negated)
 
-    def _like(self, node: exp.Like, negated: bool) -> Expr:
+    def _like(self, node: exp.Like, negated: bool) -> tree.Expr:
         pattern = self.value(node.expression)
-        if not isinstance(pattern, Literal) or not isinstance(pattern.value, str):
+        if not isinstance(pattern, tree.Literal) or not isinstance(pattern.value, str):
             raise self.fail(node, "needs a string literal pattern")
-        return Like(self.value(node.this), pattern.value, negated)
+        return tree.Like(self.value(node.this), pattern.value, negated)
 
-    def value(self, node: exp.Expression) -> Expr:
+    def value(self, node: exp.Expression) -> tree.Expr:
         if isinstance(node, exp.Paren):
             return self.value(node.this)
         if isinstance(node, exp.Column):
-            return Column(tuple(part.name for part in node.parts))
+            return tree.Column(tuple(part.name for part in node.parts))
         if isinstance(node, exp.Dot):
             parts = []
             for part in node.flatten() if hasattr(node, "flatten") else []:
@@ -292,28 +276,28 @@ class _Converter:
                     parts.append(part.name)
                 else:
                     raise self.fail(node)
-            return Column(tuple(parts))
+            return tree.Column(tuple(parts))
         if isinstance(node, exp.Null):
-            return Literal(None)
+            return tree.Literal(None)
         if isinstance(node, exp.Boolean):
-            return Literal(bool(node.this), PrimitiveType("boolean"))
+            return tree.Literal(bool(node.this), PrimitiveType("boolean"))
         if isinstance(node, exp.Literal):
             if node.is_string:
-                return Literal(node.this)
-            return Literal(_number(node.this))
+                return tree.Literal(node.this)
+            return tree.Literal(_number(node.this))
         if isinstance(node, exp.Neg):
             inner = self.value(node.this)
-            if isinstance(inner, Literal) and isinstance(inner.value, int | float | Decimal):
-                return Literal(-inner.value, inner.dtype)
-            return Func("negate", (inner,))
+            if isinstance(inner, tree.Literal) and isinstance(inner.value, int | float | Decimal):
+                return tree.Literal(-inner.value, inner.dtype)
+            return tree.Func("negate", (inner,))
         if isinstance(node, exp.Cast | exp.TryCast):
             target = _sql_type(node.to)
             if target is None:
                 raise self.fail(node, f"casts to an unsupported type {node.to.sql()!r}")
-            return Cast(self.value(node.this), target)
+            return tree.Cast(self.value(node.this), target)
         for cls, op in _ARITHMETIC.items():
             if isinstance(node, cls):
-                return BinaryOp(op, self.value(node.this), self.value(node.expression))
+                return tree.BinaryOp(op, self.value(node.this), self.value(node.expression))
         if isinstance(node, exp.Case):
             if node.this is not None:
                 raise self.fail(node, "(CASE x WHEN ...) is not supported; use CASE WHEN x = ... THEN")
@@ -321,7 +305,7 @@ class _Converter:
                 (self.convert(i.this), self.value(i.args["true"])) for i in node.args.get("ifs") or []
             )
             default = node.args.get("default")
-            return Case(branches, self.value(default) if default is not None else None)
+            return tree.Case(branches, self.value(default) if default is not None else None)
         if isinstance(node, exp.Predicate | exp.Connector | exp.Not):
             return self.convert(node)  # a comparison used as a value, e.g. in SET flag = (x > 1)
         name = type(node).__name__
@@ -332,16 +316,16 @@ class _Converter:
             args = [node.args.get(k) for k in keys]
             while args and args[-1] is None:
                 args.pop()
-            return Func(ours, tuple(self._function_argument(a, node) for a in args))
+            return tree.Func(ours, tuple(self._function_argument(a, node) for a in args))
         if name in _VARIADIC:
             first = [node.this] if node.args.get("this") is not None else []
             args = first + list(node.expressions)
-            return Func(_VARIADIC[name], tuple(self.value(a) for a in args))
+            return tree.Func(_VARIADIC[name], tuple(self.value(a) for a in args))
         if isinstance(node, exp.Anonymous) and str(node.this).lower() in _ANONYMOUS:
-            return Func(str(node.this).lower(), tuple(self.value(a) for a in node.expressions))
+            return tree.Func(str(node.this).lower(), tuple(self.value(a) for a in node.expressions))
         raise self.fail(node)
 
-    def _function_argument(self, arg: exp.Expression, node: exp.Expression) -> Expr:
+    def _function_argument(self, arg: exp.Expression, node: exp.Expression) -> tree.Expr:
         if isinstance(arg, exp.Predicate | exp.Connector | exp.Not):
             return self.convert(arg)
         return self.value(arg)
