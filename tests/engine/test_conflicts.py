@@ -78,19 +78,24 @@ def blind_append(snapshot, level, region="eu"):
     return txn
 
 
-def read_then_append(snapshot, level, region="eu"):
-    txn = Transaction(snapshot.store, snapshot, operation="MERGE", isolation_level=level)
+def reading_region(snapshot, level, operation: str, region: str):
+    """A transaction for ``operation`` that has read the files of ``region`` (by the predicate
+    ``region = '<region>'``): the transaction and those files."""
+    txn = Transaction(snapshot.store, snapshot, operation=operation, isolation_level=level)
     predicate = f"region = '{region}'"
-    txn.read_files(files_where(snapshot, predicate), bind(parse_predicate(predicate), snapshot.schema))
+    files = files_where(snapshot, predicate)
+    txn.read_files(files, bind(parse_predicate(predicate), snapshot.schema))
+    return txn, files
+
+
+def read_then_append(snapshot, level, region="eu"):
+    txn, _ = reading_region(snapshot, level, "MERGE", region)
     txn.add_files([new_add(region)])
     return txn
 
 
 def delete_partition(snapshot, level, region="eu"):
-    txn = Transaction(snapshot.store, snapshot, operation="DELETE", isolation_level=level)
-    predicate = f"region = '{region}'"
-    files = files_where(snapshot, predicate)
-    txn.read_files(files, bind(parse_predicate(predicate), snapshot.schema))
+    txn, files = reading_region(snapshot, level, "DELETE", region)
     txn.remove_files([remove_of(r) for r in files.to_pylist()])
     return txn
 
@@ -104,10 +109,7 @@ def overwrite_all(snapshot, level):
 
 
 def optimize(snapshot, level, region="eu"):
-    txn = Transaction(snapshot.store, snapshot, operation="OPTIMIZE", isolation_level=level)
-    predicate = f"region = '{region}'"
-    files = files_where(snapshot, predicate)
-    txn.read_files(files, bind(parse_predicate(predicate), snapshot.schema))
+    txn, files = reading_region(snapshot, level, "OPTIMIZE", region)
     txn.remove_files([remove_of(r, data_change=False) for r in files.to_pylist()])
     txn.add_files([new_add(region, data_change=False)])
     return txn

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -165,14 +166,17 @@ def test_a_missing_or_corrupt_file_is_the_engines_typed_error(tmp_path):
         ScanBuilder(load_snapshot(store)).build().to_table()
 
 
+def flip_a_bit(path: Path, marker: bytes, offset: int) -> None:
+    """Flip the lowest bit of the byte ``offset`` bytes into the first ``marker`` in the file."""
+    data = bytearray(path.read_bytes())
+    data[data.index(marker) + offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
 def test_a_flipped_bit_in_a_page_with_a_crc_is_an_error_not_wrong_rows(tmp_path):
     rows = pa.table({"id": pa.array(range(1000), pa.int64()), "name": [f"n{i}" for i in range(1000)]})
     name = parquet(tmp_path, "crc.parquet", rows, write_page_checksum=True, compression="none")
-    path = tmp_path / name
-    data = bytearray(path.read_bytes())
-    at = data.index(b"n500")  # inside a data page of the name column
-    data[at + 1] ^= 0x01
-    path.write_bytes(bytes(data))
+    flip_a_bit(tmp_path / name, b"n500", 1)  # inside a data page of the name column
     store = LocalStore(str(tmp_path))
     write_commit(store, 0, [protocol(), metadata(schema=SCHEMA), add(name, partition_values={"p": "x"})])
     with pytest.raises(DataFileError, match="CRC"):
@@ -240,11 +244,7 @@ def test_a_stream_that_meets_a_corrupt_row_group_hands_over_each_row_before_it_o
     name = parquet(
         tmp_path, "crc.parquet", rows, write_page_checksum=True, compression="none", row_group_size=500
     )
-    path = tmp_path / name
-    data = bytearray(path.read_bytes())
-    at = data.index(b"n0700")  # a data page of the second row group
-    data[at + 2] ^= 0x01
-    path.write_bytes(bytes(data))
+    flip_a_bit(tmp_path / name, b"n0700", 2)  # a data page of the second row group
     store = LocalStore(str(tmp_path))
     adds = [add(first, partition_values={"p": "a"}), add(name, partition_values={"p": "b"})]
     write_commit(store, 0, [protocol(), metadata(schema=SCHEMA), *adds])
