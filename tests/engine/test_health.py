@@ -23,14 +23,20 @@ def rows(start: int, n: int, day: str | None = "d1") -> pa.Table:
     )
 
 
-def test_health_counts_what_is_on_disk(tmp_path):
+def by_day_with_dvs(tmp_path, batches: list[tuple[int, int, str | None]]) -> DeltaTable:
+    """A new table partitioned by day, with deletion vectors, one append of ``rows(*batch)`` each."""
     t = DeltaTable.create(
         str(tmp_path / "t"), SCHEMA, partition_by=["day"], properties={"delta.enableDeletionVectors": "true"}
     )
-    for i in range(5):
-        t.append(rows(i * 100, 100, "d1"))
-    t.append(rows(1000, 300, "d2"))
-    t.append(rows(2000, 10, None))
+    for batch in batches:
+        t.append(rows(*batch))
+    return t
+
+
+def test_health_counts_what_is_on_disk(tmp_path):
+    t = by_day_with_dvs(
+        tmp_path, [*((i * 100, 100, "d1") for i in range(5)), (1000, 300, "d2"), (2000, 10, None)]
+    )
     t.delete("id < 20")  # 20 rows of the first d1 file, by deletion vector
     h = t.health(small_file_size=1 << 20)
     # independent truth: the Parquet files themselves
@@ -65,13 +71,9 @@ def test_health_counts_what_is_on_disk(tmp_path):
 
 
 def test_policy_picks_partitions_with_many_small_files_or_many_deleted_rows(tmp_path):
-    t = DeltaTable.create(
-        str(tmp_path / "t"), SCHEMA, partition_by=["day"], properties={"delta.enableDeletionVectors": "true"}
+    t = by_day_with_dvs(
+        tmp_path, [*((i * 10, 10, "busy") for i in range(6)), (100, 10, "quiet"), (200, 100, "deleted")]
     )
-    for i in range(6):
-        t.append(rows(i * 10, 10, "busy"))
-    t.append(rows(100, 10, "quiet"))
-    t.append(rows(200, 100, "deleted"))
     t.delete("day = 'deleted' AND id < 250")  # half of that partition's rows
     policy = AutoOptimizePolicy(min_num_small_files=5, max_deleted_rows_ratio=0.2)
     decision = decide_auto_optimize(t.health(), policy)

@@ -76,12 +76,17 @@ def last_commit_actions(path: Path) -> list[dict]:
 # --- what RESTORE commits -------------------------------------------------------------------------
 
 
-def test_restore_after_appends_removes_the_newer_files_and_records_delta_spark_metrics(table_dir):
+def by_region(table_dir, *batches: pa.Table) -> tuple[str, DeltaTable]:
+    """A new table in ``table_dir`` partitioned by region, one append per batch: its path and it."""
     path = str(table_dir)
     table = DeltaTable.create(path, SCHEMA, partition_by=["region"])
-    table.append(rows(0, 10))
-    table.append(rows(10, 10))
-    table.append(rows(20, 4, regions=("ap",)))
+    for batch in batches:
+        table.append(batch)
+    return path, table
+
+
+def test_restore_after_appends_removes_the_newer_files_and_records_delta_spark_metrics(table_dir):
+    path, table = by_region(table_dir, rows(0, 10), rows(10, 10), rows(20, 4, regions=("ap",)))
     expected = DeltaTable(path, version=1).to_arrow()
     files_then = DeltaTable(path, version=1).file_uris()
     files_now = DeltaTable(path).file_uris()
@@ -113,10 +118,7 @@ def test_restore_after_appends_removes_the_newer_files_and_records_delta_spark_m
 
 
 def test_restore_after_copy_on_write_deletes_re_adds_files_with_their_stats(table_dir):
-    path = str(table_dir)
-    table = DeltaTable.create(path, SCHEMA, partition_by=["region"])
-    table.append(rows(0, 50))
-    table.append(rows(50, 50))
+    path, table = by_region(table_dir, rows(0, 50), rows(50, 50))
     table.delete("id % 3 = 0")
     table.delete("region = 'eu'")
     target = DeltaTable(path, version=2)
@@ -172,9 +174,7 @@ def test_restore_with_deletion_vectors_swaps_dvs_on_the_same_file(table_dir):
 
 
 def test_restore_after_overwrite_and_after_a_schema_change(table_dir):
-    path = str(table_dir)
-    table = DeltaTable.create(path, SCHEMA, partition_by=["region"])
-    table.append(rows(0, 20))  # v1
+    path, table = by_region(table_dir, rows(0, 20))  # v1
     table.overwrite(rows(100, 5, regions=("us",)))  # v2
     wide = rows(200, 3).append_column("note", pa.array(["x", "y", None]))
     table.append(wide, schema_mode="merge")  # v3: a new column
@@ -274,9 +274,7 @@ def test_restore_to_an_earlier_identical_state_still_commits(table_dir):
 
 
 def test_vacuumed_data_files_fail_the_restore_and_nothing_is_committed(table_dir):
-    path = str(table_dir)
-    table = DeltaTable.create(path, SCHEMA, partition_by=["region"])
-    table.append(rows(0, 10))
+    path, table = by_region(table_dir, rows(0, 10))
     table.overwrite(rows(100, 10))
     gone = sorted(set(DeltaTable(path, version=1).file_uris()) - set(DeltaTable(path).file_uris()))
     os.remove(gone[0])
@@ -358,10 +356,7 @@ def test_a_concurrent_commit_without_data_changes_does_not_block_the_restore(tab
 
 
 def test_a_table_restored_by_delta_rs_reads_identically_here(table_dir):
-    path = str(table_dir)
-    table = DeltaTable.create(path, SCHEMA, partition_by=["region"])
-    table.append(rows(0, 20))
-    table.append(rows(20, 20))
+    path, table = by_region(table_dir, rows(0, 20), rows(20, 20))
     table.delete("id % 4 = 0")
     expected = DeltaTable(path, version=1).to_arrow()
 
