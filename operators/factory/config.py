@@ -460,20 +460,32 @@ def load_config(
 
 def register_cli(sub) -> None:
     """``deltaplane config validate [PATH]`` (entry point ``deltaplane.cli``)."""
-    p = sub.add_parser("config", help="the platform's tables configuration")
-    verbs = p.add_subparsers(dest="config_command", required=True, metavar="VERB")
-    v = verbs.add_parser(
+    tables_file_verb(
+        sub,
+        "config",
+        "the platform's tables configuration",
         "validate",
         help="check a tables file (PATH, else $DELTAPLANE_CONFIG, else ./config/tables.yaml)",
         description="Validate a tables file: PATH if given, else $DELTAPLANE_CONFIG, else "
         "config/tables.yaml in the current directory. Every error is printed; exit code 2.",
+        func=_cmd_validate,
     )
+
+
+def tables_file_verb(sub, command: str, command_help: str, verb: str, *, help: str, description: str, func):
+    """``deltaplane COMMAND VERB [PATH]``: a verb that reads a tables file, found as
+    ``read_config`` finds it; returns the verb's parser for its own options."""
+    p = sub.add_parser(command, help=command_help)
+    verbs = p.add_subparsers(dest=f"{command}_command", required=True, metavar="VERB")
+    v = verbs.add_parser(verb, help=help, description=description)
     v.add_argument(
         "path",
         nargs="?",
-        help="the file (default: $DELTAPLANE_CONFIG, else config/tables.yaml in the current directory)",
+        help="the tables file (default: $DELTAPLANE_CONFIG, else config/tables.yaml in the current "
+        "directory)",
     )
-    v.set_defaults(func=_cmd_validate)
+    v.set_defaults(func=func)
+    return v
 
 
 def cli_report(path: str | None) -> ConfigReport | None:

@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any
 
-from deltaplane.operators.factory.config import cli_report, maintenance_policy, print_errors
+from deltaplane.operators.factory.config import cli_report, maintenance_policy, print_errors, tables_file_verb
 
 
 def plan_tables(config, *, now_ms: int | None = None) -> tuple[list, dict[str, str]]:
@@ -57,9 +57,10 @@ def plan_tables(config, *, now_ms: int | None = None) -> tuple[list, dict[str, s
 
 def register_cli(sub) -> None:
     """``deltaplane maintenance plan [PATH]`` (entry point ``deltaplane.cli``)."""
-    p = sub.add_parser("maintenance", help="the health-driven maintenance policy")
-    verbs = p.add_subparsers(dest="maintenance_command", required=True, metavar="VERB")
-    v = verbs.add_parser(
+    v = tables_file_verb(
+        sub,
+        "maintenance",
+        "the health-driven maintenance policy",
         "plan",
         help="what maintenance each table needs now, and why (a dry run)",
         description="For every table of the tables file (PATH, else $DELTAPLANE_CONFIG, else "
@@ -67,10 +68,9 @@ def register_cli(sub) -> None:
         "(compaction, dv_purge, clustering, checkpoint, log_cleanup, vacuum, manifest), run or skip, with "
         "the numbers and threshold "
         "it decided on; what runs is listed first, in the order it would run. Changes nothing.",
+        func=_cmd_plan,
     )
-    v.add_argument("path", nargs="?", help="the tables file")
     v.add_argument("--json", action="store_true", help="machine-readable output")
-    v.set_defaults(func=_cmd_plan)
 
 
 def _cmd_plan(args) -> int:
