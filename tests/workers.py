@@ -1,11 +1,23 @@
-"""Functions run in separate processes by the concurrency and crash tests."""
+"""Functions run in separate processes by the concurrency and crash tests, and a way to run one
+in threads."""
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import pyarrow as pa
+
+
+def run_in_threads(target, arguments) -> None:
+    """``target(argument)`` for each of ``arguments``, each in a thread of its own, all started
+    before any is waited for; returns once every one has ended."""
+    threads = [threading.Thread(target=target, args=(argument,)) for argument in arguments]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def append_rows(uri: str, worker: int, appends: int, storage_options: dict | None = None) -> list[int]:

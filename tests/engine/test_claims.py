@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from deltaplane.engine.quarantine import claim_files, finish_claimed, home_path, release_claimed
+from tests.workers import run_in_threads
 
 
 def land(folder: Path, n: int) -> list[Path]:
@@ -29,11 +30,7 @@ def test_racing_claims_give_each_file_to_exactly_one_batch(tmp_path):
         start.wait()
         got[batch] = claim_files(files, batch)
 
-    threads = [threading.Thread(target=claim, args=(f"run{i}",)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(claim, (f"run{i}" for i in range(4)))
     names = [p.name for claimed in got.values() for p in claimed]
     assert sorted(names) == sorted(f.name for f in files)  # every file once, none twice
     for batch, claimed in got.items():

@@ -17,6 +17,7 @@ from deltaplane.engine.errors import (
     SchemaError,
     SchemaMismatchError,
 )
+from tests.workers import run_in_threads
 
 FEATURE = {"delta.feature.allowColumnDefaults": "supported"}
 
@@ -207,11 +208,7 @@ def test_concurrent_identity_appends_never_duplicate(tmp_path):
                 assert "identity" in str(e)
                 outcomes.append("conflict")
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(writer, range(4))
     ids = [r["id"] for r in DeltaTable(uri).to_arrow().to_pylist()]
     assert len(ids) == len(set(ids)) == 2 * outcomes.count("ok")
     assert outcomes.count("ok") >= 1

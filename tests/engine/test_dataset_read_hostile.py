@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import threading
 import uuid
 from decimal import Decimal
 from urllib.parse import unquote, urlsplit
@@ -24,6 +23,7 @@ from deltaplane.engine.scan import Scan, ScanBuilder
 from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage.local import LocalStore
 from tests.logbuilder import DV_FEATURES, add, inline_dv, metadata, protocol, write_commit
+from tests.workers import run_in_threads
 
 pytestmark = pytest.mark.usefixtures("dataset_scanner_for_small_scans")
 
@@ -722,11 +722,7 @@ def test_threads_reading_one_table_at_once_get_the_same_rows(tmp_path):
     def read(slot: int) -> None:
         results[slot] = table.to_arrow().to_pylist()
 
-    threads = [threading.Thread(target=read, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(read, range(6))
     assert all(r == expected for r in results)
 
 

@@ -8,7 +8,6 @@ whose high-water mark is h gets ids h+1 .. h+n); "kept" means the same logical r
 from __future__ import annotations
 
 import json
-import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,6 +19,7 @@ from deltaplane.engine.commands.context import WriteContext
 from deltaplane.engine.errors import DeltaError, InvalidArgumentError, SchemaError
 from deltaplane.engine.row_tracking import ROW_COMMIT_VERSION, ROW_ID, RowTrackingError
 from deltaplane.engine.storage import open_store
+from tests.workers import run_in_threads
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("part", pa.string())])
 TRACKED = {"delta.enableRowTracking": "true"}
@@ -258,11 +258,7 @@ def test_concurrent_appends_never_share_ids(tmp_path):
         except Exception as e:  # surfaced below
             errors.append(e)
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(5)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    run_in_threads(writer, range(5))
     assert not errors
     table = DeltaTable(root)
     assert table.version == 20

@@ -9,6 +9,7 @@ import pytest
 
 from deltaplane.engine.errors import ObjectExistsError, ObjectNotFoundError, UnsupportedStorageError
 from deltaplane.engine.storage import LocalStore, MemoryStore, open_store
+from tests.workers import run_in_threads
 
 pytestmark = pytest.mark.xdist_group("s3")  # one SeaweedFS server per test run
 
@@ -63,11 +64,7 @@ def test_concurrent_creators_exactly_one_wins(store):
         except ObjectExistsError:
             losers.append(i)
 
-    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(attempt, range(16))
     assert len(winners) == 1 and len(losers) == 15
     assert store.get("_delta_log/00000000000000000001.json") == f"writer {winners[0]}".encode()
 
