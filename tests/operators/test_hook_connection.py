@@ -68,23 +68,19 @@ def test_right_and_wrong_credentials_on_an_authenticating_seaweedfs(monkeypatch,
 
 
 def test_a_missing_bucket_is_named(monkeypatch, s3_server):
-    ok, message, _ = test_connection(
-        monkeypatch,
-        "shared",
-        host=s3_server.endpoint,
-        login="test",
-        password="test-secret-value",
-        extra={"bucket": s3_server.bucket},
-    )
+    def bucket_test(conn_id: str, bucket: str):
+        return test_connection(
+            monkeypatch,
+            conn_id,
+            host=s3_server.endpoint,
+            login="test",
+            password="test-secret-value",
+            extra={"bucket": bucket},
+        )
+
+    ok, message, _ = bucket_test("shared", s3_server.bucket)
     assert ok is True, message
-    ok, message, _ = test_connection(
-        monkeypatch,
-        "shared_missing",
-        host=s3_server.endpoint,
-        login="test",
-        password="test-secret-value",
-        extra={"bucket": "no-such-bucket-here"},
-    )
+    ok, message, _ = bucket_test("shared_missing", "no-such-bucket-here")
     assert ok is False and "no-such-bucket-here" in message, message
     assert "test-secret-value" not in message
 
