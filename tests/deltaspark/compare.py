@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from deltaplane.engine import DeltaTable
 from tests.deltaspark.values import normalize
 
 
@@ -22,3 +23,14 @@ def sorted_rows(rows: list[dict[str, Any]], columns: list[str] | None = None) ->
     if columns is not None:
         rows = [{c: r.get(c) for c in columns} for r in rows]
     return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+def dp_rows(path: str, version: int | None = None) -> list[dict[str, Any]]:
+    """deltaplane's rows of ``path`` (at ``version``), normalized and sorted."""
+    table = DeltaTable(path) if version is None else DeltaTable(path, version=version)
+    return sorted_rows(arrow_rows(table.to_arrow()))
+
+
+def spark_rows(spark, path: str, version: int | None = None) -> list[dict[str, Any]]:
+    """Delta Spark's rows of ``path`` (at ``version``), sorted."""
+    return sorted_rows(spark.rows(path, version=version))

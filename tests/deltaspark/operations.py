@@ -459,6 +459,26 @@ def _evolved(run: Differential, which: int, ddl: str | None = None) -> Column | 
     return candidates[which % len(candidates)] if candidates else None
 
 
+def _alter_evolved(
+    run: Differential, column: Column | None, clause: str, engine, after: Column | None
+) -> Rendered:
+    """``ALTER TABLE <path> <clause>`` by Delta Spark and ``engine(path)`` by deltaplane, on
+    ``column`` (one the sequence added; None when there is none, and both refuse). Once both
+    have run, the column is ``after`` (None: gone)."""
+
+    def then():
+        if after is not None:
+            run.known[after.name] = after
+        kept = [c for c in run.columns if c is not column or after is not None]
+        run.columns = tuple(after if c is column else c for c in kept)
+
+    return Rendered(
+        spark=lambda spark, path: spark.sql(f"ALTER TABLE delta.`{path}` {clause}"),
+        engine=engine,
+        then=then if column else (lambda: None),
+    )
+
+
 @dataclass(frozen=True)
 class RenameColumn:
     """``RENAME COLUMN`` of a column the sequence added (column mapping; both refuse without)."""
@@ -469,17 +489,12 @@ class RenameColumn:
         column = _evolved(run, self.which)
         old = column.name if column else "missing"
         new = Column(f"{old}r", column.ddl, column.arrow) if column else None
-
-        def then():
-            run.known[new.name] = new
-            run.columns = tuple(new if c is column else c for c in run.columns)
-
-        return Rendered(
-            spark=lambda spark, path: spark.sql(
-                f"ALTER TABLE delta.`{path}` RENAME COLUMN `{old}` TO `{old}r`"
-            ),
+        return _alter_evolved(
+            run,
+            column,
+            f"RENAME COLUMN `{old}` TO `{old}r`",
             engine=lambda path: DeltaTable(path).alter.rename_column(old, f"{old}r"),
-            then=then if column else (lambda: None),
+            after=new,
         )
 
 
@@ -492,14 +507,12 @@ class DropColumn:
     def render(self, run: Differential) -> Rendered:
         column = _evolved(run, self.which)
         name = column.name if column else "missing"
-
-        def then():
-            run.columns = tuple(c for c in run.columns if c is not column)
-
-        return Rendered(
-            spark=lambda spark, path: spark.sql(f"ALTER TABLE delta.`{path}` DROP COLUMN `{name}`"),
+        return _alter_evolved(
+            run,
+            column,
+            f"DROP COLUMN `{name}`",
             engine=lambda path: DeltaTable(path).alter.drop_columns([name]),
-            then=then if column else (lambda: None),
+            after=None,
         )
 
 
@@ -513,18 +526,12 @@ class WidenColumn:
     def render(self, run: Differential) -> Rendered:
         column = _evolved(run, self.which, "INT")
         name = column.name if column else "missing"
-        wide = Column(name, "BIGINT", pa.int64())
-
-        def then():
-            run.known[name] = wide
-            run.columns = tuple(wide if c is column else c for c in run.columns)
-
-        return Rendered(
-            spark=lambda spark, path: spark.sql(
-                f"ALTER TABLE delta.`{path}` ALTER COLUMN `{name}` TYPE BIGINT"
-            ),
+        return _alter_evolved(
+            run,
+            column,
+            f"ALTER COLUMN `{name}` TYPE BIGINT",
             engine=lambda path: DeltaTable(path).alter.change_column_type(name, "bigint"),
-            then=then if column else (lambda: None),
+            after=Column(name, "BIGINT", pa.int64()),
         )
 
 

@@ -11,19 +11,32 @@ import shutil
 import pyarrow as pa
 
 from deltaplane.engine import DeltaTable
-from tests.deltaspark.compare import arrow_rows, sorted_rows
-
-
-def spark_rows(spark, path: str) -> list[dict]:
-    return sorted_rows(spark.sql(f"SELECT * FROM delta.`{path}`"))
-
-
-def dp_rows(path: str) -> list[dict]:
-    return sorted_rows(arrow_rows(DeltaTable(path).to_arrow()))
+from tests.deltaspark.compare import dp_rows, spark_rows
 
 
 def last_commit(spark, path: str) -> dict:
     return spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1")[0]
+
+
+def twin_tables(spark, tmp_path, create: str, values: str) -> tuple[str, str]:
+    """The same table twice, ``ours`` and ``theirs`` (a copy), as Delta Spark writes it:
+    ``CREATE TABLE <path> <create>`` then ``INSERT INTO <path> VALUES <values>``."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    spark.sql(f"CREATE TABLE delta.`{ours}` {create}")
+    spark.sql(f"INSERT INTO delta.`{ours}` VALUES {values}")
+    shutil.copytree(ours, theirs)
+    return ours, theirs
+
+
+def alter_both(spark, ours: str, theirs: str, steps):
+    """Each step's ALTER made by each engine: ``alter(table)`` by deltaplane on ``ours`` (the same
+    table object each time, one ALTER after another), ``ALTER TABLE <theirs> <sql>`` by Delta
+    Spark. Yields, after each step, its SQL and the last commit of each table, ours first."""
+    table = DeltaTable(ours)
+    for alter, sql in steps:
+        alter(table)
+        spark.sql(f"ALTER TABLE delta.`{theirs}` {sql}")
+        yield sql, last_commit(spark, ours), last_commit(spark, theirs)
 
 
 def logical_schema(path: str) -> list:
@@ -46,17 +59,14 @@ def logical_schema(path: str) -> list:
 
 
 def test_renames_and_drops_read_and_written_by_delta_spark(delta_spark, tmp_path):
-    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
-    delta_spark.sql(
-        f"CREATE TABLE delta.`{ours}` (id BIGINT, b STRING, s STRUCT<x: INT, y: STRING>, day STRING) "
+    ours, theirs = twin_tables(
+        delta_spark,
+        tmp_path,
+        "(id BIGINT, b STRING, s STRUCT<x: INT, y: STRING>, day STRING) "
         "USING delta PARTITIONED BY (day) TBLPROPERTIES ('delta.columnMapping.mode'='name', "
-        "'delta.dataSkippingStatsColumns'='id,b,s.x', 'delta.enableChangeDataFeed'='true')"
+        "'delta.dataSkippingStatsColumns'='id,b,s.x', 'delta.enableChangeDataFeed'='true')",
+        "(1, 'b1', named_struct('x', 1, 'y', 'y1'), 'd1'), (2, 'b2', named_struct('x', 2, 'y', 'y2'), 'd2')",
     )
-    delta_spark.sql(
-        f"INSERT INTO delta.`{ours}` VALUES (1, 'b1', named_struct('x', 1, 'y', 'y1'), 'd1'), "
-        "(2, 'b2', named_struct('x', 2, 'y', 'y2'), 'd2')"
-    )
-    shutil.copytree(ours, theirs)
     alters = [
         (lambda t: t.alter.rename_column("b", "label"), "RENAME COLUMN b TO label"),
         (lambda t: t.alter.rename_column("s.x", "x_2"), "RENAME COLUMN s.x TO x_2"),
@@ -64,11 +74,7 @@ def test_renames_and_drops_read_and_written_by_delta_spark(delta_spark, tmp_path
         (lambda t: t.alter.drop_columns(["s.y"]), "DROP COLUMN s.y"),
         (lambda t: t.alter.drop_columns(["label", "id"]), "DROP COLUMNS (label, id)"),
     ]
-    table = DeltaTable(ours)
-    for ours_alter, sql in alters:
-        ours_alter(table)  # the same table object, one ALTER after another
-        delta_spark.sql(f"ALTER TABLE delta.`{theirs}` {sql}")
-        mine, spark = last_commit(delta_spark, ours), last_commit(delta_spark, theirs)
+    for sql, mine, spark in alter_both(delta_spark, ours, theirs, alters):
         assert (mine["operation"], mine["operationParameters"]) == (
             spark["operation"],
             spark["operationParameters"],
@@ -94,10 +100,12 @@ def test_renames_and_drops_read_and_written_by_delta_spark(delta_spark, tmp_path
 
 
 def test_column_mapping_turned_on_as_delta_spark_turns_it_on(delta_spark, tmp_path):
-    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
-    delta_spark.sql(f"CREATE TABLE delta.`{ours}` (id BIGINT, s STRUCT<x: INT, y: STRING>) USING delta")
-    delta_spark.sql(f"INSERT INTO delta.`{ours}` VALUES (1, named_struct('x', 1, 'y', 'a'))")
-    shutil.copytree(ours, theirs)
+    ours, theirs = twin_tables(
+        delta_spark,
+        tmp_path,
+        "(id BIGINT, s STRUCT<x: INT, y: STRING>) USING delta",
+        "(1, named_struct('x', 1, 'y', 'a'))",
+    )
     DeltaTable(ours).alter.set_table_properties({"delta.columnMapping.mode": "name"})
     delta_spark.sql(
         f"ALTER TABLE delta.`{theirs}` SET TBLPROPERTIES ('delta.columnMapping.mode'='name', "
@@ -129,17 +137,14 @@ def full_schema(path: str) -> dict:
 
 
 def test_type_widening_nullability_comments_and_positions_as_delta_spark_writes_them(delta_spark, tmp_path):
-    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
-    delta_spark.sql(
-        f"CREATE TABLE delta.`{ours}` (a INT, b STRING, s STRUCT<x: SMALLINT, y: STRING>, arr ARRAY<INT>, "
+    ours, theirs = twin_tables(
+        delta_spark,
+        tmp_path,
+        "(a INT, b STRING, s STRUCT<x: SMALLINT, y: STRING>, arr ARRAY<INT>, "
         "m MAP<STRING, INT>, d DECIMAL(5,2), n INT NOT NULL) USING delta "
-        "TBLPROPERTIES ('delta.enableTypeWidening'='true')"
+        "TBLPROPERTIES ('delta.enableTypeWidening'='true')",
+        "(1, 'x', named_struct('x', 1, 'y', 'q'), array(1), map('k', 1), 1.25, 1)",
     )
-    delta_spark.sql(
-        f"INSERT INTO delta.`{ours}` VALUES (1, 'x', named_struct('x', 1, 'y', 'q'), array(1), "
-        "map('k', 1), 1.25, 1)"
-    )
-    shutil.copytree(ours, theirs)
     steps = [
         (lambda t: t.alter.change_column_type("a", "bigint"), "ALTER COLUMN a TYPE BIGINT"),
         (lambda t: t.alter.change_column_type("s.x", "int"), "ALTER COLUMN s.x TYPE INT"),
@@ -160,12 +165,8 @@ def test_type_widening_nullability_comments_and_positions_as_delta_spark_writes_
             "ADD COLUMNS (e STRING AFTER n)",
         ),
     ]
-    table = DeltaTable(ours)
-    for ours_alter, sql in steps:
-        ours_alter(table)
-        delta_spark.sql(f"ALTER TABLE delta.`{theirs}` {sql}")
+    for sql, mine, spark in alter_both(delta_spark, ours, theirs, steps):
         assert full_schema(ours) == full_schema(theirs), sql
-        mine, spark = last_commit(delta_spark, ours), last_commit(delta_spark, theirs)
         assert mine["operation"] == spark["operation"], sql
         assert parameters(mine) == parameters(spark), sql
     assert DeltaTable(ours).protocol == DeltaTable(theirs).protocol

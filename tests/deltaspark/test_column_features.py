@@ -12,15 +12,7 @@ import pytest
 from deltaplane.engine import DeltaTable
 from deltaplane.engine.column_values import default_column, generated_column, identity_column
 from deltaplane.engine.errors import ConstraintViolationError, SchemaMismatchError
-from tests.deltaspark.compare import arrow_rows, sorted_rows
-
-
-def _dp_rows(path: str) -> list[dict]:
-    return sorted_rows(arrow_rows(DeltaTable(path).to_arrow()))
-
-
-def _spark_rows(spark, path: str) -> list[dict]:
-    return sorted_rows(spark.sql(f"SELECT * FROM delta.`{path}`"))
+from tests.deltaspark.compare import dp_rows, spark_rows
 
 
 def _high_water_mark(path: str) -> int | None:
@@ -59,8 +51,8 @@ def test_spark_table_written_by_both(delta_spark, tmp_path):
         .when_not_matched_insert({"x": "s.x"})
         .execute()
     )
-    ours = _dp_rows(path)
-    assert ours == _spark_rows(delta_spark, path)
+    ours = dp_rows(path)
+    assert ours == spark_rows(delta_spark, path)
     # What Delta Spark computes for the same x values: y = x * 2, z default.
     for row in ours:
         assert row["y"] == row["x"] * 2
@@ -68,13 +60,13 @@ def test_spark_table_written_by_both(delta_spark, tmp_path):
 
     # Delta Spark keeps inserting after deltaplane's high-water mark: no identity value repeats.
     delta_spark.sql(f"INSERT INTO delta.`{path}` (x) VALUES (8), (9)")
-    rows = _spark_rows(delta_spark, path)
+    rows = spark_rows(delta_spark, path)
     ids = [r["id"] for r in rows]
     assert len(ids) == len(set(ids)) == 8
     assert all((i - 10) % 5 == 0 for i in ids)
-    assert _dp_rows(path) == rows
+    assert dp_rows(path) == rows
     DeltaTable(path).append(pa.table({"x": _x(10)}))
-    ids = [r["id"] for r in _spark_rows(delta_spark, path)]
+    ids = [r["id"] for r in spark_rows(delta_spark, path)]
     assert len(ids) == len(set(ids)) == 9
 
 
@@ -94,8 +86,8 @@ def test_deltaplane_table_written_by_spark(delta_spark, tmp_path):
     delta_spark.sql(f"INSERT INTO delta.`{path}` (x, z) VALUES (4, 'spark')")
     dt = DeltaTable(path)
     dt.append(pa.table({"x": _x(5)}))
-    rows = _spark_rows(delta_spark, path)
-    assert rows == _dp_rows(path)
+    rows = spark_rows(delta_spark, path)
+    assert rows == dp_rows(path)
     ids = sorted(r["id"] for r in rows)
     assert len(set(ids)) == 5 and all((100 - i) % 2 == 0 and i <= 100 for i in ids)
     assert [(r["x"], r["y"], r["z"]) for r in sorted(rows, key=lambda r: r["x"])] == [
@@ -121,7 +113,7 @@ def test_generated_date_partition_from_spark(delta_spark, tmp_path):
 
     ts = datetime_module.datetime(2026, 5, 6, 7, 8, tzinfo=datetime_module.UTC)
     DeltaTable(path).append(pa.table({"ts": pa.array([ts], pa.timestamp("us", "UTC"))}))
-    assert _dp_rows(path) == _spark_rows(delta_spark, path)
+    assert dp_rows(path) == spark_rows(delta_spark, path)
 
 
 def test_restore_keeps_the_identity_high_water_mark_as_delta_spark_does(delta_spark, tmp_path):
@@ -141,7 +133,7 @@ def test_restore_keeps_the_identity_high_water_mark_as_delta_spark_does(delta_sp
     delta_spark.sql(f"INSERT INTO delta.`{ours}` (x) VALUES (6)")
     DeltaTable(theirs).append(pa.table({"x": _x(6)}))
     for path in (ours, theirs):
-        rows = _spark_rows(delta_spark, path)
-        assert rows == _dp_rows(path)
+        rows = spark_rows(delta_spark, path)
+        assert rows == dp_rows(path)
         new_id = next(r["id"] for r in rows if r["x"] == 6)
         assert new_id > 5, f"{path}: identity value {new_id} was handed out before the restore"

@@ -21,21 +21,11 @@ from deltaplane.engine import DeltaTable
 from deltaplane.engine.describe import describe_snapshot
 from deltaplane.engine.errors import ConstraintViolationError
 from tests.deltaspark.client import DeltaSparkError
-from tests.deltaspark.compare import arrow_rows, sorted_rows
+from tests.deltaspark.compare import arrow_rows, dp_rows, sorted_rows, spark_rows
 
 # --- shared helpers -----------------------------------------------------------------------------
 
 CDF_META = ("_commit_timestamp",)
-
-
-def dp_rows(path: str, version: int | None = None) -> list[dict[str, Any]]:
-    """deltaplane's rows of ``path`` (at ``version``), normalized and sorted."""
-    table = DeltaTable(path) if version is None else DeltaTable(path, version=version)
-    return sorted_rows(arrow_rows(table.to_arrow()))
-
-
-def spark_rows(spark, path: str, version: int | None = None) -> list[dict[str, Any]]:
-    return sorted_rows(spark.rows(path, version=version))
 
 
 def assert_same_now(spark, path: str) -> list[dict[str, Any]]:

@@ -141,10 +141,36 @@ def copies(spark, tmp_path, name: str, setup: list[str]) -> tuple[str, str, int]
     return ours, theirs, DeltaTable(ours).version()
 
 
+def drop_sql(path: str, feature: str, truncate: bool) -> str:
+    return f"ALTER TABLE {table(path)} DROP FEATURE {feature}{' TRUNCATE HISTORY' if truncate else ''}"
+
+
+def assert_both_refuse(spark, ours: str, theirs: str, feature: str, truncate: bool) -> None:
+    """Dropping ``feature`` (quoted as Delta Spark's SQL wants it) is refused by both engines,
+    with the same error class."""
+    with pytest.raises(DeltaSparkError) as spark_error:
+        spark.sql(drop_sql(theirs, feature, truncate))
+    with pytest.raises(FeatureDropError) as ours_error:
+        DeltaTable(ours).alter.drop_feature(feature.strip("`"), truncate_history=truncate)
+    assert ours_error.value.error_class == spark_error_class(spark_error.value), feature
+
+
+def drop_once_history_is_old(spark, ours: str, theirs: str, feature: str) -> None:
+    """Both logs aged two days, each engine drops ``feature`` with TRUNCATE HISTORY: the same
+    commits after it and the same log state."""
+    for path in (ours, theirs):
+        age_log(path, 2)
+    middle = DeltaTable(ours).version()
+    spark.sql(drop_sql(theirs, feature, True))
+    DeltaTable(ours).alter.drop_feature(feature, truncate_history=True)
+    assert history(spark, ours, middle) == history(spark, theirs, middle)
+    assert log_state(ours) == log_state(theirs)
+
+
 def test_each_removable_feature_is_dropped_as_delta_spark_drops_it(delta_spark, tmp_path):
     for feature, setup in SETUPS.items():
         ours, theirs, start = copies(delta_spark, tmp_path, feature, setup)
-        delta_spark.sql(f"ALTER TABLE {table(theirs)} DROP FEATURE {feature}")
+        delta_spark.sql(drop_sql(theirs, feature, False))
         DeltaTable(ours).alter.drop_feature(feature)
         assert history(delta_spark, ours, start) == history(delta_spark, theirs, start), feature
         assert log_state(ours) == log_state(theirs), feature
@@ -175,50 +201,24 @@ def test_refusals_and_history_truncation_agree_with_delta_spark(delta_spark, tmp
     ]
     for i, (setup, feature, truncate) in enumerate(refusals):
         ours, theirs, start = copies(delta_spark, tmp_path, f"refusal{i}", setup)
-        suffix = " TRUNCATE HISTORY" if truncate else ""
-        with pytest.raises(DeltaSparkError) as spark_error:
-            delta_spark.sql(f"ALTER TABLE {table(theirs)} DROP FEATURE {feature}{suffix}")
-        with pytest.raises(FeatureDropError) as ours_error:
-            DeltaTable(ours).alter.drop_feature(feature.strip("`"), truncate_history=truncate)
-        assert ours_error.value.error_class == spark_error_class(spark_error.value), feature
+        assert_both_refuse(delta_spark, ours, theirs, feature, truncate)
         assert DeltaTable(ours).version() == DeltaTable(theirs).version() == start
 
     # TRUNCATE HISTORY: the first call removes the traces and waits; once the history is older
     # than 24 hours the second drops the feature and the history before the last checkpoint
     ours, theirs, start = copies(delta_spark, tmp_path, "truncate", SETUPS["deletionVectors"])
-    with pytest.raises(DeltaSparkError) as spark_error:
-        delta_spark.sql(f"ALTER TABLE {table(theirs)} DROP FEATURE deletionVectors TRUNCATE HISTORY")
-    with pytest.raises(FeatureDropError) as ours_error:
-        DeltaTable(ours).alter.drop_feature("deletionVectors", truncate_history=True)
-    assert ours_error.value.error_class == spark_error_class(spark_error.value)
+    assert_both_refuse(delta_spark, ours, theirs, "deletionVectors", True)
     assert history(delta_spark, ours, start) == history(delta_spark, theirs, start)
-    for path in (ours, theirs):
-        age_log(path, 2)
-    middle = DeltaTable(ours).version()
-    delta_spark.sql(f"ALTER TABLE {table(theirs)} DROP FEATURE deletionVectors TRUNCATE HISTORY")
-    DeltaTable(ours).alter.drop_feature("deletionVectors", truncate_history=True)
-    assert history(delta_spark, ours, middle) == history(delta_spark, theirs, middle)
-    assert log_state(ours) == log_state(theirs)
+    drop_once_history_is_old(delta_spark, ours, theirs, "deletionVectors")
     assert log_files(ours) == log_files(theirs)  # the same history truncated
 
     # checkpointProtection: left by a drop, removed only with its history
     ours, theirs, start = copies(delta_spark, tmp_path, "protection", SETUPS["vacuumProtocolCheck"])
-    delta_spark.sql(f"ALTER TABLE {table(ours)} DROP FEATURE vacuumProtocolCheck")
+    delta_spark.sql(drop_sql(ours, "vacuumProtocolCheck", False))
     shutil.rmtree(theirs)
     shutil.copytree(ours, theirs)
     for truncate in (False, True):  # without truncation: refused; with it, too early: waits
-        suffix = " TRUNCATE HISTORY" if truncate else ""
-        with pytest.raises(DeltaSparkError) as spark_error:
-            delta_spark.sql(f"ALTER TABLE {table(theirs)} DROP FEATURE checkpointProtection{suffix}")
-        with pytest.raises(FeatureDropError) as ours_error:
-            DeltaTable(ours).alter.drop_feature("checkpointProtection", truncate_history=truncate)
-        assert ours_error.value.error_class == spark_error_class(spark_error.value)
-    for path in (ours, theirs):
-        age_log(path, 2)
-    middle = DeltaTable(ours).version()
-    delta_spark.sql(f"ALTER TABLE {table(theirs)} DROP FEATURE checkpointProtection TRUNCATE HISTORY")
-    DeltaTable(ours).alter.drop_feature("checkpointProtection", truncate_history=True)
-    assert history(delta_spark, ours, middle) == history(delta_spark, theirs, middle)
-    assert log_state(ours) == log_state(theirs)
+        assert_both_refuse(delta_spark, ours, theirs, "checkpointProtection", truncate)
+    drop_once_history_is_old(delta_spark, ours, theirs, "checkpointProtection")
     delta_spark.sql(f"INSERT INTO {table(ours)} VALUES (2)")
     assert sorted_rows(delta_spark.sql(f"SELECT * FROM {table(ours)}")) == [{"a": 1}, {"a": 2}]
