@@ -29,34 +29,26 @@ instead of waiting forever or crashing in a loop; the sensor's trigger also ends
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
 from deltaplane.engine import DEFAULT_START, InvalidArgumentError, check_start
+from deltaplane.operators.triggers.streams import (
+    ErrorReports,
+    TableStreamTrigger,
+    classpath,
+    describe,
+    storage_options,
+)
 from deltaplane.operators.utils.arguments import location
 from deltaplane.operators.utils.conditions import FILTER_ARGS, CommitFilter, take_filter
 
 log = logging.getLogger(__name__)
-
-
-def _classpath(trigger) -> str:
-    return f"{type(trigger).__module__}.{type(trigger).__qualname__}"
-
-
-def _storage_options(conn_id: str | None) -> dict[str, str]:
-    from deltaplane.operators.hooks.delta import DeltaHook
-
-    return DeltaHook(conn_id).settings.storage_options
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
 
 
 class DeltaCommitTrigger(BaseTrigger):
@@ -85,7 +77,7 @@ class DeltaCommitTrigger(BaseTrigger):
         self.deadline = None if deadline is None else float(deadline)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return _classpath(self), {
+        return classpath(self), {
             "table_uri": self.table_uri,
             "after_version": self.after_version,
             "deltaplane_conn_id": self.deltaplane_conn_id,
@@ -100,7 +92,7 @@ class DeltaCommitTrigger(BaseTrigger):
         return find_new_commits(
             self.table_uri,
             self.after_version,
-            storage_options=_storage_options(self.deltaplane_conn_id),
+            storage_options=storage_options(self.deltaplane_conn_id),
             commit_filter=self.commit_filter,
         )
 
@@ -109,8 +101,8 @@ class DeltaCommitTrigger(BaseTrigger):
             try:
                 result = await asyncio.to_thread(self.check)
             except Exception as e:  # the task decides: execute_complete raises on an error event
-                log.warning("%s: reading the log failed: %s", self.table_uri, _describe(e))
-                yield TriggerEvent({"status": "error", "message": _describe(e)})
+                log.warning("%s: reading the log failed: %s", self.table_uri, describe(e))
+                yield TriggerEvent({"status": "error", "message": describe(e)})
                 return
             if result["commits"]:
                 yield TriggerEvent({"status": "success", **result})
@@ -132,7 +124,7 @@ class DeltaCommitTrigger(BaseTrigger):
             await asyncio.sleep(wait)
 
 
-class DeltaCommitEventTrigger(BaseEventTrigger):
+class DeltaCommitEventTrigger(TableStreamTrigger):
     """One event per new data commit of a table, for ``AssetWatcher``::
 
     table = Asset("s3://lake/trips", watchers=[AssetWatcher(name="trips_commits",
@@ -173,7 +165,7 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
         self.poke_interval = float(poke_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return _classpath(self), {
+        return classpath(self), {
             "table_uri": self.table_uri,
             "deltaplane_conn_id": self.deltaplane_conn_id,
             "watermark_key": self.watermark_key,
@@ -184,48 +176,20 @@ class DeltaCommitEventTrigger(BaseEventTrigger):
 
     # --- ack mode: the producer tails the log, Airflow says what it stored -------------------
 
-    def shared_stream_key(self):
-        """One stream per trigger configuration: the watermark is this stream's own."""
-        return ("deltaplane.commits", json.dumps(self.serialize()[1], sort_keys=True))
+    stream = "deltaplane.commits"
 
     @classmethod
-    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> CommitLogProducer:
+    def producer(cls, kwargs: dict[str, Any]) -> CommitLogProducer:
         return CommitLogProducer(kwargs)
 
-    async def filter_shared_stream(self, shared_stream):
-        async for raw in shared_stream:  # the producer applied this trigger's filter
-            event = _event(self.table_uri, raw)
-            if event is not None:
-                yield event
+    def event(self, raw: dict[str, Any]) -> TriggerEvent | None:
+        """A matching commit's payload (``event_payload``, the payload of a task's outlet event
+        too), or an error report."""
+        if raw.get("summary") is not None:
+            from deltaplane.operators.utils.runs import event_payload
 
-    async def run(self):
-        """Without a shared stream (a triggerer that runs ``run()``): the same events, but the
-        watermark is never moved (nothing says what Airflow stored), so a restart repeats them."""
-        producer = CommitLogProducer(self.serialize()[1])
-        async for raw, _ in producer.open_stream():
-            event = _event(self.table_uri, raw)
-            if event is not None:
-                yield event
-
-
-def _event(table_uri: str, raw: dict[str, Any]) -> TriggerEvent | None:
-    """The event of one raw stream item: a matching commit's payload (``event_payload``, the
-    payload of a task's outlet event too), or an error report."""
-    if raw.get("summary") is not None:
-        from deltaplane.operators.utils.runs import event_payload
-
-        return TriggerEvent(event_payload(table_uri, raw["summary"]))
-    if raw.get("error") is not None:
-        return TriggerEvent({"status": "error", "table": table_uri, "message": raw["error"]})
-    return None
-
-
-# Errors that polling again cannot cure until someone acts: the table is gone, or the log was
-# cleaned past the stream's position. Reported once as an error event, then polled quietly.
-def _lasting(error: BaseException) -> bool:
-    from deltaplane.engine import CorruptLogError, TableNotFoundError
-
-    return isinstance(error, TableNotFoundError | CorruptLogError)
+            return TriggerEvent(event_payload(self.table_uri, raw["summary"]))
+        return super().event(raw)
 
 
 class CommitLogProducer(SharedStreamProducer):
@@ -256,7 +220,7 @@ class CommitLogProducer(SharedStreamProducer):
         self._generation = 0
         self._rewind_to: int | None = None
         self._options: dict[str, str] | None = None
-        self._reported: str | None = None  # the lasting error last reported
+        self._errors = ErrorReports(self.table_uri, "reading the log")
 
     def _start(self) -> int:
         from deltaplane.engine import open_store, read_watermark, start_after, write_watermark
@@ -284,14 +248,14 @@ class CommitLogProducer(SharedStreamProducer):
         ]
 
     async def open_stream(self):
-        self._options = await asyncio.to_thread(_storage_options, self.conn_id)
+        self._options = await asyncio.to_thread(storage_options, self.conn_id)
         position = None
         while position is None:
             try:
                 position = await asyncio.to_thread(self._start)
             except Exception as e:
-                if self._report(e):
-                    yield {"error": _describe(e)}, (self._generation, None)
+                if self._errors.report(e):
+                    yield {"error": describe(e)}, (self._generation, None)
                 await asyncio.sleep(self.poke_interval)
         log.info("%s: announcing commits after version %d (%s)", self.table_uri, position, self.watermark_key)
         while True:
@@ -302,10 +266,10 @@ class CommitLogProducer(SharedStreamProducer):
                 found = await asyncio.to_thread(self._scan, position)
             except Exception as e:
                 found = []
-                if self._report(e):
-                    yield {"error": _describe(e)}, (self._generation, None)
+                if self._errors.report(e):
+                    yield {"error": describe(e)}, (self._generation, None)
             else:
-                self._reported = None
+                self._errors.clear()
             for version, summary in found:
                 yield {"version": version, "summary": summary}, (self._generation, version)
                 position = version
@@ -314,17 +278,6 @@ class CommitLogProducer(SharedStreamProducer):
             if not found:
                 yield {"tick": True}, (self._generation, None)
                 await asyncio.sleep(self.poke_interval)
-
-    def _report(self, error: Exception) -> bool:
-        """Whether ``error`` is a new lasting error to announce (transient ones are logged)."""
-        if not _lasting(error):
-            log.warning("%s: reading the log failed (%s); retrying", self.table_uri, _describe(error))
-            return False
-        log.error("%s: %s", self.table_uri, _describe(error))
-        if self._reported == _describe(error):
-            return False
-        self._reported = _describe(error)
-        return True
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         from deltaplane.engine import write_watermark

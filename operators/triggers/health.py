@@ -25,16 +25,21 @@ cannot be read is reported once as ``{"status": "error"}`` and polled quietly.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
-from deltaplane.operators.triggers.commits import _classpath, _describe, _lasting, _storage_options
+from deltaplane.operators.triggers.streams import (
+    ErrorReports,
+    TableStreamTrigger,
+    classpath,
+    describe,
+    storage_options,
+)
 from deltaplane.operators.utils.arguments import location
 
 log = logging.getLogger(__name__)
@@ -46,7 +51,7 @@ def _policy(values: dict[str, Any] | None):
     return MaintenancePolicy.from_dict(values, owner="DeltaHealthEventTrigger")
 
 
-class DeltaHealthEventTrigger(BaseEventTrigger):
+class DeltaHealthEventTrigger(TableStreamTrigger):
     """Fires ``needs_maintenance`` events for ``table_uri`` (see the module docstring);
     ``policy`` holds ``MaintenancePolicy`` fields (checked when the DAG is parsed)."""
 
@@ -70,7 +75,7 @@ class DeltaHealthEventTrigger(BaseEventTrigger):
         self.reannounce_after = float(reannounce_after)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return _classpath(self), {
+        return classpath(self), {
             "table_uri": self.table_uri,
             "deltaplane_conn_id": self.deltaplane_conn_id,
             "policy": self.policy,
@@ -79,34 +84,16 @@ class DeltaHealthEventTrigger(BaseEventTrigger):
             "reannounce_after": self.reannounce_after,
         }
 
-    def shared_stream_key(self):
-        return ("deltaplane.health", json.dumps(self.serialize()[1], sort_keys=True))
+    stream = "deltaplane.health"
 
     @classmethod
-    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> HealthProducer:
+    def producer(cls, kwargs: dict[str, Any]) -> HealthProducer:
         return HealthProducer(kwargs)
 
-    async def filter_shared_stream(self, shared_stream):
-        async for raw in shared_stream:
-            event = _event(self.table_uri, raw)
-            if event is not None:
-                yield event
-
-    async def run(self):
-        """Without a shared stream: the same events, the watermark never moved."""
-        producer = HealthProducer(self.serialize()[1])
-        async for raw, _ in producer.open_stream():
-            event = _event(self.table_uri, raw)
-            if event is not None:
-                yield event
-
-
-def _event(table_uri: str, raw: dict[str, Any]) -> TriggerEvent | None:
-    if raw.get("announce") is not None:
-        return TriggerEvent({"status": "needs_maintenance", "table": table_uri, **raw["announce"]})
-    if raw.get("error") is not None:
-        return TriggerEvent({"status": "error", "table": table_uri, "message": raw["error"]})
-    return None
+    def event(self, raw: dict[str, Any]) -> TriggerEvent | None:
+        if raw.get("announce") is not None:
+            return TriggerEvent({"status": "needs_maintenance", "table": self.table_uri, **raw["announce"]})
+        return super().event(raw)
 
 
 class HealthProducer(SharedStreamProducer):
@@ -125,7 +112,7 @@ class HealthProducer(SharedStreamProducer):
         self._announced: tuple[int, frozenset[str]] | None = None  # version, kinds (this process)
         self._stored: int | None = None  # the last announcement Airflow stored (the watermark)
         self._generation = 0
-        self._reported: str | None = None
+        self._errors = ErrorReports(self.table_uri, "measuring health")
         self._again = False  # an announcement Airflow did not store: make it again
 
     # --- the blocking parts, run in a thread -----------------------------------------------------
@@ -190,38 +177,29 @@ class HealthProducer(SharedStreamProducer):
     # --- the stream ---------------------------------------------------------------------------
 
     async def open_stream(self):
-        self._options = await asyncio.to_thread(_storage_options, self.conn_id)
+        self._options = await asyncio.to_thread(storage_options, self.conn_id)
         while self._tracker is None:
             try:
                 await asyncio.to_thread(self._open)
             except Exception as e:
-                if self._report(e):
-                    yield {"error": _describe(e)}, (self._generation, None)
+                if self._errors.report(e):
+                    yield {"error": describe(e)}, (self._generation, None)
                 await asyncio.sleep(self.poke_interval)
         while True:
             try:
                 announce = await asyncio.to_thread(self._look)
             except Exception as e:
                 announce = None
-                if self._report(e):
-                    yield {"error": _describe(e)}, (self._generation, None)
+                if self._errors.report(e):
+                    yield {"error": describe(e)}, (self._generation, None)
             else:
-                self._reported = None
+                self._errors.clear()
             if announce is not None:
                 log.info("%s needs maintenance: %s", self.table_uri, "; ".join(announce["reasons"]))
                 yield {"announce": announce}, (self._generation, announce["version"])
             else:
                 yield {"tick": True}, (self._generation, None)
             await asyncio.sleep(self.poke_interval)
-
-    def _report(self, error: Exception) -> bool:
-        if not _lasting(error):
-            log.warning("%s: measuring health failed (%s); retrying", self.table_uri, _describe(error))
-            return False
-        if self._reported == _describe(error):
-            return False
-        self._reported = _describe(error)
-        return True
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         from deltaplane.engine import write_watermark
