@@ -7,8 +7,9 @@ current directory, environment and argument vector, writes to its own stdout and
 through the interpreter's own exit (an uncaught exception prints its traceback and exits 1,
 ``SystemExit`` sets the status, ``atexit`` handlers run), which its exit status reports, as
 ``subprocess.run`` would. What it cannot do is read again what was read at start-up or import:
-``PYTHON*`` variables, and Airflow's configuration (``AIRFLOW*``), must be the same as the warm
-interpreter's, else ``run`` refuses. Only packages the
+``PYTHON*`` variables, and Airflow's configuration (``AIRFLOW__*``, ``AIRFLOW_HOME``,
+``AIRFLOW_CONFIG``) where Airflow is preloaded, must be the same as the warm interpreter's, else
+``run`` refuses. Only packages the
 program imports anyway are preloaded (never the ``-m`` module itself, which runs as
 ``__main__``), and the warm interpreter starts no thread, so nothing is held at the fork.
 
@@ -34,7 +35,8 @@ from pathlib import Path
 from tests.proctree import stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
-_STARTUP_PREFIXES = ("PYTHON", "AIRFLOW")  # read once, when an interpreter starts or imports Airflow
+_STARTUP = ("PYTHON",)  # variables read once, when an interpreter starts
+_AIRFLOW_STARTUP = ("AIRFLOW__", "AIRFLOW_HOME", "AIRFLOW_CONFIG")  # and when it imports Airflow
 
 
 class WarmPython:
@@ -53,6 +55,7 @@ class WarmPython:
         )
         ready = self._reply(300)
         assert ready.get("threads") == 1, f"the warm interpreter started threads before forking: {ready}"
+        self.startup = _STARTUP + (_AIRFLOW_STARTUP if ready["airflow"] else ())
 
     def _reply(self, timeout: float) -> dict:
         ready, _, _ = select.select([self.process.stdout], [], [], timeout)
@@ -73,7 +76,7 @@ class WarmPython:
         ``argv`` one of ``-m MODULE ...``, ``-c CODE ...``, ``SCRIPT ...``; stdin is empty."""
         argv = [os.fspath(a) for a in argv]
         env = dict(os.environ if env is None else env)
-        startup = {k for k in {*env, *self.env} if k.startswith(_STARTUP_PREFIXES)}
+        startup = {k for k in {*env, *self.env} if k.startswith(self.startup)}
         changed = sorted(k for k in startup if env.get(k) != self.env.get(k))
         if changed:
             raise ValueError(f"a warm interpreter cannot take new start-up variables: {changed}")
@@ -178,7 +181,7 @@ def _serve(preload: list[str]) -> dict:
     # (and so copies) the whole inherited heap, 0.5 s for Airflow's.
     gc.collect()
     gc.freeze()
-    print(json.dumps({"threads": threading.active_count()}), flush=True)
+    print(json.dumps({"threads": threading.active_count(), "airflow": "airflow" in sys.modules}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
         sys.stdout.flush()
