@@ -24,6 +24,12 @@ def commits(uri: str, n: int, rows: int = 3) -> None:
         )
 
 
+def assert_tasks(df, tasks: int, expected: pa.Table) -> None:
+    """``df`` is cut into ``tasks`` Spark tasks and reads the rows of ``expected``."""
+    assert df.rdd.getNumPartitions() == tasks
+    assert_same_rows(df.toArrow(), expected)
+
+
 def test_read_options_parse_the_split_settings():
     parsed = ReadOptions.parse(
         {
@@ -74,8 +80,7 @@ def test_many_small_files_spread_over_tasks_and_read_every_row(spark, tmp_path):
     df = spark.read.format("deltaplane").load(uri)
     # 80 tiny files, each counted as 4 MiB: 128 MiB holds 32 of them, so 3 tasks (a split by bytes
     # alone put them all in one).
-    assert df.rdd.getNumPartitions() == 3
-    assert_same_rows(df.toArrow(), expected)
+    assert_tasks(df, 3, expected)
     assert_same_rows(df.toArrow(), expected)  # the same DataFrame read again
 
     def small():
@@ -83,13 +88,9 @@ def test_many_small_files_spread_over_tasks_and_read_every_row(spark, tmp_path):
 
     # 20 MiB tasks: after four files (4 x (4 MiB + about 1 KB)) a fifth still fits (its open cost
     # is counted once it is in), a sixth does not: 5 files per task, 16 tasks...
-    many = small().option("maxPartitionNum", 100).load(uri)
-    assert many.rdd.getNumPartitions() == 16
-    assert_same_rows(many.toArrow(), expected)
+    assert_tasks(small().option("maxPartitionNum", 100).load(uri), 16, expected)
     # ... which is more than the default most, 3 per core: packed again into 6 (14 files a task).
-    capped = small().load(uri)
-    assert capped.rdd.getNumPartitions() == 6
-    assert_same_rows(capped.toArrow(), expected)
+    assert_tasks(small().load(uri), 6, expected)
 
 
 @pytest.mark.xdist_group("spark")
@@ -98,12 +99,8 @@ def test_a_small_table_gets_a_task_per_core(spark, tmp_path):
     commits(uri, 4)
     expected = DeltaTable(uri).to_arrow()
     # The session's default parallelism is 2 (local[2]): (4 files x 4 MiB) / 2 per task.
-    df = spark.read.format("deltaplane").load(uri)
-    assert df.rdd.getNumPartitions() == 2
-    assert_same_rows(df.toArrow(), expected)
-    four = spark.read.format("deltaplane").option("minPartitions", 4).load(uri)
-    assert four.rdd.getNumPartitions() == 4
-    assert_same_rows(four.toArrow(), expected)
+    assert_tasks(spark.read.format("deltaplane").load(uri), 2, expected)
+    assert_tasks(spark.read.format("deltaplane").option("minPartitions", 4).load(uri), 4, expected)
 
 
 @pytest.mark.xdist_group("spark")
@@ -118,9 +115,7 @@ def test_the_parallelism_register_finds_reaches_the_planning_worker(spark, tmp_p
     spark.conf.set(key, "3")
     try:
         register(spark)
-        df = spark.read.format("deltaplane").load(uri)
-        assert df.rdd.getNumPartitions() == 3
-        assert_same_rows(df.toArrow(), DeltaTable(uri).to_arrow())
+        assert_tasks(spark.read.format("deltaplane").load(uri), 3, DeltaTable(uri).to_arrow())
     finally:
         spark.conf.unset(key)
         register(spark)
