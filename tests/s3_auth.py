@@ -39,6 +39,16 @@ class AuthS3:
             region_name="us-east-1",
         )
 
+    def connection(self) -> dict:
+        """An Airflow connection of type ``deltaplane`` to this server, its secret the password."""
+        return {
+            "conn_type": "deltaplane",
+            "host": self.endpoint,
+            "login": self.access_key,
+            "password": self.secret,
+            "extra": {"region": "us-east-1"},
+        }
+
     def uri(self, name: str | None = None) -> str:
         return f"s3://{self.bucket}/{name or uuid.uuid4().hex}"
 

@@ -290,13 +290,8 @@ def test_s3_tables_are_named_by_bucket_and_key_and_no_secret_reaches_an_event(ol
         source.mkdir()
         pq.write_table(pa.table({"id": pa.array([1, 2, 3], pa.int64())}), source / "a.parquet")
         write_table(table, pa.table({"id": pa.array([0], pa.int64())}), storage_options=s3.options())
-        connection = {
-            "conn_type": "deltaplane",
-            "host": s3.endpoint,
-            "login": s3.access_key,
-            "password": marker,
-            "extra": {"region": "us-east-1"},
-        }
+        connection = s3.connection()
+        assert connection["password"] == marker
         states, events = run_with_lineage(
             ol_home,
             "lineage_s3",

@@ -104,18 +104,8 @@ def test_no_secret_in_argv_logs_xcom_commits_or_files(airflow_db, tmp_path, monk
     logs, XComs, the tables' commitInfo and every file of every table are searched."""
     marker = f"dpsecret-{uuid.uuid4().hex}"
     with authenticated_seaweedfs(tmp_path / "s3", marker) as s3:
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_LAKE_SECRET",
-            json.dumps(
-                {
-                    "conn_type": "deltaplane",
-                    "host": s3.endpoint,
-                    "login": s3.access_key,
-                    "password": marker,
-                    "extra": {"region": "us-east-1"},
-                }
-            ),
-        )
+        assert s3.connection()["password"] == marker
+        monkeypatch.setenv("AIRFLOW_CONN_LAKE_SECRET", json.dumps(s3.connection()))
         remote, local, loaded = s3.uri("secret-scan"), str(tmp_path / "local"), str(tmp_path / "loaded")
         small_files(remote, storage_options=s3.options())
         small_files(local)
@@ -197,14 +187,8 @@ def test_no_secret_in_quarantine_files_or_ops_pages(airflow_db, tmp_path, monkey
 
     marker = f"dpsecret-{uuid.uuid4().hex}"
     with authenticated_seaweedfs(tmp_path / "s3", marker) as s3:
-        connection = {
-            "conn_type": "deltaplane",
-            "host": s3.endpoint,
-            "login": s3.access_key,
-            "password": marker,
-            "extra": {"region": "us-east-1"},
-        }
-        monkeypatch.setenv("AIRFLOW_CONN_LAKE_SECRET", json.dumps(connection))
+        assert s3.connection()["password"] == marker
+        monkeypatch.setenv("AIRFLOW_CONN_LAKE_SECRET", json.dumps(s3.connection()))
         table = s3.uri("gated")
         small_files(table, storage_options=s3.options(), names=True)
         landing = tmp_path / "landing"
