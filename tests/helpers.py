@@ -1,4 +1,5 @@
-"""Comparison helpers for tests: multiset equality of Arrow tables, independent of the engine."""
+"""Comparison helpers for tests: multiset equality of Arrow tables, independent of the engine; and
+the random rows the clustering tests write."""
 
 from __future__ import annotations
 
@@ -67,3 +68,35 @@ def _arrow_equal(a: pa.Table, e: pa.Table) -> bool:
         return False
     keys = [(name, "ascending") for name in a.column_names]
     return a.sort_by(keys).equals(e.sort_by(keys))
+
+
+CLUSTERING_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.string()), ("c", pa.float64())])
+
+
+def clustering_rows(seed: int, n: int) -> pa.Table:
+    """``n`` random rows, the same for the same ``seed``: ``a`` below 1000, ``b`` one of 300 keys
+    (``k000`` to ``k299``), ``c`` in [0, 1)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return pa.table(
+        {
+            "a": rng.integers(0, 1000, n),
+            "b": [f"k{int(v):03d}" for v in rng.integers(0, 300, n)],
+            "c": rng.random(n),
+        },
+        schema=CLUSTERING_SCHEMA,
+    )
+
+
+def clustering_values_sql(seed: int, n: int = 200) -> str:
+    """The rows of ``clustering_rows(seed, n)`` as SQL VALUES."""
+    return ", ".join(f"({r['a']}, '{r['b']}', {r['c']!r})" for r in clustering_rows(seed, n).to_pylist())
+
+
+def spark_clustered_table(spark, path: str, seeds) -> None:
+    """A table at ``path`` that Delta Spark creates clustered by (a, b), then fills with one
+    INSERT of ``clustering_rows(seed, 200)`` per seed."""
+    spark.sql(f"CREATE TABLE delta.`{path}` (a BIGINT, b STRING, c DOUBLE) USING delta CLUSTER BY (a, b)")
+    for seed in seeds:
+        spark.sql(f"INSERT INTO delta.`{path}` VALUES {clustering_values_sql(seed)}")

@@ -11,15 +11,8 @@ import numpy as np
 import pyarrow as pa
 
 from deltaplane.engine import DeltaTable
-from tests.deltaspark.compare import arrow_rows, sorted_rows
-
-
-def spark_rows(spark, path: str) -> list[dict]:
-    return sorted_rows(spark.sql(f"SELECT * FROM delta.`{path}`"))
-
-
-def dp_rows(path: str) -> list[dict]:
-    return sorted_rows(arrow_rows(DeltaTable(path).to_arrow()))
+from tests.deltaspark.compare import dp_rows, spark_rows
+from tests.helpers import clustering_rows, clustering_values_sql, spark_clustered_table
 
 
 def detail(spark, path: str) -> dict:
@@ -38,32 +31,9 @@ def live_adds(path: str) -> list[dict]:
     return list(found.values())
 
 
-def values_sql(seed: int, n: int = 200) -> str:
-    rng = np.random.default_rng(seed)
-    return ", ".join(
-        f"({int(a)}, 'k{int(b):03d}', {float(c)!r})"
-        for a, b, c in zip(rng.integers(0, 1000, n), rng.integers(0, 300, n), rng.random(n), strict=True)
-    )
-
-
-def arrow_rows_of(seed: int, n: int = 200) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    return pa.table(
-        {
-            "a": rng.integers(0, 1000, n),
-            "b": [f"k{int(v):03d}" for v in rng.integers(0, 300, n)],
-            "c": rng.random(n),
-        }
-    )
-
-
 def test_spark_clustered_table_optimized_by_deltaplane(delta_spark, tmp_path):
     path = str(tmp_path / "spark_clustered")
-    delta_spark.sql(
-        f"CREATE TABLE delta.`{path}` (a BIGINT, b STRING, c DOUBLE) USING delta CLUSTER BY (a, b)"
-    )
-    for seed in range(3):
-        delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {values_sql(seed)}")
+    spark_clustered_table(delta_spark, path, range(3))
     dt = DeltaTable(path)
     assert dt.clustering_columns == detail(delta_spark, path)["clusteringColumns"] == ["a", "b"]
 
@@ -82,7 +52,7 @@ def test_spark_clustered_table_optimized_by_deltaplane(delta_spark, tmp_path):
     assert DeltaTable(path).version == version
 
     # It keeps writing and clustering; deltaplane reads the same rows and finds nothing left.
-    delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {values_sql(7)}")
+    delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {clustering_values_sql(7)}")
     delta_spark.sql(f"OPTIMIZE delta.`{path}`")
     assert delta_spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1")[0]["operation"] == "OPTIMIZE"
     assert {a["clusteringProvider"] for a in live_adds(path)} == {"liquid"}
@@ -94,16 +64,16 @@ def test_spark_clustered_table_optimized_by_deltaplane(delta_spark, tmp_path):
 
 def test_deltaplane_clustered_table_in_delta_spark(delta_spark, tmp_path):
     path = str(tmp_path / "dp_clustered")
-    dt = DeltaTable.create(path, arrow_rows_of(0).schema, cluster_by=["a", "b"])
+    dt = DeltaTable.create(path, clustering_rows(0, 200).schema, cluster_by=["a", "b"])
     for seed in range(3):
-        dt.append(arrow_rows_of(seed))
+        dt.append(clustering_rows(seed, 200))
     info = detail(delta_spark, path)
     assert info["clusteringColumns"] == ["a", "b"]
     assert {"clustering", "domainMetadata"} <= set(info["tableFeatures"])
     assert info["partitionColumns"] == []
 
     # Delta Spark writes and OPTIMIZEs it (its own clustering, from our domain).
-    delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {values_sql(9)}")
+    delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {clustering_values_sql(9)}")
     delta_spark.sql(f"OPTIMIZE delta.`{path}`")
     history = delta_spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1")[0]
     assert history["operation"] == "OPTIMIZE"
@@ -118,7 +88,7 @@ def test_deltaplane_clustered_table_in_delta_spark(delta_spark, tmp_path):
     delta_spark.sql(f"ALTER TABLE delta.`{path}` CLUSTER BY (b)")
     dt.refresh()
     assert dt.clustering_columns == ["b"]
-    dt.append(arrow_rows_of(11))
+    dt.append(clustering_rows(11, 200))
     assert dt.optimize().num_files_removed == 1  # only the new file: the a,b cube is kept
     delta_spark.sql(f"OPTIMIZE delta.`{path}` FULL")
     assert {a["tags"]["ZCUBE_ZORDER_BY"] for a in live_adds(path)} == {'["b"]'}
@@ -189,7 +159,7 @@ def test_optimize_full_rewrites_what_delta_sparks_full_rewrites(delta_spark, tmp
         )
         for i, step in enumerate(steps):
             if step == "insert":
-                delta_spark.sql(f"INSERT INTO delta.`{base}` VALUES {values_sql(i, 50)}")
+                delta_spark.sql(f"INSERT INTO delta.`{base}` VALUES {clustering_values_sql(i, 50)}")
             elif step == "ours":
                 DeltaTable(base).optimize()
             else:

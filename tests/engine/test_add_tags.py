@@ -15,7 +15,6 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -26,6 +25,7 @@ from deltaplane.engine.errors import CorruptLogError
 from deltaplane.engine.log import checkpoints as checkpoint_reader
 from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage import LocalStore
+from tests.helpers import CLUSTERING_SCHEMA, clustering_rows, clustering_values_sql, spark_clustered_table
 from tests.logbuilder import (
     CHECKPOINT_TYPES,
     add,
@@ -221,19 +221,11 @@ def test_big_checkpoints_stream_tags_too(tmp_path, monkeypatch):
 
 # --- liquid clustering: tags decide the cubes ----------------------------------------------------
 
-SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.string()), ("c", pa.float64())])
+SCHEMA = CLUSTERING_SCHEMA
 
 
-def rows(seed: int, n: int = 400) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    return pa.table(
-        {
-            "a": rng.integers(0, 1000, n),
-            "b": [f"k{v:03d}" for v in rng.integers(0, 300, n)],
-            "c": rng.random(n),
-        },
-        schema=SCHEMA,
-    )
+def rows(seed: int) -> pa.Table:
+    return clustering_rows(seed, 400)
 
 
 def commit_adds(path: str, version: int) -> list[dict]:
@@ -325,14 +317,6 @@ def test_enabling_row_tracking_keeps_the_tags(tmp_path):
 # --- Delta Spark keeps its tags through deltaplane's checkpoint ------------------------------------
 
 
-def spark_values(seed: int, n: int = 200) -> str:
-    rng = np.random.default_rng(seed)
-    return ", ".join(
-        f"({int(a)}, 'k{int(b):03d}', {float(c)!r})"
-        for a, b, c in zip(rng.integers(0, 1000, n), rng.integers(0, 300, n), rng.random(n), strict=True)
-    )
-
-
 def json_live_tags(path: str, live: set[str]) -> dict[str, dict[str, str] | None]:
     """Tags of the live files as Delta Spark wrote them in its JSON commits."""
     found: dict[str, dict[str, str] | None] = {}
@@ -346,13 +330,9 @@ def json_live_tags(path: str, live: set[str]) -> dict[str, dict[str, str] | None
 
 def test_delta_spark_tags_survive_a_deltaplane_checkpoint(delta_spark, tmp_path):
     path = str(tmp_path / "spark_clustered")
-    delta_spark.sql(
-        f"CREATE TABLE delta.`{path}` (a BIGINT, b STRING, c DOUBLE) USING delta CLUSTER BY (a, b)"
-    )
-    for seed in range(3):
-        delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {spark_values(seed)}")
+    spark_clustered_table(delta_spark, path, range(3))
     delta_spark.sql(f"OPTIMIZE delta.`{path}`")  # Delta Spark's own ZCube
-    delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {spark_values(3)}")
+    delta_spark.sql(f"INSERT INTO delta.`{path}` VALUES {clustering_values_sql(3)}")
     live = set(DeltaTable(path).snapshot.files.column("path").to_pylist())
     written = json_live_tags(path, live)
     assert sum(1 for t in written.values() if t and "ZCUBE_ID" in t) >= 1
