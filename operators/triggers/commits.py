@@ -124,74 +124,6 @@ class DeltaCommitTrigger(BaseTrigger):
             await asyncio.sleep(wait)
 
 
-class DeltaCommitEventTrigger(TableStreamTrigger):
-    """One event per new data commit of a table, for ``AssetWatcher``::
-
-    table = Asset("s3://lake/trips", watchers=[AssetWatcher(name="trips_commits",
-                  trigger=DeltaCommitEventTrigger(table_uri="s3://lake/trips", deltaplane_conn_id="lake"))])
-
-    ``start``: where the first start begins (``"earliest"``, the default, as for the log-tail
-    sensor: every commit from version 0; ``"latest"``: only commits after the version current
-    then; a version ``N``: from ``N`` on); later starts resume from the persisted watermark
-    (``watermark_key``). ``start_after=N`` is the older spelling of ``start=N + 1``.
-
-    Commits made by a deltaplane task that announces them through its outlet (its commitInfo's
-    ``airflow.asset_event``) are not announced again: on a table's Asset, each data commit is
-    one event, from the task that made it or else from this trigger.
-    """
-
-    def __init__(
-        self,
-        *,
-        table_uri: str,
-        deltaplane_conn_id: str | None = None,
-        watermark_key: str | None = None,
-        start: str | int = DEFAULT_START,
-        start_after: int | None = None,
-        poke_interval: float = 30.0,
-        **filters: Any,
-    ):
-        super().__init__()
-        owner = type(self).__name__
-        if start_after is not None:
-            if start != DEFAULT_START:
-                raise InvalidArgumentError(f"{owner}: give start or start_after, not both")
-            start = check_start(int(start_after) + 1, owner=owner)
-        self.table_uri = location(table_uri)  # serialized as JSON: a pathlib.Path as its string
-        self.deltaplane_conn_id = deltaplane_conn_id
-        self.watermark_key = watermark_key or "asset-watcher"
-        self.start = check_start(start, owner=owner)
-        self.commit_filter = take_filter(owner, filters, strict=True)
-        self.poke_interval = float(poke_interval)
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return classpath(self), {
-            "table_uri": self.table_uri,
-            "deltaplane_conn_id": self.deltaplane_conn_id,
-            "watermark_key": self.watermark_key,
-            "start": self.start,
-            "poke_interval": self.poke_interval,
-            **self.commit_filter.to_kwargs(),
-        }
-
-    # --- ack mode: the producer tails the log, Airflow says what it stored -------------------
-
-    stream = "deltaplane.commits"
-
-    @classmethod
-    def producer(cls, kwargs: dict[str, Any]) -> CommitLogProducer:
-        return CommitLogProducer(kwargs)
-
-    def event(self, raw: dict[str, Any]) -> TriggerEvent | None:
-        """A matching commit's payload (``event_payload``, the payload of a task's outlet event
-        too), or an error report."""
-        if raw.get("summary") is not None:
-            from deltaplane.operators.utils.runs import event_payload
-
-            return TriggerEvent(event_payload(self.table_uri, raw["summary"]))
-        return super().event(raw)
-
-
 class CommitLogProducer(SharedStreamProducer):
     """The log tail of one ``DeltaCommitEventTrigger`` stream.
 
@@ -301,3 +233,62 @@ class CommitLogProducer(SharedStreamProducer):
             done = version
         if done is not None:
             await asyncio.to_thread(write_watermark, self.table_uri, self.watermark_key, done, self._options)
+
+
+class DeltaCommitEventTrigger(TableStreamTrigger):
+    """One event per new data commit of a table, for ``AssetWatcher``::
+
+    table = Asset("s3://lake/trips", watchers=[AssetWatcher(name="trips_commits",
+                  trigger=DeltaCommitEventTrigger(table_uri="s3://lake/trips", deltaplane_conn_id="lake"))])
+
+    ``start``: where the first start begins (``"earliest"``, the default, as for the log-tail
+    sensor: every commit from version 0; ``"latest"``: only commits after the version current
+    then; a version ``N``: from ``N`` on); later starts resume from the persisted watermark
+    (``watermark_key``). ``start_after=N`` is the older spelling of ``start=N + 1``.
+
+    Commits made by a deltaplane task that announces them through its outlet (its commitInfo's
+    ``airflow.asset_event``) are not announced again: on a table's Asset, each data commit is
+    one event, from the task that made it or else from this trigger.
+    """
+
+    # ack mode: the producer tails the log, Airflow says what it stored
+    stream = "deltaplane.commits"
+    producer = CommitLogProducer
+    serialized = ("table_uri", "deltaplane_conn_id", "watermark_key", "start", "poke_interval")
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        deltaplane_conn_id: str | None = None,
+        watermark_key: str | None = None,
+        start: str | int = DEFAULT_START,
+        start_after: int | None = None,
+        poke_interval: float = 30.0,
+        **filters: Any,
+    ):
+        super().__init__()
+        owner = type(self).__name__
+        if start_after is not None:
+            if start != DEFAULT_START:
+                raise InvalidArgumentError(f"{owner}: give start or start_after, not both")
+            start = check_start(int(start_after) + 1, owner=owner)
+        self.table_uri = location(table_uri)  # serialized as JSON: a pathlib.Path as its string
+        self.deltaplane_conn_id = deltaplane_conn_id
+        self.watermark_key = watermark_key or "asset-watcher"
+        self.start = check_start(start, owner=owner)
+        self.commit_filter = take_filter(owner, filters, strict=True)
+        self.poke_interval = float(poke_interval)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        path, kwargs = super().serialize()
+        return path, {**kwargs, **self.commit_filter.to_kwargs()}
+
+    def event(self, raw: dict[str, Any]) -> TriggerEvent | None:
+        """A matching commit's payload (``event_payload``, the payload of a task's outlet event
+        too), or an error report."""
+        if raw.get("summary") is not None:
+            from deltaplane.operators.utils.runs import event_payload
+
+            return TriggerEvent(event_payload(self.table_uri, raw["summary"]))
+        return super().event(raw)

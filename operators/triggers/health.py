@@ -36,7 +36,6 @@ from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 from deltaplane.operators.triggers.streams import (
     ErrorReports,
     TableStreamTrigger,
-    classpath,
     describe,
     storage_options,
 )
@@ -49,51 +48,6 @@ def _policy(values: dict[str, Any] | None):
     from deltaplane.engine import MaintenancePolicy
 
     return MaintenancePolicy.from_dict(values, owner="DeltaHealthEventTrigger")
-
-
-class DeltaHealthEventTrigger(TableStreamTrigger):
-    """Fires ``needs_maintenance`` events for ``table_uri`` (see the module docstring);
-    ``policy`` holds ``MaintenancePolicy`` fields (checked when the DAG is parsed)."""
-
-    def __init__(
-        self,
-        *,
-        table_uri: str,
-        deltaplane_conn_id: str | None = None,
-        policy: dict[str, Any] | None = None,
-        watermark_key: str | None = None,
-        poke_interval: float = 60.0,
-        reannounce_after: float = 3600.0,
-    ):
-        super().__init__()
-        self.table_uri = location(table_uri)
-        self.deltaplane_conn_id = deltaplane_conn_id
-        _policy(policy)  # a wrong key or value fails at parse time
-        self.policy = {k: list(v) if isinstance(v, tuple) else v for k, v in (policy or {}).items()}
-        self.watermark_key = watermark_key or "maintenance"
-        self.poke_interval = float(poke_interval)
-        self.reannounce_after = float(reannounce_after)
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return classpath(self), {
-            "table_uri": self.table_uri,
-            "deltaplane_conn_id": self.deltaplane_conn_id,
-            "policy": self.policy,
-            "watermark_key": self.watermark_key,
-            "poke_interval": self.poke_interval,
-            "reannounce_after": self.reannounce_after,
-        }
-
-    stream = "deltaplane.health"
-
-    @classmethod
-    def producer(cls, kwargs: dict[str, Any]) -> HealthProducer:
-        return HealthProducer(kwargs)
-
-    def event(self, raw: dict[str, Any]) -> TriggerEvent | None:
-        if raw.get("announce") is not None:
-            return TriggerEvent({"status": "needs_maintenance", "table": self.table_uri, **raw["announce"]})
-        return super().event(raw)
 
 
 class HealthProducer(SharedStreamProducer):
@@ -222,3 +176,43 @@ class HealthProducer(SharedStreamProducer):
         if stored is not None:
             self._stored = stored
             await asyncio.to_thread(write_watermark, self.table_uri, self.key, stored, self._options)
+
+
+class DeltaHealthEventTrigger(TableStreamTrigger):
+    """Fires ``needs_maintenance`` events for ``table_uri`` (see the module docstring);
+    ``policy`` holds ``MaintenancePolicy`` fields (checked when the DAG is parsed)."""
+
+    stream = "deltaplane.health"
+    producer = HealthProducer
+    serialized = (
+        "table_uri",
+        "deltaplane_conn_id",
+        "policy",
+        "watermark_key",
+        "poke_interval",
+        "reannounce_after",
+    )
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        deltaplane_conn_id: str | None = None,
+        policy: dict[str, Any] | None = None,
+        watermark_key: str | None = None,
+        poke_interval: float = 60.0,
+        reannounce_after: float = 3600.0,
+    ):
+        super().__init__()
+        self.table_uri = location(table_uri)
+        self.deltaplane_conn_id = deltaplane_conn_id
+        _policy(policy)  # a wrong key or value fails at parse time
+        self.policy = {k: list(v) if isinstance(v, tuple) else v for k, v in (policy or {}).items()}
+        self.watermark_key = watermark_key or "maintenance"
+        self.poke_interval = float(poke_interval)
+        self.reannounce_after = float(reannounce_after)
+
+    def event(self, raw: dict[str, Any]) -> TriggerEvent | None:
+        if raw.get("announce") is not None:
+            return TriggerEvent({"status": "needs_maintenance", "table": self.table_uri, **raw["announce"]})
+        return super().event(raw)

@@ -44,11 +44,12 @@ class TableStreamTrigger(BaseEventTrigger):
     trigger's event (an error report by default, ``None`` for what is not announced)."""
 
     stream: str
+    producer: type[SharedStreamProducer]  # made from the serialized arguments
+    serialized: tuple[str, ...]  # the arguments ``serialize`` keeps, each an attribute
     table_uri: str
 
-    @classmethod
-    def producer(cls, kwargs: dict[str, Any]) -> SharedStreamProducer:
-        raise NotImplementedError
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return classpath(self), {name: getattr(self, name) for name in self.serialized}
 
     def event(self, raw: dict[str, Any]) -> TriggerEvent | None:
         if raw.get("error") is not None:
