@@ -65,10 +65,6 @@ $(REFERENCE)/stamp: tests/deltaspark/requirements.txt tests/deltaspark/pom.xml
 	$(PYTHON) tests/deltaspark/provision.py --home $(REFERENCE)
 reference: $(REFERENCE)/stamp
 
-# The inner loop: lint, the import contracts and every test that starts no external process (no
-# Spark, Delta Spark, Airflow component, SeaweedFS or Chromium; tests/tiers.py says which and
-# fails a test that starts one anyway) and is not marked slow (scale and end-to-end runs).
-# Needs neither Java nor the reference virtualenv.
 # The docs site (mkdocs.yml, docs/): served on 127.0.0.1 only, rebuilt as pages change.
 # DOCS_PORT picks another port. tests/test_docs_site.py builds it with --strict in `make test`.
 DOCS_PORT ?= 8000
@@ -78,6 +74,10 @@ docs: $(STAMP)
 docs-build: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
+# The inner loop: lint, the import contracts and every test that starts no external process (no
+# Spark, Delta Spark, Airflow component, SeaweedFS or Chromium; tests/tiers.py says which and
+# fails a test that starts one anyway) and is not marked slow (scale and end-to-end runs).
+# Needs neither Java nor the reference virtualenv.
 check: lint
 	$(BIN)/python -m pytest --fast -m "not slow" -n 3 -q
 
