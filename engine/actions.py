@@ -3,7 +3,7 @@
 Python code sees snake_case fields; the JSON of the log uses camelCase, and the conversion happens
 only here, at the boundary. Fields this engine does not know are kept in ``extra`` and written back
 unchanged, so rewriting an action (for example into a checkpoint) never drops what a newer writer
-put there. Unknown action types are ignored by :func:`parse_action`, as the protocol requires.
+put there. Unknown action types are ignored by :func:`known_actions`, as the protocol requires.
 
 The hot path (replaying millions of add/remove actions) does not build these objects: it parses
 file actions straight into Arrow (``log/commits.py``). These classes serve the few non-file
@@ -315,23 +315,6 @@ def known_actions(obj: dict[str, Any]) -> list[tuple[str, Any]]:
     if not isinstance(obj, dict):
         raise ValueError("a log line must be a JSON object")
     return [(k, v) for k, v in obj.items() if v is not None and k in ACTION_TYPES]
-
-
-def parse_action(obj: dict[str, Any]) -> Action | None:
-    """One log line (already JSON-decoded) holding a single action; ``None`` when it holds none.
-
-    For callers that handle one action at a time: a line with only unknown keys (a future
-    action type) is ``None``, unknown keys beside the action are ignored, and a line with
-    several known actions raises ``ValueError`` (the log parsers take each of them instead,
-    through :func:`known_actions`).
-    """
-    actions = known_actions(obj)
-    if not actions:
-        return None
-    if len(actions) > 1:
-        raise ValueError(f"a log line holds several actions: {sorted(k for k, _ in actions)}")
-    key, body = actions[0]
-    return ACTION_TYPES[key].from_json(body)
 
 
 def action_to_json_line(action: Action) -> str:

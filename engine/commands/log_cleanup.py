@@ -183,11 +183,6 @@ class LogCleanupMetrics:
         return dataclasses.asdict(self)
 
 
-def midnight_utc(ms: int) -> int:
-    """The start of the UTC day ``ms`` falls in."""
-    return ms - ms % DAY_MS
-
-
 def plan_log_cleanup(
     store: ObjectStore,
     snapshot: Snapshot,

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from deltaplane.engine import DeltaTable
-from deltaplane.engine.commands.log_cleanup import execute_log_cleanup, midnight_utc, plan_log_cleanup
+from deltaplane.engine.commands.log_cleanup import execute_log_cleanup, plan_log_cleanup
 from deltaplane.engine.errors import RetentionTooShortError, VersionNotFoundError
 from deltaplane.engine.snapshot import load_snapshot
 from deltaplane.engine.storage import LocalStore
@@ -138,7 +138,7 @@ def test_the_cutoff_is_midnight_utc_of_the_retention_day(tmp_path):
     root = tmp_path / "t"
     build(root, 4, {2})
     now = now_ms()
-    cutoff = midnight_utc(now - 30 * DAY)
+    cutoff = (now - 30 * DAY) // DAY * DAY  # the start of the UTC day 30 days ago
     assert cutoff % DAY == 0 and now - 31 * DAY < cutoff <= now - 30 * DAY
     for v, t in ((0, cutoff - 2000), (1, cutoff - 1000), (2, cutoff + 1000), (3, cutoff + 2000)):
         set_mtime(log_dir(root) / f"{v:020d}.json", t)
