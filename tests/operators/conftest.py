@@ -83,6 +83,23 @@ def run_dag(name: str, source: str, **test_kwargs):
         path.unlink()  # later DAG files may define the same DAG ids
 
 
+def dag_file(name: str, head: str, tasks: str, dag_args: str = "") -> str:
+    """The source of a DAG file whose DAG ``name`` has no schedule (and ``dag_args``, more of its
+    arguments, if given) and whose body is ``tasks``; ``head`` is what the file has before the DAG
+    besides ``datetime``, ``pendulum``, ``DAG`` and ``task``: the operators' imports and the names
+    the tasks share."""
+    common = "import datetime\nimport pendulum\nfrom airflow.sdk import DAG, task\n"
+    more = f", {dag_args}" if dag_args else ""
+    dag = f"with DAG({name!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1){more}) as dag:"
+    body = textwrap.indent(textwrap.dedent(tasks), "    ")
+    return f"{common}{textwrap.dedent(head)}\n{dag}\n{body}"
+
+
+def run_tasks(name: str, head: str, tasks: str, dag_args: str = "", **test_kwargs):
+    """``run_dag`` of the DAG file ``dag_file`` writes."""
+    return run_dag(name, dag_file(name, head, tasks, dag_args), **test_kwargs)
+
+
 @contextlib.contextmanager
 def once_deferred(table_uri: str, action, timeout: float = 300):
     """Run ``action`` in a thread as soon as a sensor has deferred its wait for ``table_uri`` to

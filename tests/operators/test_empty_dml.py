@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from deltaplane.engine import DeltaTable
-from tests.operators.conftest import asset_events, run_dag, task_states, xcom
+from tests.operators.conftest import asset_events, dag_file, run_dag, run_tasks, task_states, xcom
 from tests.operators.test_xcom_shape import check_shape
 
 pytestmark = pytest.mark.airflow
@@ -29,20 +29,19 @@ def make(path) -> DeltaTable:
 def test_a_delete_matching_no_row_commits_nothing_and_reports_it(airflow_db, tmp_path):
     table = tmp_path / "users"
     make(table)
-    run = run_dag(
+    run = run_tasks(
         "empty_delete",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
         from deltaplane.operators.operators.dml import DeltaDMLOperator
 
         T = {str(table)!r}
-        with DAG("empty_delete", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            nobody = DeltaDMLOperator(task_id="delete", table_uri=T, operation="delete",
-                                      predicate="id = 12345", idempotent=False)
-            also = DeltaDMLOperator(task_id="update", table_uri=T, operation="update",
-                                    predicate="id > 100", updates={{"day": "'x'"}}, idempotent=False)
-            nobody >> also
+        """,
+        """
+        nobody = DeltaDMLOperator(task_id="delete", table_uri=T, operation="delete",
+                                  predicate="id = 12345", idempotent=False)
+        also = DeltaDMLOperator(task_id="update", table_uri=T, operation="update",
+                                predicate="id > 100", updates={"day": "'x'"}, idempotent=False)
+        nobody >> also
         """,
     )
     assert task_states(run) == {"delete": "success", "update": "success"}
@@ -64,16 +63,18 @@ def test_a_work_key_is_recorded_even_when_the_work_changed_nothing(airflow_db, t
     make(table)
     empty = tmp_path / "empty.parquet"
     pq.write_table(SCHEMA.empty_table(), empty)
-    dag = f"""
-        import pendulum
-        from airflow.sdk import DAG
+    dag = dag_file(
+        "empty_merge",
+        f"""
         from deltaplane.operators.operators.dml import DeltaDMLOperator
 
         T = {str(table)!r}
-        with DAG("empty_merge", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            DeltaDMLOperator(task_id="merge", table_uri=T, operation="merge", source={str(empty)!r},
-                             merge_condition="t.id = s.id")
-        """
+        """,
+        f"""
+        DeltaDMLOperator(task_id="merge", table_uri=T, operation="merge", source={str(empty)!r},
+                         merge_condition="t.id = s.id")
+        """,
+    )
     first = run_dag("empty_merge", dag)
     assert task_states(first) == {"merge": "success"}
     out = xcom(first, "merge")

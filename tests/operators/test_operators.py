@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from deltaplane.engine import DeltaTable
-from tests.operators.conftest import asset_events, run_dag, task_states, xcom
+from tests.operators.conftest import asset_events, run_tasks, task_states, xcom
 
 pytestmark = pytest.mark.airflow
 
@@ -30,31 +30,30 @@ def landing(directory: Path, batches: int, rows: int = 100) -> Path:
 def test_commit_then_maintenance(airflow_db, tmp_path):
     table = tmp_path / "events"
     source = landing(tmp_path / "landing", 3)
-    run = run_dag(
+    run = run_tasks(
         "commit_maintenance",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
         from deltaplane.operators.operators.commit import DeltaCommitOperator
         from deltaplane.operators.operators.maintenance import (
             DeltaAutoOptimizeOperator, DeltaCheckpointOperator, DeltaCompactionOperator,
             DeltaManifestOperator, DeltaVacuumOperator,
         )
 
-        T = {str(table)!r}
-        with DAG("commit_maintenance", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            commits = [
-                DeltaCommitOperator(task_id=f"commit_{{i}}", table_uri=T, source={str(source)!r} + f"/batch-{{i}}.parquet",
-                                    partition_by=["day"])
-                for i in range(3)
-            ]
-            decide = DeltaAutoOptimizeOperator(task_id="auto_optimize", table_uri=T, min_small_files=2)
-            compact = DeltaCompactionOperator(task_id="compact", table_uri=T, decision_task_id="auto_optimize")
-            checkpoint = DeltaCheckpointOperator(task_id="checkpoint", table_uri=T, trigger_rule="none_failed")
-            vacuum = DeltaVacuumOperator(task_id="vacuum", table_uri=T, dry_run=False, retention_hours=0,
-                                         enforce_retention=False)
-            manifest = DeltaManifestOperator(task_id="manifest", table_uri=T)
-            commits[0] >> commits[1] >> commits[2] >> decide >> compact >> checkpoint >> vacuum >> manifest
+        T, S = {str(table)!r}, {str(source)!r}
+        """,
+        """
+        commits = [
+            DeltaCommitOperator(task_id=f"commit_{i}", table_uri=T, source=S + f"/batch-{i}.parquet",
+                                partition_by=["day"])
+            for i in range(3)
+        ]
+        decide = DeltaAutoOptimizeOperator(task_id="auto_optimize", table_uri=T, min_small_files=2)
+        compact = DeltaCompactionOperator(task_id="compact", table_uri=T, decision_task_id="auto_optimize")
+        checkpoint = DeltaCheckpointOperator(task_id="checkpoint", table_uri=T, trigger_rule="none_failed")
+        vacuum = DeltaVacuumOperator(task_id="vacuum", table_uri=T, dry_run=False, retention_hours=0,
+                                     enforce_retention=False)
+        manifest = DeltaManifestOperator(task_id="manifest", table_uri=T)
+        commits[0] >> commits[1] >> commits[2] >> decide >> compact >> checkpoint >> vacuum >> manifest
         """,
     )
     states = task_states(run)
@@ -91,13 +90,10 @@ def test_a_retried_writing_task_commits_once(airflow_db, tmp_path):
     table = tmp_path / "t"
     source = landing(tmp_path / "landing", 1)
     marker = tmp_path / "crashed"
-    run = run_dag(
+    run = run_tasks(
         "retry_once",
         f"""
-        import datetime as dt
         from pathlib import Path
-        import pendulum
-        from airflow.sdk import DAG
         from deltaplane.operators.operators.commit import DeltaCommitOperator
         from deltaplane.operators.operators.dml import DeltaDMLOperator
 
@@ -115,12 +111,15 @@ def test_a_retried_writing_task_commits_once(airflow_db, tmp_path):
         class Delete(CrashAfterCommit, DeltaDMLOperator):
             pass
 
-        args = dict(retries=1, retry_delay=dt.timedelta(seconds=0))
-        with DAG("retry_once", schedule=None, start_date=pendulum.datetime(2026, 1, 1), default_args=args) as dag:
-            commit = Commit(task_id="commit", table_uri={str(table)!r}, source={str(source)!r})
-            delete = Delete(task_id="delete", table_uri={str(table)!r}, operation="delete", predicate="id < 10")
-            commit >> delete
+        args = dict(retries=1, retry_delay=datetime.timedelta(seconds=0))
+        T = {str(table)!r}
         """,
+        f"""
+        commit = Commit(task_id="commit", table_uri=T, source={str(source)!r})
+        delete = Delete(task_id="delete", table_uri=T, operation="delete", predicate="id < 10")
+        commit >> delete
+        """,
+        dag_args="default_args=args",
     )
     assert task_states(run) == {"commit": "success", "delete": "success"}
     dt = DeltaTable(str(table))
@@ -135,21 +134,20 @@ def test_a_retried_writing_task_commits_once(airflow_db, tmp_path):
 def test_compaction_has_nothing_to_do_when_auto_optimize_says_so(airflow_db, tmp_path):
     table = tmp_path / "t"
     source = landing(tmp_path / "landing", 2)
-    run = run_dag(
+    run = run_tasks(
         "nothing_to_do",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
         from deltaplane.operators.operators.commit import DeltaCommitOperator
         from deltaplane.operators.operators.maintenance import DeltaAutoOptimizeOperator, DeltaCheckpointOperator, DeltaCompactionOperator
 
         T = {str(table)!r}
-        with DAG("nothing_to_do", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            load = DeltaCommitOperator(task_id="load", table_uri=T, source={str(source)!r})
-            decide = DeltaAutoOptimizeOperator(task_id="auto_optimize", table_uri=T)  # 50 small files by default
-            compact = DeltaCompactionOperator(task_id="compact", table_uri=T, decision_task_id="auto_optimize")
-            checkpoint = DeltaCheckpointOperator(task_id="checkpoint", table_uri=T)
-            load >> decide >> compact >> checkpoint
+        """,
+        f"""
+        load = DeltaCommitOperator(task_id="load", table_uri=T, source={str(source)!r})
+        decide = DeltaAutoOptimizeOperator(task_id="auto_optimize", table_uri=T)  # 50 small files by default
+        compact = DeltaCompactionOperator(task_id="compact", table_uri=T, decision_task_id="auto_optimize")
+        checkpoint = DeltaCheckpointOperator(task_id="checkpoint", table_uri=T)
+        load >> decide >> compact >> checkpoint
         """,
     )
     states = task_states(run)
@@ -170,20 +168,19 @@ def test_dml_operators(airflow_db, tmp_path):
         pa.schema([("id", pa.int64()), ("day", pa.string())]),
         properties={"delta.enableDeletionVectors": "true"},
     ).append(pq.read_table(source / "batch-0.parquet"))
-    run = run_dag(
+    run = run_tasks(
         "dml_ops",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
         from deltaplane.operators.operators.dml import DeltaDMLOperator
 
         T = {str(table)!r}
-        with DAG("dml_ops", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            forget = DeltaDMLOperator(task_id="gdpr_delete", table_uri=T, operation="delete", predicate="id IN (1, 2, 3)")
-            fix = DeltaDMLOperator(task_id="fix", table_uri=T, operation="update", predicate="id = 4", updates={{"day": "'fixed'"}})
-            upsert = DeltaDMLOperator(task_id="upsert", table_uri=T, operation="merge", source={str(upserts)!r},
-                                      merge_condition="t.id = s.id")
-            forget >> fix >> upsert
+        """,
+        f"""
+        forget = DeltaDMLOperator(task_id="gdpr_delete", table_uri=T, operation="delete", predicate="id IN (1, 2, 3)")
+        fix = DeltaDMLOperator(task_id="fix", table_uri=T, operation="update", predicate="id = 4", updates={{"day": "'fixed'"}})
+        upsert = DeltaDMLOperator(task_id="upsert", table_uri=T, operation="merge", source={str(upserts)!r},
+                                  merge_condition="t.id = s.id")
+        forget >> fix >> upsert
         """,
     )
     assert set(task_states(run).values()) == {"success"}
@@ -222,32 +219,31 @@ def test_quality_gate_commits_good_batches_and_quarantines_bad_ones(airflow_db, 
         {"expectation": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}},
         {"expectation": "expect_column_values_to_be_between", "kwargs": {"column": "amount", "min_value": 0}},
     ]
-    source = f"""
-        import pendulum
-        from airflow.sdk import DAG
-        from deltaplane.operators.operators.commit import DeltaCommitOperator
-        from deltaplane.operators.operators.quality import DeltaQualityGateOperator
 
-        T = {str(table)!r}
-        with DAG("{{name}}", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            gate = DeltaQualityGateOperator(task_id="gate", table_uri=T, staged_manifest={str(staging)!r} + "/{{batch}}.json",
-                                            expectations={expectations!r}, on_failure="{{on_failure}}")
-            commit = DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest={str(staging)!r} + "/{{batch}}.json")
+    def gate(name: str, batch: str, on_failure: str):
+        return run_tasks(
+            name,
+            f"""
+            from deltaplane.operators.operators.commit import DeltaCommitOperator
+            from deltaplane.operators.operators.quality import DeltaQualityGateOperator
+
+            T, M = {str(table)!r}, {str(staging / batch) + ".json"!r}
+            """,
+            f"""
+            gate = DeltaQualityGateOperator(task_id="gate", table_uri=T, staged_manifest=M,
+                                            expectations={expectations!r}, on_failure={on_failure!r})
+            commit = DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest=M)
             gate >> commit
-        """
-    run = run_dag(
-        "gate_good",
-        source.replace("{name}", "gate_good").replace("{batch}", "good").replace("{on_failure}", "fail"),
-    )
+            """,
+        )
+
+    run = gate("gate_good", "good", on_failure="fail")
     assert task_states(run) == {"gate": "success", "commit": "success"}
     assert xcom(run, "gate")["success"] and xcom(run, "gate")["rows"] == 2
     assert sorted(DeltaTable(str(table)).to_arrow()["id"].to_pylist()) == [1, 2, 3, 4]
 
     before = tree_bytes(table)
-    run = run_dag(
-        "gate_bad",
-        source.replace("{name}", "gate_bad").replace("{batch}", "bad").replace("{on_failure}", "skip"),
-    )
+    run = gate("gate_bad", "bad", on_failure="skip")
     # Rejected: the gate FAILS (no retries) even with on_failure="skip", the commit does not run.
     assert task_states(run) == {"gate": "failed", "commit": "upstream_failed"}
     summary = xcom(run, "gate")
@@ -275,10 +271,7 @@ def test_quality_gate_commits_good_batches_and_quarantines_bad_ones(airflow_db, 
     # A failing gate with on_failure="fail" fails the task (and so the run).
     bad2 = stage_write(str(table), pa.table({"id": pa.array([None], pa.int64()), "amount": [1.0]}))
     write_manifest(str(staging / "bad2.json"), bad2)
-    run = run_dag(
-        "gate_fail",
-        source.replace("{name}", "gate_fail").replace("{batch}", "bad2").replace("{on_failure}", "fail"),
-    )
+    run = gate("gate_fail", "bad2", on_failure="fail")
     assert task_states(run)["gate"] == "failed" and task_states(run)["commit"] in (
         "upstream_failed",
         "None",
@@ -301,24 +294,23 @@ def test_operators_on_s3_through_a_connection(airflow_db, tmp_path, s3_server, m
     )
     uri = s3_server.uri("airflow-events")
     source = landing(tmp_path / "landing", 3)
-    run = run_dag(
+    run = run_tasks(
         "on_s3",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
         from deltaplane.operators.operators.commit import DeltaCommitOperator
         from deltaplane.operators.operators.dml import DeltaDMLOperator
         from deltaplane.operators.operators.maintenance import DeltaCompactionOperator, DeltaVacuumOperator
 
-        T = {uri!r}
-        with DAG("on_s3", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            loads = [DeltaCommitOperator(task_id=f"load_{{i}}", table_uri=T, deltaplane_conn_id="lake",
-                                         source={str(source)!r} + f"/batch-{{i}}.parquet") for i in range(3)]
-            compact = DeltaCompactionOperator(task_id="compact", table_uri=T, deltaplane_conn_id="lake")
-            delete = DeltaDMLOperator(task_id="delete", table_uri=T, deltaplane_conn_id="lake",
-                                      operation="delete", predicate="id >= 290")
-            vacuum = DeltaVacuumOperator(task_id="vacuum", table_uri=T, deltaplane_conn_id="lake", dry_run=True)
-            loads[0] >> loads[1] >> loads[2] >> compact >> delete >> vacuum
+        T, S = {uri!r}, {str(source)!r}
+        """,
+        """
+        loads = [DeltaCommitOperator(task_id=f"load_{i}", table_uri=T, deltaplane_conn_id="lake",
+                                     source=S + f"/batch-{i}.parquet") for i in range(3)]
+        compact = DeltaCompactionOperator(task_id="compact", table_uri=T, deltaplane_conn_id="lake")
+        delete = DeltaDMLOperator(task_id="delete", table_uri=T, deltaplane_conn_id="lake",
+                                  operation="delete", predicate="id >= 290")
+        vacuum = DeltaVacuumOperator(task_id="vacuum", table_uri=T, deltaplane_conn_id="lake", dry_run=True)
+        loads[0] >> loads[1] >> loads[2] >> compact >> delete >> vacuum
         """,
     )
     assert set(task_states(run).values()) == {"success"}, task_states(run)
@@ -343,29 +335,27 @@ def test_spark_backed_operators(airflow_db, tmp_path):
         folder.mkdir()
         (folder / "a.csv").write_text("id,g\n" + "\n".join(f"{i},{i % 2}" for i in range(40)) + "\n")
     manifest = tmp_path / "staging" / "b1.json"
-    run = run_dag(
+    run = run_tasks(
         "spark_ops",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
         from deltaplane.operators.operators.commit import DeltaCommitOperator
         from deltaplane.operators.operators.dml import DeltaDMLOperator
         from deltaplane.operators.operators.maintenance import DeltaCompactionOperator
         from deltaplane.operators.operators.spark import DeltaSparkJobOperator
 
-        T = {str(table)!r}
-        with DAG("spark_ops", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            first = DeltaSparkJobOperator(task_id="ingest", table_uri=T, job="ingest",
-                                          job_args=["--source", {str(landing_dir)!r} + "/*.csv"])
-            staged = DeltaSparkJobOperator(task_id="ingest_staged", table_uri=T, job="ingest",
-                                           job_args=["--source", {str(later_dir)!r} + "/*.csv", "--stage", {str(manifest)!r}])
-            again = DeltaSparkJobOperator(task_id="ingest_again", table_uri=T, job="ingest",
-                                          job_args=["--source", {str(landing_dir)!r} + "/*.csv"])
-            commit = DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest={str(manifest)!r})
-            compact = DeltaCompactionOperator(task_id="compact", table_uri=T, spark_threshold_bytes=0)
-            delete = DeltaDMLOperator(task_id="delete", table_uri=T, operation="delete", predicate="id < 5",
-                                      spark_threshold_bytes=0)
-            first >> staged >> commit >> again >> compact >> delete
+        T, M = {str(table)!r}, {str(manifest)!r}
+        FIRST, LATER = {str(landing_dir)!r} + "/*.csv", {str(later_dir)!r} + "/*.csv"
+        """,
+        """
+        first = DeltaSparkJobOperator(task_id="ingest", table_uri=T, job="ingest", job_args=["--source", FIRST])
+        staged = DeltaSparkJobOperator(task_id="ingest_staged", table_uri=T, job="ingest",
+                                       job_args=["--source", LATER, "--stage", M])
+        again = DeltaSparkJobOperator(task_id="ingest_again", table_uri=T, job="ingest", job_args=["--source", FIRST])
+        commit = DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest=M)
+        compact = DeltaCompactionOperator(task_id="compact", table_uri=T, spark_threshold_bytes=0)
+        delete = DeltaDMLOperator(task_id="delete", table_uri=T, operation="delete", predicate="id < 5",
+                                  spark_threshold_bytes=0)
+        first >> staged >> commit >> again >> compact >> delete
         """,
     )
     assert set(task_states(run).values()) == {"success"}, task_states(run)
@@ -410,11 +400,9 @@ def test_gate_sensor_manifest_consumer_and_spark_on_s3(airflow_db, tmp_path, s3_
     write_manifest(f"{manifests}/good.json", good, options)
     write_manifest(f"{manifests}/bad.json", bad, options)
     expectations = [{"expectation": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}]
-    run = run_dag(
+    run = run_tasks(
         "s3_rest",
         f"""
-        import pendulum
-        from airflow.sdk import DAG
         from deltaplane.operators.operators.commit import DeltaCommitOperator
         from deltaplane.operators.operators.consume import DeltaConsumeOperator
         from deltaplane.operators.operators.maintenance import DeltaCompactionOperator, DeltaManifestOperator
@@ -424,19 +412,20 @@ def test_gate_sensor_manifest_consumer_and_spark_on_s3(airflow_db, tmp_path, s3_
         T, C, M = {uri!r}, {copy!r}, {manifests!r}
         X = {expectations!r}
         c = dict(deltaplane_conn_id="lake")
-        with DAG("s3_rest", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            gate_bad = DeltaQualityGateOperator(task_id="gate_bad", table_uri=T, staged_manifest=M + "/bad.json",
-                                                expectations=X, on_failure="skip", **c)
-            commit_bad = DeltaCommitOperator(task_id="commit_bad", table_uri=T, staged_manifest=M + "/bad.json", **c)
-            gate = DeltaQualityGateOperator(task_id="gate", table_uri=T, staged_manifest=M + "/good.json",
-                                            expectations=X, trigger_rule="all_done", **c)
-            commit = DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest=M + "/good.json", **c)
-            wait = DeltaLogTailSensor(task_id="wait", table_uri=T, after_version=0, deferrable=True,
-                                      poke_interval=0.5, **c)
-            consume = DeltaConsumeOperator(task_id="consume", table_uri=C, source_uri=T, **c)
-            compact = DeltaCompactionOperator(task_id="compact", table_uri=T, spark_threshold_bytes=0, **c)
-            manifest = DeltaManifestOperator(task_id="manifest", table_uri=T, **c)
-            gate_bad >> commit_bad >> gate >> commit >> wait >> consume >> compact >> manifest
+        """,
+        """
+        gate_bad = DeltaQualityGateOperator(task_id="gate_bad", table_uri=T, staged_manifest=M + "/bad.json",
+                                            expectations=X, on_failure="skip", **c)
+        commit_bad = DeltaCommitOperator(task_id="commit_bad", table_uri=T, staged_manifest=M + "/bad.json", **c)
+        gate = DeltaQualityGateOperator(task_id="gate", table_uri=T, staged_manifest=M + "/good.json",
+                                        expectations=X, trigger_rule="all_done", **c)
+        commit = DeltaCommitOperator(task_id="commit", table_uri=T, staged_manifest=M + "/good.json", **c)
+        wait = DeltaLogTailSensor(task_id="wait", table_uri=T, after_version=0, deferrable=True,
+                                  poke_interval=0.5, **c)
+        consume = DeltaConsumeOperator(task_id="consume", table_uri=C, source_uri=T, **c)
+        compact = DeltaCompactionOperator(task_id="compact", table_uri=T, spark_threshold_bytes=0, **c)
+        manifest = DeltaManifestOperator(task_id="manifest", table_uri=T, **c)
+        gate_bad >> commit_bad >> gate >> commit >> wait >> consume >> compact >> manifest
         """,
     )
     states = task_states(run)

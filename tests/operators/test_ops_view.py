@@ -11,7 +11,6 @@ import json
 import math
 import os
 import re
-import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +28,7 @@ from deltaplane.engine.transaction import commit_metadata_scope
 from deltaplane.operators.utils.runs import asset_uri
 from tests.airflow_cli import api_server
 from tests.browser import browser, chromium  # noqa: F401 (fixtures)
-from tests.operators.conftest import DAGS, asset_events, run_dag
+from tests.operators.conftest import DAGS, asset_events, dag_file, run_tasks
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 
@@ -163,19 +162,15 @@ GATE = {
 def _gate_xcom() -> None:
     """The ingest DAG of `stamped` leaves a rejected quality-gate summary with payloads in XCom
     (through a real `dag.test()`, as the gate operator would)."""
-    run = run_dag(
+    run = run_tasks(
         "deltaplane_stamped_ingest",
+        "import json",
         f"""
-        import json
-        import pendulum
-        from airflow.sdk import DAG, task
+        @task(task_id="quality_gate")
+        def quality_gate():
+            return json.loads({json.dumps(GATE)!r})
 
-        with DAG("deltaplane_stamped_ingest", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-            @task(task_id="quality_gate")
-            def quality_gate():
-                return json.loads({json.dumps(GATE)!r})
-
-            quality_gate()
+        quality_gate()
         """,
     )
     assert run.state == "success", run.state
@@ -197,24 +192,22 @@ def _gated_history(table: str) -> None:
                 message=f"batch {batch} failed 1 of 1 expectations; quarantined at {where}",
                 quarantine=where,
             )
-        run = run_dag(
+        run = run_tasks(
             "deltaplane_gated_ingest",
-            f"""
+            """
             import json
-            import pendulum
-            from airflow.sdk import DAG, task
             from deltaplane.engine.quarantine import move_to_quarantine
+            """,
+            f"""
+            @task(task_id="quality_gate")
+            def quality_gate():
+                result = json.loads({json.dumps(result)!r})
+                if not result["success"]:
+                    move_to_quarantine({where!r}, None, {{"batch": {batch!r}, "message": result["message"],
+                                       "rejected_at": {int(time.time() * 1000)}}})
+                return result
 
-            with DAG("deltaplane_gated_ingest", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-                @task(task_id="quality_gate")
-                def quality_gate():
-                    result = json.loads({json.dumps(result)!r})
-                    if not result["success"]:
-                        move_to_quarantine({where!r}, None, {{"batch": {batch!r}, "message": result["message"],
-                                           "rejected_at": {int(time.time() * 1000)}}})
-                    return result
-
-                quality_gate()
+            quality_gate()
             """,
         )
         assert run.state == "success", run.state
@@ -609,17 +602,14 @@ def test_tables_named_by_template_or_on_s3_with_a_connection_are_found(
     dag_id = f"ops_templated_{uuid.uuid4().hex[:8]}"
     path = DAGS / f"{dag_id}.py"
     path.write_text(
-        textwrap.dedent(
+        dag_file(
+            dag_id,
+            "from deltaplane.operators import DeltaCheckpointOperator",
             f"""
-            import pendulum
-            from airflow.sdk import DAG
-            from deltaplane.operators import DeltaCheckpointOperator
-
-            with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1),
-                     params={{"lake": {str(tmp_path)!r}}}) as dag:
-                DeltaCheckpointOperator(task_id="local", table_uri="{{{{ params.lake }}}}/templated")
-                DeltaCheckpointOperator(task_id="remote", table_uri={remote!r}, deltaplane_conn_id={conn_id!r})
-            """
+            DeltaCheckpointOperator(task_id="local", table_uri="{{{{ params.lake }}}}/templated")
+            DeltaCheckpointOperator(task_id="remote", table_uri={remote!r}, deltaplane_conn_id={conn_id!r})
+            """,
+            dag_args=f"params={{'lake': {str(tmp_path)!r}}}",
         )
     )
     try:

@@ -19,7 +19,7 @@ import pytest
 
 from deltaplane.engine import DeltaTable, write_table
 from deltaplane.spark_jobs.submit import STOP_GRACE_SECONDS
-from tests.operators.conftest import DAGS, HOME, task_states, xcom
+from tests.operators.conftest import DAGS, HOME, dag_file, task_states, xcom
 from tests.proctree import CmdlineSampler, SubmitWatcher, descendants, survivors
 from tests.s3_auth import authenticated_seaweedfs
 
@@ -38,13 +38,8 @@ def load_dag(name: str, source: str):
 
 
 def load_tasks(name: str, head: str, tasks: str):
-    """``load_dag`` of a DAG ``name`` with no schedule whose body is ``tasks``; ``head`` is what
-    the file has before the DAG besides ``datetime``, ``pendulum``, ``DAG`` and ``task``: the
-    operators' imports and the names the tasks share."""
-    dag = f"with DAG({name!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:"
-    body = textwrap.indent(textwrap.dedent(tasks), "    ")
-    common = "import datetime\nimport pendulum\nfrom airflow.sdk import DAG, task\n"
-    return load_dag(name, f"{common}{textwrap.dedent(head)}\n{dag}\n{body}")
+    """``load_dag`` of the DAG file ``dag_file`` writes."""
+    return load_dag(name, dag_file(name, head, tasks))
 
 
 def run_loaded(dag, path: Path):
