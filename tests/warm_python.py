@@ -17,6 +17,9 @@ Usage::
 
     warm("pyarrow", "deltaplane.engine.table").run(["-m", "deltaplane.engine.cli", "--version"])
     cli("describe", path)  # the same, with what every ``deltaplane`` command imports preloaded
+
+and, where a test wants a fresh interpreter, ``fresh_json(["-c", CODE])``: the JSON of the last
+line it prints.
 """
 
 from __future__ import annotations
@@ -163,6 +166,22 @@ def cli(*args: str | os.PathLike[str], fresh_too: bool = False, **kwargs) -> sub
     must print and exit the same (``WarmPython.run_fresh_too``)."""
     w = warm(*CLI_PRELOAD)
     return (w.run_fresh_too if fresh_too else w.run)(["-m", "deltaplane.engine.cli", *args], **kwargs)
+
+
+def fresh_json(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+):
+    """``python ARGV`` in a fresh interpreter (``subprocess.run``, not forked from a warm one: for
+    a program whose start-up, start-up variables or imports are what a test looks at), which must
+    exit 0: the JSON value of the last line it prints."""
+    argv = [sys.executable, *map(os.fspath, argv)]
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, (argv[1:3], done.returncode, done.stdout[-2000:], done.stderr[-4000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 # --- the warm interpreter ---------------------------------------------------------------------

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +19,7 @@ import pytest
 
 from deltaplane.devstack.ports import free_port
 from deltaplane.devstack.stack import airflow_environment, airflow_up, down, environment
+from tests.warm_python import fresh_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stack")]
 
@@ -239,15 +239,6 @@ def test_airflow_components_load_the_plugin_once_from_a_source_checkout(tmp_path
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | settings
     env.pop("PYTHONPATH", None)
     # ``-c`` puts the working directory on sys.path exactly as the launchers' ``-m airflow`` does
-    done = subprocess.run(
-        [sys.executable, "-c", PLUGIN_REPORT],
-        cwd=checkout,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = fresh_json(["-c", PLUGIN_REPORT], cwd=checkout, env=env)
     assert report["errors"] == {}, report
     assert report["names"].count("deltaplane") == 1, report

@@ -12,14 +12,13 @@ opening, listing and reading a small table stay without it."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from deltaplane.engine import DeltaTable, write_table
+from tests.warm_python import fresh_json
 
 PROBE = """
 import json, sys
@@ -40,14 +39,8 @@ HEAVY = ("sqlglot", "deltaplane.engine.transaction", "deltaplane.engine.scan")
 
 
 def _stages(path, method: str, args: list) -> dict[str, set[str]]:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(path), method, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return {stage: set(modules) for stage, modules in json.loads(done.stdout).items()}
+    stages = fresh_json(["-c", PROBE, path, method, json.dumps(args)], timeout=120)
+    return {stage: set(modules) for stage, modules in stages.items()}
 
 
 def _loaded(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
@@ -118,11 +111,7 @@ else:
 
 
 def _first_step_loading_pandas(steps: list[tuple[str, str]]) -> str | None:
-    done = subprocess.run(
-        [sys.executable, "-c", _HARNESS, json.dumps(steps)], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])["pandas_after"]
+    return fresh_json(["-c", _HARNESS, json.dumps(steps)], timeout=120)["pandas_after"]
 
 
 @pytest.fixture(scope="module")

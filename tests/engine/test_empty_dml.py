@@ -17,6 +17,7 @@ from deltaplane.engine.errors import ConcurrentTransactionError
 from deltaplane.engine.portable import PortableSnapshot
 from deltaplane.engine.transaction import app_transaction_scope
 from deltaplane.engine.work import WorkKey, find_applied
+from tests.warm_python import fresh_json
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("part", pa.string())])
 
@@ -193,19 +194,10 @@ def test_a_concurrent_commit_does_not_disturb_a_command_that_changes_nothing(tmp
 
 def test_the_dml_job_reports_a_delete_that_matched_nothing(tmp_path):
     """``python -m deltaplane.spark_jobs.dml`` (no Spark starts: statistics prune every file)."""
-    import subprocess
-    import sys
-
     t = make(tmp_path, TABLES["dv"], partitioned=False)
     before = t.version
-    done = subprocess.run(
-        [sys.executable, "-m", "deltaplane.spark_jobs.dml", "--table", t.uri, "--delete", "id > 1000"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    out = json.loads(done.stdout.splitlines()[-1])
-    assert done.returncode == 0 and out["status"] == "ok", done.stderr[-2000:]
+    out = fresh_json(["-m", "deltaplane.spark_jobs.dml", "--table", t.uri, "--delete", "id > 1000"])
+    assert out["status"] == "ok", out
     assert (out["version"], out["committed"], out["candidateFiles"], out["tasks"]) == (None, False, 0, 0)
     assert out["reason"] == f"nothing to commit: the DELETE changed no row (table at version {before})"
     assert out["operationMetrics"]["numDeletedRows"] == "0"

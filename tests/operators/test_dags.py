@@ -18,6 +18,7 @@ import pytest
 from deltaplane.engine import DeltaTable
 from deltaplane.operators.factory.config import ConfigError, load_config
 from tests.operators.conftest import asset_events, run_dag, task_states, xcom
+from tests.warm_python import fresh_json
 
 pytestmark = pytest.mark.airflow
 
@@ -310,11 +311,7 @@ def demo_task_logs(home: Path) -> list[dict]:
     them to the UI (the local log file's messages, without the reader's own source notes)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env |= {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    done = subprocess.run(
-        [sys.executable, "-c", READ_TASK_LOGS], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return fresh_json(["-c", READ_TASK_LOGS], env=env)
 
 
 def test_factory_spark_ingest_and_sensor_consumer_on_s3(airflow_db, tmp_path, s3_server, monkeypatch):

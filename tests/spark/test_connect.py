@@ -5,7 +5,6 @@ has a classic one): the jobs with ``--remote``, the rest through ``tests/spark/c
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -22,6 +21,7 @@ from deltaplane.devstack.ports import free_port
 from deltaplane.devstack.processes import stop
 from deltaplane.engine import DeltaTable, write_table
 from deltaplane.spark_jobs.submit import spark_home
+from tests.warm_python import fresh_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark-connect")]
 
@@ -70,29 +70,15 @@ def connect_url(tmp_path_factory):
 
 
 def client(scenario: str, url: str, folder: Path) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.spark.connect_client", scenario, url, str(folder)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = fresh_json(["-m", "tests.spark.connect_client", scenario, url, folder], cwd=ROOT, timeout=600)
     assert out["session"].startswith("pyspark.sql.connect")  # really a Connect session
     return out
 
 
-def job(name: str, argv: list[str], url: str | None = None) -> tuple[int, dict]:
+def job(name: str, argv: list[str], url: str | None = None) -> dict:
+    """What ``python -m deltaplane.spark_jobs.NAME ARGV`` prints, which must exit 0."""
     remote = ["--remote", url] if url else []
-    done = subprocess.run(
-        [sys.executable, "-m", f"deltaplane.spark_jobs.{name}", *argv, *remote],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    return done.returncode, json.loads(done.stdout.strip().splitlines()[-1])
+    return fresh_json(["-m", f"deltaplane.spark_jobs.{name}", *argv, *remote], cwd=ROOT, timeout=600)
 
 
 def test_the_data_source_reads_and_writes_through_connect(connect_url, tmp_path):
@@ -139,18 +125,18 @@ def test_compact_and_dml_jobs_through_connect(connect_url, tmp_path):
         )
     before = sorted(DeltaTable(uri).to_arrow()["id"].to_pylist())
     once = ["--app-id", "compact.t", "--app-version", "1"]
-    code, out = job("compact", ["--table", uri, *once], connect_url)
-    assert code == 0 and out["status"] == "ok", out
+    out = job("compact", ["--table", uri, *once], connect_url)
+    assert out["status"] == "ok", out
     assert out["version"] == 6 and out["num_files_removed"] == 12 and out["num_files_added"] == 2, out
     assert sorted(DeltaTable(uri).to_arrow()["id"].to_pylist()) == before
-    code, again = job("compact", ["--table", uri, *once], connect_url)
-    assert code == 0 and again["skipped"] and DeltaTable(uri).version == 6
-    code, out = job("dml", ["--table", uri, "--delete", "a < 30", "--task-bytes", "4k"], connect_url)
-    assert code == 0 and out["status"] == "ok" and out["tasks"] >= 2, out
+    again = job("compact", ["--table", uri, *once], connect_url)
+    assert again["skipped"] and DeltaTable(uri).version == 6
+    out = job("dml", ["--table", uri, "--delete", "a < 30", "--task-bytes", "4k"], connect_url)
+    assert out["status"] == "ok" and out["tasks"] >= 2, out
     got = DeltaTable(uri).to_arrow()
     assert got.num_rows > 0 and min(got["a"].to_pylist()) >= 30
-    code, out = job("dml", ["--table", uri, "--update", "a >= 90", "--set", "a=a-90"], connect_url)
-    assert code == 0 and out["status"] == "ok", out
+    out = job("dml", ["--table", uri, "--update", "a >= 90", "--set", "a=a-90"], connect_url)
+    assert out["status"] == "ok", out
     assert max(DeltaTable(uri).to_arrow()["a"].to_pylist()) < 90
 
 
@@ -176,10 +162,10 @@ def test_ingest_keys_the_same_files_the_same_way_through_connect(connect_url, tm
     for name, mode in (("connect", ["--remote", connect_url]), ("classic", ["--master", "local[1]"])):
         uri = str(tmp_path / name)
         argv = ["--table", uri, *sources]
-        code, out = job("ingest", [*argv, *mode])
-        assert code == 0 and out["status"] == "ok" and out["rows"] == 6, out
-        code, again = job("ingest", [*argv, *mode])
-        assert code == 0 and again["skipped"] and again["version"] == 0, again
+        out = job("ingest", [*argv, *mode])
+        assert out["status"] == "ok" and out["rows"] == 6, out
+        again = job("ingest", [*argv, *mode])
+        assert again["skipped"] and again["version"] == 0, again
         assert Counter(DeltaTable(uri).to_arrow()["id"].to_pylist()) == Counter([0, 1, 2, 3, 4, 99])
         keys[name] = sorted(DeltaTable(uri).snapshot.txns)
     assert keys["connect"] == keys["classic"] and len(keys["connect"]) == 1
