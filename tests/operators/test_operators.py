@@ -27,12 +27,11 @@ def landing(directory: Path, batches: int, rows: int = 100) -> Path:
     return directory
 
 
-def test_commit_then_maintenance(airflow_db, tmp_path):
-    table = tmp_path / "events"
-    source = landing(tmp_path / "landing", 3)
-    run = run_tasks(
-        "commit_maintenance",
-        f"""
+def load_and_maintain(name: str, table: Path, batches: int, tasks: str):
+    """``run_tasks`` of a DAG ``name`` whose ``tasks`` commit files to ``table`` (``T``) and
+    maintain it: ``batches`` files of 100 rows in a ``landing`` folder beside it (``S``)."""
+    source = landing(table.parent / "landing", batches)
+    head = f"""
         from deltaplane.operators.operators.commit import DeltaCommitOperator
         from deltaplane.operators.operators.maintenance import (
             DeltaAutoOptimizeOperator, DeltaCheckpointOperator, DeltaCompactionOperator,
@@ -40,7 +39,16 @@ def test_commit_then_maintenance(airflow_db, tmp_path):
         )
 
         T, S = {str(table)!r}, {str(source)!r}
-        """,
+        """
+    return run_tasks(name, head, tasks)
+
+
+def test_commit_then_maintenance(airflow_db, tmp_path):
+    table = tmp_path / "events"
+    run = load_and_maintain(
+        "commit_maintenance",
+        table,
+        3,
         """
         commits = [
             DeltaCommitOperator(task_id=f"commit_{i}", table_uri=T, source=S + f"/batch-{i}.parquet",
@@ -133,17 +141,12 @@ def test_a_retried_writing_task_commits_once(airflow_db, tmp_path):
 
 def test_compaction_has_nothing_to_do_when_auto_optimize_says_so(airflow_db, tmp_path):
     table = tmp_path / "t"
-    source = landing(tmp_path / "landing", 2)
-    run = run_tasks(
+    run = load_and_maintain(
         "nothing_to_do",
-        f"""
-        from deltaplane.operators.operators.commit import DeltaCommitOperator
-        from deltaplane.operators.operators.maintenance import DeltaAutoOptimizeOperator, DeltaCheckpointOperator, DeltaCompactionOperator
-
-        T = {str(table)!r}
-        """,
-        f"""
-        load = DeltaCommitOperator(task_id="load", table_uri=T, source={str(source)!r})
+        table,
+        2,
+        """
+        load = DeltaCommitOperator(task_id="load", table_uri=T, source=S)
         decide = DeltaAutoOptimizeOperator(task_id="auto_optimize", table_uri=T)  # 50 small files by default
         compact = DeltaCompactionOperator(task_id="compact", table_uri=T, decision_task_id="auto_optimize")
         checkpoint = DeltaCheckpointOperator(task_id="checkpoint", table_uri=T)
