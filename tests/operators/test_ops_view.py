@@ -29,6 +29,7 @@ from deltaplane.operators.utils.runs import asset_uri
 from tests.airflow_cli import api_server
 from tests.browser import browser, chromium  # noqa: F401 (fixtures)
 from tests.operators.conftest import DAGS, asset_events, dag_file, run_tasks
+from tests.warm_python import fresh_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 
@@ -642,6 +643,29 @@ def test_the_view_works_without_a_tables_file(airflow_db, tmp_path, monkeypatch)
     response = client.get("/")
     assert response.status_code == 200 and "no-such-tables.yaml" in response.text
     assert_inert(response.text, ["no such file"])
+
+
+def test_a_process_that_loads_the_plugin_builds_no_view_until_a_request(airflow_db, tmp_path, monkeypatch):
+    """Airflow loads plugins in every task process (macros, listeners): the plugin must not build
+    the ops view there. The app builds itself on its first request, as the api-server's are."""
+    from fastapi.testclient import TestClient
+
+    from deltaplane.operators.plugins.plugin import DeltaplanePlugin, OpsViewApp
+
+    loaded = fresh_json(
+        [
+            "-c",
+            "import json, sys\nimport deltaplane.operators.plugins.plugin\n"
+            "print(json.dumps([m for m in ('fastapi', 'deltaplane.operators.plugins.ops_view') if m in sys.modules]))",
+        ]
+    )
+    assert loaded == []
+    assert isinstance(DeltaplanePlugin.fastapi_apps[0]["app"], OpsViewApp)
+    monkeypatch.setenv("DELTAPLANE_CONFIG", str(tmp_path / "no-such-tables.yaml"))
+    client = TestClient(OpsViewApp(authenticated=False))
+    for _ in range(2):  # built once, then the same app answers
+        response = client.get("/api/tables")
+        assert response.status_code == 200, response.text[-2000:]
 
 
 # --- data from anyone: escaped, typed, never a 500 ----------------------------------------------
