@@ -1,6 +1,8 @@
 """Cold start: what a fresh process pays before it does any work, deltaplane vs delta-rs.
 
 Every CLI call, Airflow task and Spark Python worker is a new process that imports the engine.
+An Airflow task also loads every installed plugin before it runs (its macros and listeners),
+deltaplane's included.
 Each case below runs in a fresh interpreter (``python -c``), timed from spawn to exit; the cases
 are interleaved and each is reported as the median of ``--repeat`` runs. The floor is a process
 that imports pyarrow (and with it NumPy). A process that builds one Arrow array from Python
@@ -47,6 +49,8 @@ CASES = {
     "Airflow task: import the operator, open the table": "import deltaplane.operators.operators.commit; "
     + OURS
     + "; DeltaTable({t!r}).version()",
+    "Airflow task start: load the plugins, as the task runner does": "from airflow.sdk.plugins_manager "
+    "import integrate_macros_plugins; integrate_macros_plugins()",
     "Spark Python worker: import the native read path": "import deltaplane.spark_jobs.native",
 }
 
