@@ -12,8 +12,6 @@ import fcntl
 import importlib.util
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import textwrap
 import threading
@@ -21,6 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from deltaplane.devstack.stack import migrate_airflow_db
 
 HOME = Path(tempfile.mkdtemp(prefix="deltaplane-airflow-"))
 DAGS = HOME / "dags"
@@ -50,13 +50,7 @@ def airflow_db(tmp_path_factory):
     with open(session / "airflow-migrated.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not (migrated / "home").exists():
-            done = subprocess.run(
-                [sys.executable, "-m", "airflow", "db", "migrate"],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert done.returncode == 0, done.stderr[-3000:]
+            migrate_airflow_db(timeout=300)
             assert not (HOME / "airflow.db-wal").exists()  # the migration's writes are all in the file
             migrated.mkdir()
             for name in ("airflow.db", "airflow.cfg"):

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from deltaplane.devstack.stack import migrate_airflow_db
 from deltaplane.engine import DeltaTable, write_table
 from tests.conftest import PROJECT_ROOT
 
@@ -29,14 +30,7 @@ pytestmark = pytest.mark.xdist_group("lineage")
 def ol_home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("ol-airflow")
     (home / "dags").mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"],
-        env=_env(home, home / "unused.jsonl"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    migrate_airflow_db(_env(home, home / "unused.jsonl"), timeout=300)
     return home
 
 
