@@ -186,8 +186,8 @@ class CommitLogProducer(SharedStreamProducer):
             try:
                 position = await asyncio.to_thread(self._start)
             except Exception as e:
-                if self._errors.report(e):
-                    yield {"error": describe(e)}, (self._generation, None)
+                if (report := self._errors.item(e, self._generation)) is not None:
+                    yield report
                 await asyncio.sleep(self.poke_interval)
         log.info("%s: announcing commits after version %d (%s)", self.table_uri, position, self.watermark_key)
         while True:
@@ -198,8 +198,8 @@ class CommitLogProducer(SharedStreamProducer):
                 found = await asyncio.to_thread(self._scan, position)
             except Exception as e:
                 found = []
-                if self._errors.report(e):
-                    yield {"error": describe(e)}, (self._generation, None)
+                if (report := self._errors.item(e, self._generation)) is not None:
+                    yield report
             else:
                 self._errors.clear()
             for version, summary in found:

@@ -36,7 +36,6 @@ from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 from deltaplane.operators.triggers.streams import (
     ErrorReports,
     TableStreamTrigger,
-    describe,
     storage_options,
 )
 from deltaplane.operators.utils.arguments import location
@@ -136,16 +135,16 @@ class HealthProducer(SharedStreamProducer):
             try:
                 await asyncio.to_thread(self._open)
             except Exception as e:
-                if self._errors.report(e):
-                    yield {"error": describe(e)}, (self._generation, None)
+                if (report := self._errors.item(e, self._generation)) is not None:
+                    yield report
                 await asyncio.sleep(self.poke_interval)
         while True:
             try:
                 announce = await asyncio.to_thread(self._look)
             except Exception as e:
                 announce = None
-                if self._errors.report(e):
-                    yield {"error": describe(e)}, (self._generation, None)
+                if (report := self._errors.item(e, self._generation)) is not None:
+                    yield report
             else:
                 self._errors.clear()
             if announce is not None:

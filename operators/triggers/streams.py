@@ -100,5 +100,10 @@ class ErrorReports:
         self.reported = describe(error)
         return True
 
+    def item(self, error: BaseException, generation: int) -> tuple[dict, tuple] | None:
+        """The stream item that announces ``error`` (an error event nobody stores), or ``None``
+        when it is not announced (transient, or the lasting error already reported)."""
+        return ({"error": describe(error)}, (generation, None)) if self.report(error) else None
+
     def clear(self) -> None:
         self.reported = None
