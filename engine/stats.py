@@ -474,9 +474,11 @@ class StatsCollector:
             if hi is not None and (self._max[i] is None or hi > self._max[i]):
                 self._max[i] = hi
 
-    def update_from_parquet(self, metadata) -> None:
-        """Bounds and null counts of primitive columns from the file's row-group statistics."""
-        by_path = parquet_leaf_index(metadata)
+    def update_from_parquet(self, metadata, leaf_index: dict[tuple, int] | None = None) -> None:
+        """Bounds and null counts of primitive columns from the file's row-group statistics;
+        ``leaf_index``: ``parquet_leaf_index(metadata)``, when the caller knows it already (the
+        files of one write share a schema)."""
+        by_path = parquet_leaf_index(metadata) if leaf_index is None else leaf_index
         for i, leaf in enumerate(self.leaves):
             if not self._from_footer[i]:
                 continue

@@ -1,28 +1,33 @@
 """Data files: Arrow batches in, Parquet files out, one ``add`` action with statistics per file.
 
-Rows are split by partition values (a stable sort on the combined partition codes, so any number
-of partitions costs one pass) and buffered per partition; a partition's buffer is written out as a
-row group when it reaches the row-group size (``row_group_rows`` rows or ``row_group_bytes``), to a
-file per partition that is rolled over at the target file size. A partition has no open file
-until its first row group is written, and small partitions are written at ``close()`` one after
-the other, so a write whose partitions fit in the buffer writes one file per partition however
-many there are.
+Rows are grouped by partition values (a stable sort on the combined partition codes, so any
+number of partitions costs one pass; ``partition_runs.group_rows``). Partitions are told apart by
+size, with NumPy over the whole batch rather than per partition:
+
+- a partition that brings a quarter of a row group in one batch, or whose rows held so far make
+  a row group (``row_group_rows`` rows or ``row_group_bytes``) or a file, is *large*: its rows
+  are buffered per partition and written out as row groups to a file per partition that is
+  rolled over at the target file size. It has no open file until its first row group is written;
+- the other partitions' rows stay together, a batch at a time, as one segment of
+  ``partition_runs.SmallPartitions`` (no object per partition and batch: 300,000 of them for
+  10M rows into 30,000 partitions cost more than writing the files). A partition that becomes
+  large takes its rows held there along, ahead of its new ones. At ``close()`` (or ``roll()``)
+  each partition still small becomes one file of one row group, 32 files to a publishing job.
+
+So a write whose partitions fit the target size writes one file per partition however many
+there are and however unsorted the input, in input order within each partition.
 
 Two bounds hold however the input is shaped:
 
 - memory: buffered rows are bounded across all partitions, counting the input batches that
-  buffered slices keep alive and the objects of each slice. Over the budget, slices of batches
-  that are mostly written are first copied out so that the batches can go (no file is written for
-  that); then buffers of at least a quarter of a row group are written out as row groups, and the
-  rest are spilled: appended, partition by partition, to a run (an uncompressed Arrow IPC file in
-  a private directory under ``spill_directory``, the system's temporary directory by default,
-  named for the host and the process: a write that spills first deletes the directories a killed
-  write on this host left behind).
-  When the write rolls or closes, each spilled partition is written in turn from its slices of
-  the runs (memory-mapped: the page cache holds them, not the heap) and its buffer, in input
-  order, and its file is finished before the next partition starts. So however unsorted the
-  input and however many partitions, a partition whose rows fit the target size gets one file,
-  as with Spark's writer, which sorts a task's rows by partition (spilling to disk) before
+  buffered slices keep alive, the objects of each slice and the small partitions' segments. Over
+  the budget, slices of mostly written batches are first copied out (the batches can go); then
+  buffers of a quarter of a row group or more are written out as row groups, and the rest, with
+  the segments, are spilled to runs: uncompressed Arrow IPC files in a private directory under
+  ``spill_directory`` (the temporary directory by default; one that a killed write on this host
+  left is deleted by the next that spills), memory-mapped back. At roll or close each spilled
+  partition is written in turn from its run slices and buffer, in input order, its file finished
+  before the next starts: as Spark's writer sorts a task's rows by partition (spilling) before
   writing. The runs are deleted when the write closes or aborts;
 - open files: at most ``max_open_files`` (by default 256, and no more than a quarter of the
   process's descriptor limit). Opening one more finishes the least recently written file: it
@@ -43,10 +48,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
-import socket
-import tempfile
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -56,7 +58,6 @@ from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from deltaplane.engine.actions import Add
@@ -66,9 +67,16 @@ from deltaplane.engine.file_layout import (
     statistics_columns,
     to_physical,
 )
+from deltaplane.engine.partition_runs import (
+    SmallPartitions,
+    group_rows,
+    new_spill_directory,
+    part_bytes,
+    write_run,
+)
 from deltaplane.engine.partitions import partition_directory, serialize_partition_value
 from deltaplane.engine.schema import StructField, StructType
-from deltaplane.engine.stats import StatsCollector, StatsLeaf
+from deltaplane.engine.stats import StatsCollector, StatsLeaf, parquet_leaf_index
 from deltaplane.engine.storage.base import ObjectStore, PendingObject
 
 log = logging.getLogger(__name__)
@@ -89,50 +97,12 @@ PROGRESS_SECONDS = 60.0
 # 1.5 KiB for three columns), so that many small pieces count against the budget too.
 PIECE_OVERHEAD = 512
 COLUMN_OVERHEAD = 384
+WHOLE_FILES_PER_JOB = 32  # small partitions' files encoded by one job of a publishing thread
 SPILL_BATCH_ROWS = 1 << 16  # rows of several partitions gathered into one batch of a spilled run
-_SPILL_PREFIX = "deltaplane-spill-"
-_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
 
 
-def remove_stale_spills(base: str) -> None:
-    """Delete the spill directories under ``base`` of writes whose process is gone (killed
-    before it could delete its runs): named for this host and a process id that no longer runs.
-    Another host's, or a live process's, are left alone; each removal is logged."""
-    pattern = re.compile(re.escape(f"{_SPILL_PREFIX}{_HOST}-") + r"(\d+)-[^/]+")
-    try:
-        entries = list(os.scandir(base))
-    except OSError:
-        return
-    for entry in entries:
-        match = pattern.fullmatch(entry.name)
-        if match and entry.is_dir(follow_symlinks=False) and not _running(int(match.group(1))):
-            shutil.rmtree(entry.path, ignore_errors=True)
-            log.info("removed the spilled runs of a write that did not finish: %s", entry.path)
-
-
-_DENSE_CODES = 1 << 32
-
-
-def _stable_order(codes: np.ndarray, bound: int) -> np.ndarray:
-    """``np.argsort(codes, kind="stable")`` for non-negative codes below ``bound``: NumPy sorts
-    16-bit keys by radix (12 ms for a million rows, against 87 ms for int64 keys), so codes are
-    sorted 16 bits at a time, low half first."""
-    if bound <= 1 << 16:
-        return np.argsort(codes.astype(np.uint16), kind="stable")
-    if bound <= 1 << 32:
-        low = np.argsort((codes & 0xFFFF).astype(np.uint16), kind="stable")
-        return low[np.argsort((codes[low] >> 16).astype(np.uint16), kind="stable")]
-    return np.argsort(codes, kind="stable")
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
+def _commit(pending: PendingObject) -> list[int]:
+    return [pending.commit()]
 
 
 def default_max_open_files() -> int:
@@ -242,6 +212,7 @@ class DataFileWriter:
         self._write_id = uuid.uuid4()
         self._dictionary: list[str] | bool | None = None  # chosen from the rows the first file gets
         self._statistics: list[str] | bool | None = None  # statistics_columns of the file schema
+        self._leaf_index: dict[tuple, int] | None = None  # of the files' Parquet schema
         self.rows_written = 0
         self.bytes_written = 0
         self.files_reopened = 0  # files started for a partition whose earlier file was closed early
@@ -252,6 +223,10 @@ class DataFileWriter:
         self._spill_dir: str | None = None  # created by the first spill
         self._runs: list[pa.Table] = []  # spilled runs, memory-mapped
         self._spilled: dict[tuple, list[tuple[int, int, int]]] = {}  # values -> (run, offset, rows)
+        # Partitions by id (in order of first appearance), and the rows of those still small.
+        self._ids: dict[tuple, int] = {}
+        self._keys: list[tuple] = []
+        self._small = SmallPartitions()
         self.runs_spilled = 0
         self.bytes_spilled = 0
         self._started = time.monotonic()
@@ -263,8 +238,11 @@ class DataFileWriter:
         """Add rows (already conformed to the table's logical schema)."""
         if table.num_rows == 0:
             return
-        for values, part, source in self._split(table):
-            self._buffer(values, part, source)
+        if self.config.partition_columns:
+            self._write_partitioned(table)
+        else:
+            physical = self._physical_table(table)
+            self._buffer((), physical, _Batch(physical.nbytes))
         self.rows_written += table.num_rows
         if self.buffered_bytes > self.config.buffer_budget:
             self._relieve()
@@ -273,7 +251,7 @@ class DataFileWriter:
     @property
     def buffered_bytes(self) -> int:
         """Memory held by rows not yet written (an estimate that errs on the high side)."""
-        return self._pinned + self._owned + self._pieces * self._piece_overhead
+        return self._pinned + self._owned + self._pieces * self._piece_overhead + self._small.nbytes
 
     def _relieve(self) -> None:
         """Bring the buffers under the budget: first by copying small pieces out of the input
@@ -302,38 +280,41 @@ class DataFileWriter:
 
     def _spill(self) -> None:
         """Append every buffer to a new run, partition after partition (rows gathered into
-        batches of about ``SPILL_BATCH_ROWS``), and map the run back for the merge."""
+        batches of about ``SPILL_BATCH_ROWS``), map the run back for the merge, and send the
+        small partitions' segments held in memory to a run of their own."""
         if self._spill_dir is None:
-            base = self.config.spill_directory or tempfile.gettempdir()
-            remove_stale_spills(base)
-            self._spill_dir = tempfile.mkdtemp(prefix=f"{_SPILL_PREFIX}{_HOST}-{os.getpid()}-", dir=base)
-        run = len(self._runs)
-        path = os.path.join(self._spill_dir, f"run-{run:05d}.arrow")
+            self._spill_dir = new_spill_directory(self.config.spill_directory)
+        name = os.path.join(self._spill_dir, f"{{}}-{self.runs_spilled:05d}.arrow")
+        if self._buffers:
+            run = len(self._runs)
+            self._runs.append(write_run(name.format("run"), self._file_schema, self._spilled_buffers(run)))
+            self.bytes_spilled += os.path.getsize(name.format("run"))
+        self.bytes_spilled += self._small.spill(name.format("small"), self._file_schema)
+        self.runs_spilled += 1
+
+    def _spilled_buffers(self, run: int):
+        """The buffers' rows, partition after partition, gathered into tables of about
+        ``SPILL_BATCH_ROWS`` rows; each partition's place in run ``run`` is noted."""
         offset = 0
         group: list[pa.Table] = []
         grouped = 0
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, self._file_schema) as out:
-            for values in list(self._buffers):
-                b = self._buffers.pop(values)
-                group.extend(b.tables)
-                grouped += b.num_rows
-                self._spilled.setdefault(values, []).append((run, offset, b.num_rows))
-                offset += b.num_rows
-                self._release(b)
-                if grouped >= SPILL_BATCH_ROWS:
-                    out.write_table(pa.concat_tables(group).combine_chunks())
-                    group, grouped = [], 0
-            if group:
-                out.write_table(pa.concat_tables(group).combine_chunks())
-        # Mapped, and its descriptor closed at once: the mapping lives as long as the slices.
-        with pa.memory_map(path) as mapped:
-            self._runs.append(pa.ipc.open_file(mapped).read_all())
-        self.runs_spilled += 1
-        self.bytes_spilled += os.path.getsize(path)
+        for values in list(self._buffers):
+            b = self._buffers.pop(values)
+            group.extend(b.tables)
+            grouped += b.num_rows
+            self._spilled.setdefault(values, []).append((run, offset, b.num_rows))
+            offset += b.num_rows
+            self._release(b)
+            if grouped >= SPILL_BATCH_ROWS:
+                yield pa.concat_tables(group).combine_chunks()
+                group, grouped = [], 0
+        if group:
+            yield pa.concat_tables(group).combine_chunks()
 
     def _drop_runs(self) -> None:
         self._runs.clear()
         self._spilled.clear()
+        self._small.clear()
         if self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
@@ -359,34 +340,72 @@ class DataFileWriter:
                 self._pinned -= source.nbytes
         self._pieces -= len(b.tables)
 
-    def _split(self, table: pa.Table):
-        columns = self.config.partition_columns
-        if not columns:
-            physical = self._physical_table(table)
-            yield (), physical, _Batch(physical.nbytes)
-            return
-        codes = np.zeros(table.num_rows, dtype=np.int64)
-        bound = 1  # codes are below this
-        for name in columns:
-            encoded = pc.dictionary_encode(table.column(name).combine_chunks())
-            size = len(encoded.dictionary) + 1  # the extra code is null
-            indices = pc.fill_null(encoded.indices, size - 1).to_numpy().astype(np.int64)
-            codes, bound = codes * size + indices, bound * size
-            if bound > _DENSE_CODES:  # re-densified before the combined code could overflow
-                codes = np.unique(codes, return_inverse=True)[1].astype(np.int64)
-                bound = int(codes.max()) + 1
-        order = _stable_order(codes, bound)
-        sorted_codes = codes[order]
-        starts = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
-        ends = np.append(starts[1:], len(order))
-        # Converted to the file's layout once per batch, not once per partition's slice; each
-        # partition's values read with one take per column.
+    def _write_partitioned(self, table: pa.Table) -> None:
+        """Sort the rows by partition. Parts of large partitions (or of partitions that become
+        large with them) are buffered partition by partition; the other parts stay together,
+        as one segment of the small partitions, with no work per partition."""
+        order, counts, keys = group_rows(table, self.config.partition_columns)
+        ids = self._ids
+        pids = np.array([ids.setdefault(key, len(ids)) for key in keys], dtype=np.int64)
+        if len(ids) > len(self._keys):
+            self._keys = list(ids)
+            self._small.grow(len(ids))
+        # Converted to the file's layout once per batch, not once per partition's part.
         ordered = self._physical_table(table.take(pa.array(order)))
-        firsts = pa.array(order[starts])
-        values = zip(*(table.column(name).take(firsts).to_pylist() for name in columns), strict=True)
+        offsets = np.zeros(len(pids) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        sizes = part_bytes(ordered, offsets)
+        large = self._large(pids, counts, sizes)
+        if not large.any():
+            self._small.add(ordered, pids, counts, sizes)
+            return
         source = _Batch(ordered.nbytes)
-        for start, end, key in zip(starts.tolist(), ends.tolist(), values, strict=True):
-            yield key, ordered.slice(start, end - start), source
+        for i in np.flatnonzero(large).tolist():
+            pid = int(pids[i])
+            if not self._small.taken[pid]:
+                self._promote(pid)
+            self._buffer(self._keys[pid], ordered.slice(offsets[i], counts[i]), source)
+        small = ~large
+        if small.any():
+            rows = pa.array(np.repeat(small, counts))
+            self._small.add(ordered.filter(rows), pids[small], counts[small], sizes[small])
+
+    def _large(self, pids: np.ndarray, counts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """Which parts go to their partition's own buffer: those of partitions already there,
+        those bringing a quarter of a row group at once, and those that make a row group (or a
+        file) with the partition's rows held small."""
+        limit = min(self.config.row_group_bytes, self.config.target_file_size)
+        rows = self.config.row_group_rows
+        small = self._small
+        return (
+            small.taken[pids]
+            | (counts >= max(1, rows // 4))
+            | (sizes >= limit // 4)
+            | (small.rows[pids] + counts >= rows)
+            | (small.bytes_of(pids) + sizes >= limit)
+        )
+
+    def _promote(self, pid: int) -> None:
+        """Partition ``pid`` leaves the small partitions: its rows held there (slices of
+        segments, perhaps mapped) are copied into its own buffer, ahead of the rows to come."""
+        pieces = self._small.take(pid)
+        if pieces:
+            table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+            self._own(self._keys[pid], table.take(pa.array(np.arange(table.num_rows))))
+
+    def _own(self, values: tuple, table: pa.Table) -> None:
+        """Buffer a copy that owns its memory after a partition's buffered rows."""
+        b = self._buffers.get(values)
+        if b is None:
+            b = self._buffers[values] = _Buffer()
+        size = table.nbytes
+        b.tables.append(table)
+        b.sources.append(None)
+        b.sizes.append(size)
+        b.nbytes += size
+        b.num_rows += table.num_rows
+        self._owned += size
+        self._pieces += 1
 
     def _buffer(self, values: tuple, part: pa.Table, source: _Batch) -> None:
         # A part larger than a row group is cut into row-group-sized pieces, so that files can
@@ -469,10 +488,7 @@ class DataFileWriter:
             rest = table.slice(table.num_rows - tail)
             rest = rest.take(pa.array(np.arange(tail)))
             table = table.slice(0, table.num_rows - tail)
-            size = rest.nbytes
-            self._buffers[values] = _Buffer([rest], [None], [size], size, rest.num_rows)
-            self._owned += size
-            self._pieces += 1
+            self._own(values, rest)
         # Row groups of at most ``row_group_rows`` rows and about the row-group size, so that a
         # partition's spilled rows roll over files at the target size.
         limit = min(self.config.row_group_bytes, self.config.target_file_size)
@@ -571,8 +587,8 @@ class DataFileWriter:
         except BaseException:
             f.pending.abort()
             raise
-        f.stats.update_from_parquet(f.writer.writer.metadata)
-        self._submit(f, f.pending.commit)
+        f.stats.update_from_parquet(*self._footer(f.writer))
+        self._submit([f], _commit, f.pending)
 
     def _write_small(self, values: tuple, *, alone: bool = False) -> bool:
         """A partition whose rows left (spilled and buffered) make one row group and no more than
@@ -596,6 +612,18 @@ class DataFileWriter:
         self._spilled.pop(values, None)
         if self._buffers.pop(values, None) is not None:
             self._release(b)
+        self._submit_whole(values, table, alone=alone)
+        return True
+
+    def _submit_whole(self, values: tuple, table: pa.Table, *, alone: bool) -> None:
+        """``table`` as the whole of a new file of partition ``values``, written on a
+        publishing thread (``alone``: on this one)."""
+        f = self._whole_file(values, table)
+        self._submit([f], self._write_wholes, [(f, table)], here=alone)
+
+    def _whole_file(self, values: tuple, table: pa.Table) -> _OpenFile:
+        """A new file of partition ``values`` that ``table`` will be the whole of (named here,
+        on the writing thread)."""
         if values in self._closed_early:
             self._closed_early.discard(values)
             self.files_reopened += 1
@@ -603,9 +631,12 @@ class DataFileWriter:
         if self._dictionary is None:
             self._dictionary = dictionary_columns(table)
         key, partition_values = self._name(values)
-        f = _OpenFile(values, key, None, None, None, partition_values)
-        self._submit(f, self._write_whole, f, table, here=alone)
-        return True
+        return _OpenFile(values, key, None, None, None, partition_values)
+
+    def _write_wholes(self, files: list[tuple[_OpenFile, pa.Table]]) -> list[int]:
+        """On a publishing thread: several whole files in one job (fewer hand-offs between
+        threads for many small partitions)."""
+        return [self._write_whole(f, table) for f, table in files]
 
     def _write_whole(self, f: _OpenFile, table: pa.Table) -> int:
         """On a publishing thread: ``table`` as the whole of file ``f``, published; its size."""
@@ -618,12 +649,21 @@ class DataFileWriter:
         except BaseException:
             f.pending.abort()
             raise
-        f.stats.update_from_parquet(f.writer.writer.metadata)
+        f.stats.update_from_parquet(*self._footer(f.writer))
         return f.pending.commit()
 
-    def _submit(self, f: _OpenFile, job, *args, here: bool = False) -> None:
+    def _footer(self, writer: pq.ParquetWriter) -> tuple:
+        """A finished file's metadata and its leaf index, worked out once per write: every
+        file of a write has the same schema."""
+        metadata = writer.writer.metadata
+        if self._leaf_index is None:
+            self._leaf_index = parquet_leaf_index(metadata)
+        return metadata, self._leaf_index
+
+    def _submit(self, files: list[_OpenFile], job, *args, here: bool = False) -> None:
         """Run ``job(*args)`` on a publishing thread (``here``: on this one, done when this
-        returns); its result is ``f``'s size, collected in order. At most ``MAX_PUBLISHING`` are
+        returns); its result is the list of ``files``' sizes (or their bytes, to publish),
+        collected in order. At most ``MAX_PUBLISHING`` are
         waiting."""
         if here:
             future: Future = Future()
@@ -632,25 +672,25 @@ class DataFileWriter:
             if self._publisher is None:
                 self._publisher = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="deltaplane-publish")
             future = self._publisher.submit(job, *args)
-        self._publishing.append((future, f))
+        self._publishing.append((future, files))
         while len(self._publishing) > MAX_PUBLISHING:
             self._collect_one()
 
     def _collect_one(self) -> None:
-        future, f = self._publishing.popleft()
-        size = future.result()
-        self._published.append(f)
-        self.bytes_written += size
-        self._adds.append(
-            Add(
-                path=quote(f.key, safe="/="),
-                partition_values=f.partition_values,
-                size=size,
-                modification_time=int(time.time() * 1000),
-                data_change=True,
-                stats=f.stats.to_json(),
+        future, files = self._publishing.popleft()
+        for f, size in zip(files, future.result(), strict=True):
+            self._published.append(f)
+            self.bytes_written += size
+            self._adds.append(
+                Add(
+                    path=quote(f.key, safe="/="),
+                    partition_values=f.partition_values,
+                    size=size,
+                    modification_time=int(time.time() * 1000),
+                    data_change=True,
+                    stats=f.stats.to_json(),
+                )
             )
-        )
 
     def _collect(self) -> None:
         while self._publishing:
@@ -674,7 +714,7 @@ class DataFileWriter:
             len(self._adds) + len(self._publishing),
             self.bytes_written / MiB,
             len(self._open),
-            len(self._buffers),
+            len(self._buffers) + self._small.partitions,
             self.buffered_bytes / MiB,
             f", {self.files_reopened} files started again for partitions closed early"
             if self.files_reopened
@@ -695,7 +735,7 @@ class DataFileWriter:
         boundaries themselves, like Z-order, cut here)."""
         # Partition by partition, so that this opens at most one file more than is open.
         pending = list(dict.fromkeys([*self._spilled, *self._buffers]))
-        alone = len(pending) == 1 and not self._open and self._publisher is None
+        alone = len(pending) + self._small.partitions == 1 and not self._open and self._publisher is None
         for values in pending:
             if values not in self._open and self._write_small(values, alone=alone):
                 continue
@@ -703,6 +743,20 @@ class DataFileWriter:
             f = self._open.pop(values, None)
             if f is not None:
                 self._finish(f)
+        # Partitions still small: each fits one row group of one file (they would have left
+        # the small partitions otherwise).
+        group: list[tuple[_OpenFile, pa.Table]] = []
+        rows = 0
+        for pid, pieces in self._small.drain():
+            # One chunk: a small copy, cheaper than encoding and checking many short ones.
+            table = pa.concat_tables(pieces).combine_chunks() if len(pieces) > 1 else pieces[0]
+            group.append((self._whole_file(self._keys[pid], table), table))
+            rows += table.num_rows
+            if len(group) == WHOLE_FILES_PER_JOB or rows >= self.config.row_group_rows:
+                self._submit([f for f, _ in group], self._write_wholes, group, here=alone)
+                group, rows = [], 0
+        if group:
+            self._submit([f for f, _ in group], self._write_wholes, group, here=alone)
         self._drop_runs()
         while self._open:
             self._finish(self._open.popitem(last=False)[1])
@@ -739,6 +793,7 @@ class DataFileWriter:
         finally:
             self._open.clear()
             self._buffers.clear()
+            self._small.clear()
             self._pinned = self._pinned_live = self._owned = self._pieces = 0
             self._drop_runs()
             self._shutdown()

@@ -268,6 +268,14 @@ def _file_in_the_way(path: str) -> str:
 
 def _make_directory(directory: str, path: str) -> None:
     try:
+        os.mkdir(directory)  # most often the one directory missing (a new partition's), or none
+        return
+    except FileExistsError:
+        if os.path.isdir(directory):
+            return
+    except OSError:
+        pass  # a parent missing, or a file in the way: the general case says which
+    try:
         os.makedirs(directory, exist_ok=True)
     except FileExistsError:
         in_the_way = _file_in_the_way(os.path.join(directory, "x"))

@@ -175,7 +175,8 @@ def test_beyond_the_buffer_budget_small_partitions_spill_and_get_one_file_each(t
     and the runs are gone after the commit."""
     path, spill = tmp_path / "t", tmp_path / "spill"
     spill.mkdir()
-    code = _SMALL_BUDGET_WRITE.format(path=str(path), spill=str(spill), shape={})
+    # 2,003 partitions of 12 rows, about 10 MB in all: three times the budget.
+    code = _SMALL_BUDGET_WRITE.format(path=str(path), spill=str(spill), shape={"pad": 400})
     out = run_child(
         code
         + """
@@ -205,7 +206,7 @@ def test_beyond_the_buffer_budget_small_partitions_spill_and_get_one_file_each(t
 def test_an_aborted_write_leaves_no_spilled_run(tmp_path):
     path, spill = tmp_path / "t", tmp_path / "spill"
     spill.mkdir()
-    shape = {"partitions": 300, "rows_per_partition": 40, "pad": 200, "fail_after": 4}
+    shape = {"partitions": 300, "rows_per_partition": 120, "pad": 200, "fail_after": 4}
     code = _SMALL_BUDGET_WRITE.format(path=str(path), spill=str(spill), shape=shape)
     out = run_child(
         "try:\n"
@@ -264,7 +265,7 @@ def test_runs_of_a_killed_write_are_removed_by_the_next_write_that_spills(tmp_pa
     this host deletes them, and leaves a live process's and another host's directories alone."""
     path, spill = tmp_path / "t", tmp_path / "spill"
     spill.mkdir()
-    shape = {"partitions": 300, "rows_per_partition": 40, "pad": 200}
+    shape = {"partitions": 300, "rows_per_partition": 120, "pad": 200}
     code = _SMALL_BUDGET_WRITE.format(path=str(path), spill=str(spill), shape=shape)
     killed = code.replace(
         "        runs_seen.update(",
@@ -297,7 +298,7 @@ def test_runs_of_a_killed_write_are_removed_by_the_next_write_that_spills(tmp_pa
 @pytest.mark.parametrize("bound", [3, 70_000, 5_000_000_000])
 def test_rows_are_grouped_in_input_order_whatever_the_number_of_partition_codes(bound):
     """The writer's stable order sorts 16 bits at a time: one pass, two, or NumPy's own sort."""
-    from deltaplane.engine.writer import _stable_order
+    from deltaplane.engine.partition_runs import stable_order as _stable_order
 
     rng = np.random.default_rng(bound)
     codes = rng.integers(0, bound, 200_000, dtype=np.int64)

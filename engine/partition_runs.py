@@ -1,0 +1,269 @@
+"""Rows of partitions too small for a file of their own yet, kept as whole grouped batches.
+
+A partitioned write into many partitions brings each of them a few rows per input batch. Held
+partition by partition, those rows cost Python objects per partition and batch (300,000 of them
+for 10M rows into 30,000 partitions, in 1M-row batches) and each object's bookkeeping. Here the
+small partitions of one batch stay together as one *segment*: the batch's rows grouped by
+partition, with the partition ids and their row offsets as NumPy arrays. Nothing is done per
+partition while the input arrives; a partition's rows are found by a binary search in each
+segment when they are needed (promoted to a file of their own, or written when the write ends).
+
+Over the writer's budget the segments go to disk together, as one uncompressed Arrow IPC run
+memory-mapped back (the page cache holds them, not the heap). :meth:`SmallPartitions.drain`
+hands out every partition still held, in id order, as slices of the segments it has rows in, in
+input order, so each gets one file however unsorted the input was.
+
+Also here: the grouping of a batch's rows by partition (one stable sort of their combined value
+codes), and the spill directory of a write (named for the host and the process, so that a write
+that spills removes what a killed write on this host left behind).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+log = logging.getLogger(__name__)
+
+SPILL_PREFIX = "deltaplane-spill-"
+_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+# Memory of the Arrow and Python objects of one held segment beyond its data.
+SEGMENT_OVERHEAD = 4096
+
+
+def remove_stale_spills(base: str) -> None:
+    """Delete the spill directories under ``base`` of writes whose process is gone (killed
+    before it could delete its runs): named for this host and a process id that no longer runs.
+    Another host's, or a live process's, are left alone; each removal is logged."""
+    pattern = re.compile(re.escape(f"{SPILL_PREFIX}{_HOST}-") + r"(\d+)-[^/]+")
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match and entry.is_dir(follow_symlinks=False) and not _running(int(match.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            log.info("removed the spilled runs of a write that did not finish: %s", entry.path)
+
+
+def new_spill_directory(base: str | None) -> str:
+    """A private directory for one write's runs under ``base`` (the temporary directory by
+    default), after removing those of killed writes on this host."""
+    base = base or tempfile.gettempdir()
+    remove_stale_spills(base)
+    return tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{_HOST}-{os.getpid()}-", dir=base)
+
+
+def write_run(path: str, schema: pa.Schema, tables: Iterator[pa.Table]) -> pa.Table:
+    """``tables`` appended to a new Arrow IPC file at ``path``, mapped back as one table (its
+    descriptor closed at once: the mapping lives as long as the table's slices)."""
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as out:
+        for table in tables:
+            out.write_table(table)
+    with pa.memory_map(path) as mapped:
+        return pa.ipc.open_file(mapped).read_all()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def stable_order(codes: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(codes, kind="stable")`` for non-negative codes below ``bound``: NumPy sorts
+    16-bit keys by radix (12 ms for a million rows, against 87 ms for int64 keys), so codes are
+    sorted 16 bits at a time, low half first."""
+    if bound <= 1 << 16:
+        return np.argsort(codes.astype(np.uint16), kind="stable")
+    if bound <= 1 << 32:
+        low = np.argsort((codes & 0xFFFF).astype(np.uint16), kind="stable")
+        return low[np.argsort((codes[low] >> 16).astype(np.uint16), kind="stable")]
+    return np.argsort(codes, kind="stable")
+
+
+_DENSE_CODES = 1 << 32
+
+
+def group_rows(table: pa.Table, columns: list[str]) -> tuple[np.ndarray, np.ndarray, list[tuple]]:
+    """The rows of ``table`` grouped by their values of ``columns`` (one stable sort, however
+    many groups): the row order, each group's row count, and each group's values."""
+    codes = np.zeros(table.num_rows, dtype=np.int64)
+    bound = 1  # codes are below this
+    for name in columns:
+        encoded = pc.dictionary_encode(table.column(name).combine_chunks())
+        size = len(encoded.dictionary) + 1  # the extra code is null
+        indices = pc.fill_null(encoded.indices, size - 1).to_numpy().astype(np.int64)
+        codes, bound = codes * size + indices, bound * size
+        if bound > _DENSE_CODES:  # re-densified before the combined code could overflow
+            codes = np.unique(codes, return_inverse=True)[1].astype(np.int64)
+            bound = int(codes.max()) + 1
+    order = stable_order(codes, bound)
+    sorted_codes = codes[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
+    counts = np.diff(np.append(starts, len(order)))
+    firsts = pa.array(order[starts])
+    keys = list(zip(*(table.column(c).take(firsts).to_pylist() for c in columns), strict=True))
+    return order, counts, keys
+
+
+def part_bytes(table: pa.Table, offsets: np.ndarray) -> np.ndarray:
+    """Bytes of each run of rows ``offsets[i]:offsets[i + 1]`` of ``table``, without a slice per
+    run: exact for fixed-width columns and for strings and binaries (from their value offsets),
+    the column's average row size for the rest."""
+    counts = np.diff(offsets)
+    total = np.zeros(len(counts), dtype=np.int64)
+    for column in table.columns:
+        typ = column.type
+        chunk = column.chunks[0] if column.num_chunks == 1 else None
+        wide = pa.types.is_large_string(typ) or pa.types.is_large_binary(typ)
+        if chunk is not None and (wide or pa.types.is_string(typ) or pa.types.is_binary(typ)):
+            width = 8 if wide else 4
+            dtype = np.int64 if wide else np.int32
+            values = np.frombuffer(chunk.buffers()[1], dtype=dtype, count=chunk.offset + len(chunk) + 1)
+            values = values[chunk.offset :]
+            total += np.diff(values[offsets]).astype(np.int64) + width * counts
+        elif pa.types.is_primitive(typ) and not pa.types.is_boolean(typ):
+            total += counts * (typ.bit_width // 8)
+        else:
+            total += counts * (column.nbytes // max(1, len(column)))
+    return total
+
+
+@dataclass(eq=False)
+class _Segment:
+    table: pa.Table  # rows grouped by partition: in memory, or a slice of a mapped run
+    ids: np.ndarray  # the partition ids it holds rows of, in the order of their rows
+    by_id: np.ndarray  # ``ids`` sorted, as positions in ``ids``
+    offsets: np.ndarray  # ids[i]'s rows are offsets[i]:offsets[i + 1]
+    nbytes: int  # heap bytes; 0 once spilled
+    live: int  # rows of partitions not taken out
+
+
+class SmallPartitions:
+    """The rows of small partitions, segment by segment, with each partition's rows and bytes
+    held (``rows``, ``nbytes_of``) indexed by partition id."""
+
+    def __init__(self) -> None:
+        self._segments: list[_Segment] = []
+        self.nbytes = 0  # heap bytes of the segments in memory, with their objects
+        self.rows = np.zeros(0, dtype=np.int64)  # rows held, by partition id
+        self._bytes = np.zeros(0, dtype=np.int64)
+        self.taken = np.zeros(0, dtype=bool)  # partitions that went to a file of their own
+        self.partitions = 0  # partitions with rows held
+
+    def grow(self, count: int) -> None:
+        """Make room for partition ids below ``count``."""
+        if count <= len(self.rows):
+            return
+        size = max(count, 2 * len(self.rows), 64)
+        self.rows = np.concatenate((self.rows, np.zeros(size - len(self.rows), dtype=np.int64)))
+        self._bytes = np.concatenate((self._bytes, np.zeros(size - len(self._bytes), dtype=np.int64)))
+        self.taken = np.concatenate((self.taken, np.zeros(size - len(self.taken), dtype=bool)))
+
+    def bytes_of(self, ids: np.ndarray) -> np.ndarray:
+        return self._bytes[ids]
+
+    def add(self, table: pa.Table, ids: np.ndarray, counts: np.ndarray, sizes: np.ndarray) -> None:
+        """Hold ``table``, whose rows are grouped by partition: ``counts[i]`` rows (``sizes[i]``
+        bytes) of partition ``ids[i]`` (distinct), one partition after the other."""
+        if table.num_rows == 0:
+            return
+        self.partitions += int(np.count_nonzero(self.rows[ids] == 0))
+        self.rows[ids] += counts
+        self._bytes[ids] += sizes
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        nbytes = table.nbytes + SEGMENT_OVERHEAD
+        self._segments.append(_Segment(table, ids, np.argsort(ids), offsets, nbytes, table.num_rows))
+        self.nbytes += nbytes
+
+    def take(self, pid: int) -> list[pa.Table]:
+        """Every row held of partition ``pid``, in input order (slices of the segments); the
+        partition is marked taken and its rows are no longer held. Segments left holding no row
+        of any partition are dropped."""
+        pieces = []
+        for segment in self._segments:
+            k = int(np.searchsorted(segment.ids, pid, sorter=segment.by_id))
+            i = int(segment.by_id[k]) if k < len(segment.ids) else -1
+            if i >= 0 and segment.ids[i] == pid:
+                start, end = int(segment.offsets[i]), int(segment.offsets[i + 1])
+                pieces.append(segment.table.slice(start, end - start))
+                segment.live -= end - start
+        self.taken[pid] = True
+        if self.rows[pid]:
+            self.partitions -= 1
+        self.rows[pid] = self._bytes[pid] = 0
+        if any(s.live == 0 for s in self._segments):
+            for s in self._segments:
+                if s.live == 0:
+                    self.nbytes -= s.nbytes
+            self._segments = [s for s in self._segments if s.live]
+        return pieces
+
+    def spill(self, path: str, schema: pa.Schema) -> int:
+        """Write the segments held in memory to one run at ``path`` and hold them from there
+        (memory-mapped); the run's size, 0 if nothing was in memory."""
+        resident = [s for s in self._segments if s.nbytes]
+        if not resident:
+            return 0
+        run = write_run(path, schema, (s.table for s in resident))
+        offset = 0
+        for s in resident:
+            rows = s.table.num_rows
+            s.table = run.slice(offset, rows)
+            offset += rows
+            self.nbytes -= s.nbytes
+            s.nbytes = 0
+        return os.path.getsize(path)
+
+    def drain(self) -> Iterator[tuple[int, list[pa.Table]]]:
+        """Every partition held and not taken, in id order, with its rows (slices of the
+        segments, in input order); nothing is held afterwards."""
+        if self._segments:
+            ids = np.concatenate([s.ids for s in self._segments])
+            which = np.concatenate([np.full(len(s.ids), k) for k, s in enumerate(self._segments)])
+            starts = np.concatenate([s.offsets[:-1] for s in self._segments])
+            ends = np.concatenate([s.offsets[1:] for s in self._segments])
+            keep = ~self.taken[ids]
+            ids, which, starts, ends = ids[keep], which[keep], starts[keep], ends[keep]
+            order = np.argsort(ids, kind="stable")  # segments stay in input order within an id
+            tables = [s.table for s in self._segments]
+            pid, pieces = -1, []
+            for i, k, start, end in zip(
+                ids[order].tolist(),
+                which[order].tolist(),
+                starts[order].tolist(),
+                ends[order].tolist(),
+                strict=True,
+            ):
+                if i != pid and pieces:
+                    yield pid, pieces
+                    pieces = []
+                pid = i
+                pieces.append(tables[k].slice(start, end - start))
+            if pieces:
+                yield pid, pieces
+        self.clear()
+
+    def clear(self) -> None:
+        self._segments.clear()
+        self.nbytes = 0
+        self.rows[:] = 0
+        self._bytes[:] = 0
+        self.partitions = 0
