@@ -151,17 +151,18 @@ class _Segment:
     ids: np.ndarray  # the partition ids it holds rows of, in the order of their rows
     by_id: np.ndarray  # ``ids`` sorted, as positions in ``ids``
     offsets: np.ndarray  # ids[i]'s rows are offsets[i]:offsets[i + 1]
-    nbytes: int  # heap bytes; 0 once spilled
+    nbytes: int  # heap bytes of its rows; 0 once spilled
+    index_bytes: int  # of its NumPy arrays and objects, which stay in memory
     live: int  # rows of partitions not taken out
 
 
 class SmallPartitions:
     """The rows of small partitions, segment by segment, with each partition's rows and bytes
-    held (``rows``, ``nbytes_of``) indexed by partition id."""
+    held (``rows``, ``bytes_of``) indexed by partition id."""
 
     def __init__(self) -> None:
         self._segments: list[_Segment] = []
-        self.nbytes = 0  # heap bytes of the segments in memory, with their objects
+        self.nbytes = 0  # heap bytes held: segments' rows in memory, and every segment's index
         self.rows = np.zeros(0, dtype=np.int64)  # rows held, by partition id
         self._bytes = np.zeros(0, dtype=np.int64)
         self.taken = np.zeros(0, dtype=bool)  # partitions that went to a file of their own
@@ -189,9 +190,10 @@ class SmallPartitions:
         self._bytes[ids] += sizes
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        nbytes = table.nbytes + SEGMENT_OVERHEAD
-        self._segments.append(_Segment(table, ids, np.argsort(ids), offsets, nbytes, table.num_rows))
-        self.nbytes += nbytes
+        by_id = np.argsort(ids)
+        index_bytes = ids.nbytes + by_id.nbytes + offsets.nbytes + SEGMENT_OVERHEAD
+        self._segments.append(_Segment(table, ids, by_id, offsets, table.nbytes, index_bytes, table.num_rows))
+        self.nbytes += table.nbytes + index_bytes
 
     def take(self, pid: int) -> list[pa.Table]:
         """Every row held of partition ``pid``, in input order (slices of the segments); the
@@ -212,7 +214,7 @@ class SmallPartitions:
         if any(s.live == 0 for s in self._segments):
             for s in self._segments:
                 if s.live == 0:
-                    self.nbytes -= s.nbytes
+                    self.nbytes -= s.nbytes + s.index_bytes
             self._segments = [s for s in self._segments if s.live]
         return pieces
 
