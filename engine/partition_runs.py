@@ -177,8 +177,20 @@ class SmallPartitions:
         self._bytes = np.concatenate((self._bytes, np.zeros(size - len(self._bytes), dtype=np.int64)))
         self.taken = np.concatenate((self.taken, np.zeros(size - len(self.taken), dtype=bool)))
 
-    def bytes_of(self, ids: np.ndarray) -> np.ndarray:
-        return self._bytes[ids]
+    def too_large(
+        self, ids: np.ndarray, counts: np.ndarray, sizes: np.ndarray, row_group_rows: int, limit: int
+    ) -> np.ndarray:
+        """Which of a batch's parts (``counts[i]`` rows, ``sizes[i]`` bytes of partition
+        ``ids[i]``) go to their partition's own buffer instead: those of partitions taken
+        already, those bringing a quarter of a row group (or of ``limit`` bytes) at once, and
+        those that would make a row group, or ``limit`` bytes, with the rows held."""
+        return (
+            self.taken[ids]
+            | (counts >= max(1, row_group_rows // 4))
+            | (sizes >= limit // 4)
+            | (self.rows[ids] + counts >= row_group_rows)
+            | (self._bytes[ids] + sizes >= limit)
+        )
 
     def add(self, table: pa.Table, ids: np.ndarray, counts: np.ndarray, sizes: np.ndarray) -> None:
         """Hold ``table``, whose rows are grouped by partition: ``counts[i]`` rows (``sizes[i]``

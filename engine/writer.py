@@ -1,46 +1,37 @@
 """Data files: Arrow batches in, Parquet files out, one ``add`` action with statistics per file.
 
-Rows are grouped by partition values (a stable sort on the combined partition codes, so any
-number of partitions costs one pass; ``partition_runs.group_rows``). Partitions are told apart by
-size, with NumPy over the whole batch rather than per partition:
+A batch's rows are grouped by partition (``partition_runs.group_rows``: one stable sort however
+many partitions; batches of 64Ki rows or more on a publishing thread, two at once). Then, with
+NumPy over the whole batch rather than per partition:
 
-- a partition that brings a quarter of a row group in one batch, or whose rows held so far make
-  a row group (``row_group_rows`` rows or ``row_group_bytes``) or a file, is *large*: its rows
-  are buffered per partition and written out as row groups to a file per partition that is
-  rolled over at the target file size. It has no open file until its first row group is written;
-- the other partitions' rows stay together, a batch at a time, as one segment of
-  ``partition_runs.SmallPartitions`` (no object per partition and batch: 300,000 of them for
-  10M rows into 30,000 partitions cost more than writing the files). A partition that becomes
-  large takes its rows held there along, ahead of its new ones. At ``close()`` (or ``roll()``)
-  each partition still small becomes one file of one row group, 32 files to a publishing job.
+- a partition that brings a quarter of a row group at once, or whose rows held make a row group
+  (``row_group_rows`` rows or ``row_group_bytes``) or a file, is *large*: its rows are buffered
+  per partition and written as row groups to its file (opened at the first row group, rolled
+  over at the target file size);
+- the others stay together, a batch at a time, in ``partition_runs.SmallPartitions`` (no object
+  per partition and batch); one that becomes large takes its held rows along, ahead of its new
+  ones. At ``close()`` or ``roll()`` each becomes one file of one row group, 32 to a job.
 
-So a write whose partitions fit the target size writes one file per partition however many
-there are and however unsorted the input, in input order within each partition.
+So however many partitions and however unsorted the input, a partition that fits the target size
+gets one file, its rows in input order. Two bounds hold whatever the input's shape:
 
-Two bounds hold however the input is shaped:
+- memory: buffered rows, counting the input batches that buffered slices keep alive, the objects
+  of each slice and the small partitions' segments. Over the budget, slices of mostly written
+  batches are copied out (the batches can go); then buffers of a quarter of a row group or more
+  are written as row groups, and the rest, with the segments, spilled to runs: uncompressed Arrow
+  IPC files in a private directory under ``spill_directory`` (the temporary directory by default;
+  one left by a killed write on this host is deleted by the next that spills), memory-mapped
+  back. At roll or close each spilled partition is written in turn, its file finished before the
+  next starts, as Spark's writer sorts a task's rows by partition before writing. The runs are
+  deleted when the write closes or aborts;
+- open files: at most ``max_open_files`` (256, and no more than a quarter of the descriptor
+  limit). Opening one more finishes the least recently written file; later rows of its
+  partition start a new file. Only partitions filling whole row groups keep files open.
 
-- memory: buffered rows are bounded across all partitions, counting the input batches that
-  buffered slices keep alive, the objects of each slice and the small partitions' segments. Over
-  the budget, slices of mostly written batches are first copied out (the batches can go); then
-  buffers of a quarter of a row group or more are written out as row groups, and the rest, with
-  the segments, are spilled to runs: uncompressed Arrow IPC files in a private directory under
-  ``spill_directory`` (the temporary directory by default; one that a killed write on this host
-  left is deleted by the next that spills), memory-mapped back. At roll or close each spilled
-  partition is written in turn from its run slices and buffer, in input order, its file finished
-  before the next starts: as Spark's writer sorts a task's rows by partition (spilling) before
-  writing. The runs are deleted when the write closes or aborts;
-- open files: at most ``max_open_files`` (by default 256, and no more than a quarter of the
-  process's descriptor limit). Opening one more finishes the least recently written file: it
-  becomes a complete file with its statistics, and rows of that partition that come later start a
-  new file. Only partitions that fill whole row groups keep files open between batches, so only
-  input with more such partitions than the cap pays for this.
-
-Files are streamed to the object store and become visible only when complete, at most
-``MAX_PUBLISHING`` at a time waiting for publication, and ``close()`` makes them durable together
-(``ObjectStore.sync``: one ``syncfs`` on a local filesystem) instead of two fsyncs per file;
-nothing is committed here (the transaction does that), and files of a failed write are left for
-VACUUM, never half-published. Files carry page checksums and page indexes (column and offset
-indexes), so readers can skip pages.
+Files become visible only when complete, at most ``MAX_PUBLISHING`` jobs waiting to publish, and
+``close()`` makes them durable together (``ObjectStore.sync``: one ``syncfs`` locally) instead of
+two fsyncs per file; nothing is committed here (the transaction does that), and files of a failed
+write are left for VACUUM, never half-published. Files carry page checksums and page indexes.
 """
 
 from __future__ import annotations
@@ -97,12 +88,9 @@ PROGRESS_SECONDS = 60.0
 # 1.5 KiB for three columns), so that many small pieces count against the budget too.
 PIECE_OVERHEAD = 512
 COLUMN_OVERHEAD = 384
+GROUP_ON_THREAD_ROWS = 1 << 16  # batches this large are grouped by partition on a thread
 WHOLE_FILES_PER_JOB = 32  # small partitions' files encoded by one job of a publishing thread
 SPILL_BATCH_ROWS = 1 << 16  # rows of several partitions gathered into one batch of a spilled run
-
-
-def _commit(pending: PendingObject) -> list[int]:
-    return [pending.commit()]
 
 
 def default_max_open_files() -> int:
@@ -227,6 +215,7 @@ class DataFileWriter:
         self._ids: dict[tuple, int] = {}
         self._keys: list[tuple] = []
         self._small = SmallPartitions()
+        self._grouping: deque[Future] = deque()  # batches being grouped, in input order
         self.runs_spilled = 0
         self.bytes_spilled = 0
         self._started = time.monotonic()
@@ -239,7 +228,7 @@ class DataFileWriter:
         if table.num_rows == 0:
             return
         if self.config.partition_columns:
-            self._write_partitioned(table)
+            self._group_ahead(table)
         else:
             physical = self._physical_table(table)
             self._buffer((), physical, _Batch(physical.nbytes))
@@ -340,22 +329,41 @@ class DataFileWriter:
                 self._pinned -= source.nbytes
         self._pieces -= len(b.tables)
 
-    def _write_partitioned(self, table: pa.Table) -> None:
-        """Sort the rows by partition. Parts of large partitions (or of partitions that become
-        large with them) are buffered partition by partition; the other parts stay together,
-        as one segment of the small partitions, with no work per partition."""
+    def _group_ahead(self, table: pa.Table) -> None:
+        """Group a batch's rows by partition on a publishing thread (idle until files are
+        written) while the caller makes the next batch; a batch is placed once the next one is
+        being grouped, so two batches are grouped at once on two cores. A batch under
+        ``GROUP_ON_THREAD_ROWS`` rows is grouped here: a thread would cost more than it saves."""
+        if table.num_rows >= GROUP_ON_THREAD_ROWS:
+            future = self._pool().submit(self._group, table)
+        else:
+            future = Future()
+            future.set_result(self._group(table))
+        self._grouping.append(future)
+        while len(self._grouping) > 1:
+            self._place(*self._grouping.popleft().result())
+
+    def _group(self, table: pa.Table) -> tuple:
+        """A batch's rows grouped by partition, in the file's layout (converted once per batch,
+        not once per partition), with each group's row offsets, values and bytes."""
         order, counts, keys = group_rows(table, self.config.partition_columns)
+        ordered = self._physical_table(table.take(pa.array(order)))
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return ordered, offsets, keys, part_bytes(ordered, offsets)
+
+    def _place(self, ordered: pa.Table, offsets: np.ndarray, keys: list[tuple], sizes: np.ndarray) -> None:
+        """Parts of large partitions (or of partitions that become large with them) are
+        buffered partition by partition; the other parts stay together, as one segment of the
+        small partitions, with no work per partition."""
         ids = self._ids
         pids = np.array([ids.setdefault(key, len(ids)) for key in keys], dtype=np.int64)
         if len(ids) > len(self._keys):
             self._keys = list(ids)
             self._small.grow(len(ids))
-        # Converted to the file's layout once per batch, not once per partition's part.
-        ordered = self._physical_table(table.take(pa.array(order)))
-        offsets = np.zeros(len(pids) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        sizes = part_bytes(ordered, offsets)
-        large = self._large(pids, counts, sizes)
+        counts = np.diff(offsets)
+        limit = min(self.config.row_group_bytes, self.config.target_file_size)
+        large = self._small.too_large(pids, counts, sizes, self.config.row_group_rows, limit)
         if not large.any():
             self._small.add(ordered, pids, counts, sizes)
             return
@@ -369,21 +377,6 @@ class DataFileWriter:
         if small.any():
             rows = pa.array(np.repeat(small, counts))
             self._small.add(ordered.filter(rows), pids[small], counts[small], sizes[small])
-
-    def _large(self, pids: np.ndarray, counts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-        """Which parts go to their partition's own buffer: those of partitions already there,
-        those bringing a quarter of a row group at once, and those that make a row group (or a
-        file) with the partition's rows held small."""
-        limit = min(self.config.row_group_bytes, self.config.target_file_size)
-        rows = self.config.row_group_rows
-        small = self._small
-        return (
-            small.taken[pids]
-            | (counts >= max(1, rows // 4))
-            | (sizes >= limit // 4)
-            | (small.rows[pids] + counts >= rows)
-            | (small.bytes_of(pids) + sizes >= limit)
-        )
 
     def _promote(self, pid: int) -> None:
         """Partition ``pid`` leaves the small partitions: its rows held there (slices of
@@ -588,7 +581,7 @@ class DataFileWriter:
             f.pending.abort()
             raise
         f.stats.update_from_parquet(*self._footer(f.writer))
-        self._submit([f], _commit, f.pending)
+        self._submit([f], lambda: [f.pending.commit()])
 
     def _write_small(self, values: tuple, *, alone: bool = False) -> bool:
         """A partition whose rows left (spilled and buffered) make one row group and no more than
@@ -639,7 +632,10 @@ class DataFileWriter:
         return [self._write_whole(f, table) for f, table in files]
 
     def _write_whole(self, f: _OpenFile, table: pa.Table) -> int:
-        """On a publishing thread: ``table`` as the whole of file ``f``, published; its size."""
+        """On a publishing thread: ``table`` as the whole of file ``f``, published; its size.
+        Its chunks are made one first: a copy of a small file's rows costs less than encoding
+        and checking many short chunks."""
+        table = table.combine_chunks()
         opened = self._open_file(f.values, f.key, f.partition_values)
         f.pending, f.writer, f.stats = opened.pending, opened.writer, opened.stats
         try:
@@ -669,12 +665,15 @@ class DataFileWriter:
             future: Future = Future()
             future.set_result(job(*args))
         else:
-            if self._publisher is None:
-                self._publisher = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="deltaplane-publish")
-            future = self._publisher.submit(job, *args)
+            future = self._pool().submit(job, *args)
         self._publishing.append((future, files))
         while len(self._publishing) > MAX_PUBLISHING:
             self._collect_one()
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._publisher is None:
+            self._publisher = ThreadPoolExecutor(PUBLISH_THREADS, thread_name_prefix="deltaplane-publish")
+        return self._publisher
 
     def _collect_one(self) -> None:
         future, files = self._publishing.popleft()
@@ -733,6 +732,8 @@ class DataFileWriter:
     def roll(self) -> None:
         """Finish every open file now; the next rows start new files (callers that choose file
         boundaries themselves, like Z-order, cut here)."""
+        while self._grouping:
+            self._place(*self._grouping.popleft().result())
         # Partition by partition, so that this opens at most one file more than is open.
         pending = list(dict.fromkeys([*self._spilled, *self._buffers]))
         alone = len(pending) + self._small.partitions == 1 and not self._open and self._publisher is None
@@ -748,8 +749,7 @@ class DataFileWriter:
         group: list[tuple[_OpenFile, pa.Table]] = []
         rows = 0
         for pid, pieces in self._small.drain():
-            # One chunk: a small copy, cheaper than encoding and checking many short ones.
-            table = pa.concat_tables(pieces).combine_chunks() if len(pieces) > 1 else pieces[0]
+            table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
             group.append((self._whole_file(self._keys[pid], table), table))
             rows += table.num_rows
             if len(group) == WHOLE_FILES_PER_JOB or rows >= self.config.row_group_rows:
@@ -793,6 +793,7 @@ class DataFileWriter:
         finally:
             self._open.clear()
             self._buffers.clear()
+            self._grouping.clear()
             self._small.clear()
             self._pinned = self._pinned_live = self._owned = self._pieces = 0
             self._drop_runs()

@@ -134,3 +134,29 @@ def test_part_bytes_counts_string_data_and_fixed_widths():
     assert sizes.tolist() == [3 + 8 + 8 + 3 + 16, 0 + 8 + 8 + 0 + 16, 102 + 8 + 8 + 102 + 16]
     sliced = table.slice(2)  # a chunk that starts at an offset
     assert part_bytes(sliced, np.array([0, 2, 4])).tolist() == sizes[1:].tolist()
+
+
+def test_batches_grouped_on_threads_are_placed_in_input_order():
+    """Batches of 64Ki rows or more are grouped on the publishing threads, two at once; each
+    partition still gets its rows in input order, and ``roll()`` places the batch still being
+    grouped before it cuts (the same writer then takes more)."""
+    store = MemoryStore()
+    w = writer(store, row_group_rows=1 << 20)
+    rng = np.random.default_rng(11)
+    expected: dict = {}
+    start = 0
+    for rows in (70_000, 100_000, 65_536, 80_000):
+        keys = rng.choice(["a", "b", "c", None], size=rows).tolist()
+        w.write(batch(keys, start))
+        for key, i in zip(keys, range(start, start + rows), strict=True):
+            expected.setdefault(key, []).append(i)
+        start += rows
+    w.roll()
+    w.write(batch(["a"] * 70_000, start))
+    got = files(store, w.close())
+    assert got == {
+        "a": [expected["a"], list(range(start, start + 70_000))],
+        "b": [expected["b"]],
+        "c": [expected["c"]],
+        None: [expected[None]],
+    }
