@@ -1,4 +1,5 @@
-"""PySpark on deltaplane tables: the ``deltaplane`` data source and the heavy table jobs.
+"""PySpark on deltaplane tables: ``read_table`` for batch reads, the ``deltaplane`` data source
+for writes and streaming, and the heavy table jobs.
 
 The engine plans and commits; Spark reads and writes Parquet files in tasks. Spark never writes
 ``_delta_log`` itself.
@@ -14,4 +15,14 @@ def register(spark) -> None:
     spark.dataSource.register(DeltaplaneDataSource.for_session(spark))  # carries its parallelism
 
 
-__all__ = ["register"]
+def __getattr__(name: str):
+    # ``read_table`` is the one batch read API; it is loaded on first use, so that importing
+    # the package (every Spark Python worker does) stays cheap.
+    if name == "read_table":
+        from deltaplane.spark_jobs.native import read_table
+
+        return read_table
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["read_table", "register"]

@@ -190,3 +190,17 @@ def test_the_harness_sees_pandas_when_it_is_loaded():
 
 def test_a_path_object_opens_the_same_table(tables):
     assert DeltaTable(Path(tables["plain"])).version() == DeltaTable(tables["plain"]).version()
+
+
+def test_the_documented_spark_read_api_loads_only_when_used():
+    """``deltaplane.spark_jobs.read_table`` is the native read path's ``read_table``, loaded on
+    first use: importing the package (every Spark Python worker does) loads neither it nor
+    PySpark."""
+    code = (
+        "import json, sys, deltaplane.spark_jobs as jobs\n"
+        "before = sorted(m for m in sys.modules if m == 'pyspark' or m.endswith('spark_jobs.native'))\n"
+        "from deltaplane.spark_jobs import read_table\n"
+        "import deltaplane.spark_jobs.native as native\n"
+        "print(json.dumps([before, read_table is native.read_table, 'read_table' in jobs.__all__]))\n"
+    )
+    assert fresh_json(["-c", code]) == [[], True, True]
