@@ -21,6 +21,7 @@ that spills removes what a killed write on this host left behind).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shutil
@@ -118,8 +119,15 @@ def group_rows(table: pa.Table, columns: list[str]) -> tuple[np.ndarray, np.ndar
     starts = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
     counts = np.diff(np.append(starts, len(order)))
     firsts = pa.array(order[starts])
-    keys = list(zip(*(table.column(c).take(firsts).to_pylist() for c in columns), strict=True))
-    return order, counts, keys
+    values = []
+    for c in columns:
+        column = table.column(c).take(firsts).to_pylist()
+        if pa.types.is_floating(table.schema.field(c).type):
+            # One NaN object for all: NaN is not equal to itself, but a tuple holding the same
+            # object is equal to another, so NaN keys of every batch name one partition.
+            column = [math.nan if v is not None and v != v else v for v in column]
+        values.append(column)
+    return order, counts, list(zip(*values, strict=True))
 
 
 def part_bytes(table: pa.Table, offsets: np.ndarray) -> np.ndarray:

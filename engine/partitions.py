@@ -7,6 +7,8 @@ forms: the legacy ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (read as UTC) and ISO-8601 wi
 
 from __future__ import annotations
 
+import math
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -97,6 +99,9 @@ def serialize_partition_value(value, dtype: DataType) -> str | None:
         return value if value != "" else None  # an empty partition string is a null partition
     if name == "boolean":
         return "true" if value else "false"
+    if name in ("float", "double") and not math.isfinite(value):
+        # As Delta Spark writes them (Java's Double.toString), which every reader parses.
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if name == "float":
         return str(np.float32(value))
     if name == "binary":

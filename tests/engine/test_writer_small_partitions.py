@@ -160,3 +160,26 @@ def test_batches_grouped_on_threads_are_placed_in_input_order():
         "c": [expected["c"]],
         None: [expected[None]],
     }
+
+
+def test_a_nan_partition_value_is_one_partition_across_batches():
+    """NaN is not equal to itself, so NaN keys from different batches must still name one
+    partition: one file each for NaN, infinity, null and 1.5 however many batches bring them,
+    with the values spelled as Delta Spark writes them (Java's ``Double.toString``)."""
+    schema = pa.schema([("id", pa.int64()), ("p", pa.float64())])
+    store = MemoryStore()
+    w = DataFileWriter(store, WriterConfig(schema=from_arrow_schema(schema), partition_columns=["p"]))
+    values = [float("nan"), None, 1.5, float("inf"), float("-inf")]
+    for i in range(3):
+        w.write(pa.table({"id": [5 * i + k for k in range(5)], "p": values}, schema=schema))
+    ids = {
+        a.partition_values["p"]: pq.read_table(pa.BufferReader(store.get(a.path))).column("id").to_pylist()
+        for a in w.close()
+    }
+    assert ids == {
+        "NaN": [0, 5, 10],
+        None: [1, 6, 11],
+        "1.5": [2, 7, 12],
+        "Infinity": [3, 8, 13],
+        "-Infinity": [4, 9, 14],
+    }
