@@ -332,15 +332,15 @@ class DataFileWriter:
     def _group_ahead(self, table: pa.Table) -> None:
         """Group a batch's rows by partition on a publishing thread (idle until files are
         written) while the caller makes the next batch; a batch is placed once the next one is
-        being grouped, so two batches are grouped at once on two cores. A batch under
-        ``GROUP_ON_THREAD_ROWS`` rows is grouped here: a thread would cost more than it saves."""
-        if table.num_rows >= GROUP_ON_THREAD_ROWS:
-            future = self._pool().submit(self._group, table)
+        being grouped, so two are grouped at once on two cores. A batch under
+        ``GROUP_ON_THREAD_ROWS`` rows is grouped and placed here (a thread costs more)."""
+        threaded = table.num_rows >= GROUP_ON_THREAD_ROWS
+        if threaded:
+            self._grouping.append(self._pool().submit(self._group, table))
         else:
-            future = Future()
-            future.set_result(self._group(table))
-        self._grouping.append(future)
-        while len(self._grouping) > 1:
+            self._grouping.append(Future())
+            self._grouping[-1].set_result(self._group(table))
+        while len(self._grouping) > threaded:  # a batch grouped here is placed at once
             self._place(*self._grouping.popleft().result())
 
     def _group(self, table: pa.Table) -> tuple:
