@@ -183,3 +183,33 @@ def test_a_nan_partition_value_is_one_partition_across_batches():
         "Infinity": [3, 8, 13],
         "-Infinity": [4, 9, 14],
     }
+
+
+def test_memory_beyond_the_budget_is_two_batches_being_grouped(tmp_path):
+    """Batches grouped on threads are not counted until placed: at most two of them (and their
+    copies sorted by partition) are held beyond the budget, however many batches come."""
+    store = MemoryStore()
+    budget = 8 << 20
+    w = writer(store, buffer_budget=budget, spill_directory=str(tmp_path))
+    rows, batches = 100_000, 20
+    baseline = pa.total_allocated_bytes()
+    peak = size = 0
+    for i in range(batches):
+        ids = np.arange(i * rows, (i + 1) * rows, dtype=np.int64)
+        t = pa.table(
+            {
+                "id": ids,
+                "p": pa.array((ids % 50).astype(str)),
+                "pad": pa.array(np.char.add("x" * 40, ids.astype(str))),
+            },
+            schema=SCHEMA,
+        )
+        size = t.nbytes
+        w.write(t)
+        del t, ids
+        peak = max(peak, pa.total_allocated_bytes() - baseline)
+    adds = w.close()
+    assert w.runs_spilled > 0
+    assert peak < budget + 4 * size, (peak, size)  # far below the 20 batches (6 MB each) written
+    assert len(adds) == 50
+    assert sum(json.loads(a.stats)["numRecords"] for a in adds) == rows * batches
