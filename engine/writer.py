@@ -383,11 +383,12 @@ class DataFileWriter:
         segments, perhaps mapped) are copied into its own buffer, ahead of the rows to come."""
         pieces = self._small.take(pid)
         if pieces:
-            table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
-            self._own(self._keys[pid], table.take(pa.array(np.arange(table.num_rows))))
+            self._own(self._keys[pid], pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0])
 
     def _own(self, values: tuple, table: pa.Table) -> None:
-        """Buffer a copy that owns its memory after a partition's buffered rows."""
+        """Buffer a copy of ``table`` that owns its memory, after a partition's buffered rows
+        (the rows it was cut from need not stay in memory for its sake)."""
+        table = table.take(pa.array(np.arange(table.num_rows)))
         b = self._buffers.get(values)
         if b is None:
             b = self._buffers[values] = _Buffer()
@@ -477,11 +478,9 @@ class DataFileWriter:
         rows = self.config.row_group_rows
         tail = table.num_rows % rows if whole_row_groups else 0
         if tail:
-            # A copy, so that the rows written do not stay in memory for the tail's sake.
-            rest = table.slice(table.num_rows - tail)
-            rest = rest.take(pa.array(np.arange(tail)))
+            # Owned, so that the rows written do not stay in memory for the tail's sake.
+            self._own(values, table.slice(table.num_rows - tail))
             table = table.slice(0, table.num_rows - tail)
-            self._own(values, rest)
         # Row groups of at most ``row_group_rows`` rows and about the row-group size, so that a
         # partition's spilled rows roll over files at the target size.
         limit = min(self.config.row_group_bytes, self.config.target_file_size)
@@ -658,9 +657,8 @@ class DataFileWriter:
 
     def _submit(self, files: list[_OpenFile], job, *args, here: bool = False) -> None:
         """Run ``job(*args)`` on a publishing thread (``here``: on this one, done when this
-        returns); its result is the list of ``files``' sizes (or their bytes, to publish),
-        collected in order. At most ``MAX_PUBLISHING`` are
-        waiting."""
+        returns); its result is the list of ``files``' sizes, collected in order. At most
+        ``MAX_PUBLISHING`` are waiting."""
         if here:
             future: Future = Future()
             future.set_result(job(*args))
