@@ -19,9 +19,14 @@ Parquet scan. Everything the engine applies when it reads, the plan applies:
   joined on ``_metadata.file_size`` when the sizes are distinct, else on ``_metadata.file_path``;
   a row whose file the lookup does not know stops the query (never silently dropped).
 * **deletion vectors**: files without one are read plainly (no join, no per-row work); files with
-  one are a second scan whose rows are tested against a bitmap of the deleted positions
-  (``_metadata.row_index``), one bitmap for all files in a scalar subquery, each file's slice
-  found through the same lookup join.
+  one are a second scan whose rows are tested against their file's bitmap of deleted positions.
+  The bitmaps travel as one scalar subquery (a list of int64 words per file); a row finds its
+  file's by the ordinal a CASE over ``_metadata.file_size`` gives (up to ``_CASE_FILES`` files)
+  or the lookup join carries. The position comes from Spark's reader itself: a column named
+  ``_tmp_metadata_row_index`` in the read schema is what Spark's Parquet reader fills with each
+  row's index in its file (both its vectorized and its row-based reader); asking for it
+  directly spares a per-row ``_metadata`` struct field, and a null in it (a Spark that stopped
+  filling it) stops the query rather than dropping the row.
 
 The DataFrame is pinned to the version planned at the call: the file list, partition values and
 deleted positions are fixed then, so every action on it (and each side of a self-join) reads that
@@ -73,8 +78,11 @@ log = logging.getLogger(__name__)
 _PREFIX = "__deltaplane_"
 KEY = _PREFIX + "file"
 MATCHED = _PREFIX + "matched"
-OFFSET = _PREFIX + "dv_offset"
-WORDS = _PREFIX + "dv_words"
+ORDINAL = _PREFIX + "dv_file"  # a DV file's place in the plan's bitmaps
+# The column Spark's Parquet reader fills with each row's position in its file when the read
+# schema asks for it (``FileFormat.ROW_INDEX_TEMPORARY_COLUMN_NAME``, what ``_metadata.row_index``
+# reads through).
+ROW_INDEX = "_tmp_metadata_row_index"
 
 _DV_READERS = 16
 # The deleted-row bitmap of one read lives in a scalar subquery (every task gets it with its
@@ -194,6 +202,9 @@ def fallback_reasons(snapshot: Snapshot, spark=None) -> list[str]:
             add(why)
     if any(f.name.startswith(_PREFIX) for f in iter_fields(snapshot.schema)):
         add(f"a column whose name starts with {_PREFIX!r}, which the plan uses itself")
+    top = {n.lower() for f in snapshot.schema.fields for n in (f.name, f.physical_name)}
+    if ROW_INDEX in top:
+        add(f"a column named {ROW_INDEX!r}, which Spark's Parquet reader reserves for row indexes")
     files = snapshot.files
     if files.num_rows == 0:
         return reasons
@@ -254,7 +265,7 @@ class FileGroup:
     """Files that one Parquet scan reads."""
 
     paths: list[str]  # as given to Spark's reader, one per file (glob-escaped)
-    lookup: pa.Table | None = None  # KEY, MATCHED, [partition values], [OFFSET, WORDS]
+    lookup: pa.Table | None = None  # KEY, MATCHED, [partition values], [ORDINAL]
     key_is_size: bool = True  # lookup keyed by _metadata.file_size, else _metadata.file_path
 
 
@@ -270,7 +281,7 @@ class NativePlan:
     hive_root: str | None  # partition values from Spark's discovery under this basePath
     plain: FileGroup | None  # files without a deletion vector
     with_dv: FileGroup | None
-    bitmap: np.ndarray | None = field(default=None, repr=False)  # int64 words, all DV files
+    bitmap: pa.ListArray | None = field(default=None, repr=False)  # int64 words per DV file, by ORDINAL
     deleted_rows: int = 0
     reasons: list[str] = field(default_factory=list)  # why it cannot be read natively
     storage_options: dict[str, str] = field(default_factory=dict, repr=False)
@@ -317,20 +328,18 @@ def plan(
         result.plain = group
     dv_rows = np.flatnonzero(has_dv)
     if len(dv_rows):
-        words, offsets, counts = _bitmaps(snapshot, locations, dv_rows)
-        if words is None:
+        bitmaps, words = _bitmaps(snapshot, locations, dv_rows)
+        if bitmaps is None:
             result.reasons.append(
-                f"deletion vectors spanning {int(counts.sum()) * 64:,} row positions (more than the "
+                f"deletion vectors spanning {words * 64:,} row positions (more than the "
                 f"{MAX_BITMAP_WORDS * 64:,} a native read ships to its tasks)"
             )
             return result
         group = FileGroup([_glob_escaped(hadoop[i]) for i in dv_rows])
         lookup, group.key_is_size = _lookup(dv_rows, hadoop, sizes, typed if join_partitions else {})
-        group.lookup = lookup.append_column(OFFSET, pa.array(offsets, pa.int64())).append_column(
-            WORDS, pa.array(counts, pa.int64())
-        )
+        group.lookup = lookup.append_column(ORDINAL, pa.array(np.arange(len(dv_rows)), pa.int32()))
         result.with_dv = group
-        result.bitmap = words
+        result.bitmap = bitmaps
         cardinality = pc.struct_field(files.column("deletion_vector").take(pa.array(dv_rows)), "cardinality")
         result.deleted_rows = int(pc.sum(cardinality).as_py() or 0)
     return result
@@ -351,10 +360,10 @@ def _lookup(rows: np.ndarray, hadoop: list[str], sizes: np.ndarray, typed: dict[
     return pa.table(columns), by_size
 
 
-def _bitmaps(snapshot: Snapshot, locations: list[str], rows: np.ndarray):
-    """One bitmap (int64 words, bit ``p % 64`` of word ``p // 64`` for deleted row ``p``) per file
-    with a deletion vector, concatenated; each file's word offset and word count. The words are
-    ``None`` when they would exceed ``MAX_BITMAP_WORDS``."""
+def _bitmaps(snapshot: Snapshot, locations: list[str], rows: np.ndarray) -> tuple[pa.ListArray | None, int]:
+    """Each file's deleted rows as int64 words (bit ``p % 64`` of word ``p // 64`` set for deleted
+    row ``p``, up to its last deleted row), one list per file of ``rows``; and the words in all.
+    The lists are ``None`` when the words would exceed ``MAX_BITMAP_WORDS``."""
     dvs = snapshot.files.column("deletion_vector").take(pa.array(rows)).to_pylist()
 
     def read(i: int) -> np.ndarray:
@@ -366,19 +375,20 @@ def _bitmaps(snapshot: Snapshot, locations: list[str], rows: np.ndarray):
     else:
         deleted = [read(i) for i in range(len(rows))]
     counts = np.array([int(d[-1]) // 64 + 1 if len(d) else 0 for d in deleted], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    if counts.sum() > MAX_BITMAP_WORDS:
-        return None, offsets, counts
-    words = np.zeros(int(counts.sum()), np.uint64)
-    for d, offset in zip(deleted, offsets, strict=True):
+    total = int(counts.sum())
+    if total > MAX_BITMAP_WORDS:
+        return None, total
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    words = np.zeros(total, np.uint64)
+    for d, offset in zip(deleted, offsets[:-1], strict=True):
         if len(d):
             positions = d.astype(np.uint64)
             np.bitwise_or.at(
                 words,
-                offset + (positions >> np.uint64(6)).astype(np.int64),
+                int(offset) + (positions >> np.uint64(6)).astype(np.int64),
                 np.left_shift(np.uint64(1), positions & np.uint64(63)),
             )
-    return words.view(np.int64), offsets, counts
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(words.view(np.int64))), total
 
 
 # --- Hive-style partition directories --------------------------------------------------------------
@@ -504,6 +514,7 @@ def build(spark, p: NativePlan):
     if p.hive_root is not None:
         read_fields += [T.StructField(f.name, _spark_type(f.type, False), True) for f in p.partition_fields]
     read_schema = T.StructType(read_fields)
+    with_row_index = T.StructType([*read_fields, T.StructField(ROW_INDEX, T.LongType(), True)])
     carried = [F.col(_quoted(f.name)) for f in p.partition_fields] if p.hive_root is not None else []
 
     def columns():
@@ -515,10 +526,10 @@ def build(spark, p: NativePlan):
             out.append(column.alias(f.name) if physical else column)
         return out + carried
 
-    def scan(group: FileGroup):
+    def scan(group: FileGroup, row_index: bool = False):
         reader = (
             spark.read.format("parquet")
-            .schema(read_schema)
+            .schema(with_row_index if row_index else read_schema)
             .option("datetimeRebaseMode", "CORRECTED")
             .option("int96RebaseMode", "CORRECTED")
         )
@@ -542,24 +553,27 @@ def build(spark, p: NativePlan):
             raise
 
     def joined(df, group: FileGroup, keep=None):
-        """``df`` with each row's file looked up; ``keep`` (a condition on the looked-up columns)
-        filters. A row whose file the lookup does not know stops the query: the guard and the
-        condition are one expression, so no other filter can drop the row first."""
+        """``df`` with each row's file looked up; ``keep`` (a condition on the file's ordinal in
+        the plan's bitmaps) filters. A row whose file the lookup does not know stops the query:
+        the guard and the condition are one expression, so no other filter can drop the row
+        first."""
         key = F.col("_metadata.file_size") if group.key_is_size else F.col("_metadata.file_path")
-        if _by_cases(group):
-            df = df.select("*", *_case_columns(F, key, group.lookup))
-        else:
-            lookup = spark.createDataFrame(group.lookup, schema=_lookup_schema(group, p))
-            df = df.withColumn(KEY, key).join(F.broadcast(lookup), on=KEY, how="left")
         unknown = F.raise_error(
             F.lit(
                 f"{p.uri} (version {p.version}): Spark read a data file that is not the one the log "
                 "names (its size or location differs); the file changed after it was committed"
             )
         )
-        return df.where(
-            F.when(F.col(MATCHED).isNull(), unknown).otherwise(F.lit(True) if keep is None else keep)
-        )
+        if keep is not None and _by_cases(group):  # one CASE over the sizes, built in one call
+            sizes = " ".join(
+                f"WHEN {int(k)} THEN {i}" for i, k in enumerate(group.lookup.column(KEY).to_pylist())
+            )
+            ordinal = F.coalesce(F.expr(f"CASE _metadata.file_size {sizes} END"), unknown.cast("int"))
+            return df.where(keep(ordinal))
+        lookup = spark.createDataFrame(group.lookup, schema=_lookup_schema(group, p))
+        df = df.withColumn(KEY, key).join(F.broadcast(lookup), on=KEY, how="left")
+        known = F.lit(True) if keep is None else keep(F.col(ORDINAL))
+        return df.where(F.when(F.col(MATCHED).isNull(), unknown).otherwise(known))
 
     pieces = []
     if p.plain is not None:
@@ -569,15 +583,33 @@ def build(spark, p: NativePlan):
             df = scan(p.plain).select(*columns())
         pieces.append(df)
     if p.with_dv is not None:
-        bitmap = spark.createDataFrame(
-            pa.table({"w": pa.array([p.bitmap], pa.list_(pa.int64()))}),
-            schema=T.StructType([T.StructField("w", T.ArrayType(T.LongType(), False), False)]),
+        bitmaps = spark.createDataFrame(
+            pa.table({"w": pa.ListArray.from_arrays(pa.array([0, len(p.bitmap)], pa.int32()), p.bitmap)}),
+            schema=T.StructType(
+                [T.StructField("w", T.ArrayType(T.ArrayType(T.LongType(), False), False), False)]
+            ),
         ).scalar()
-        row = F.col("_metadata.row_index")
-        word = F.shiftright(row, 6)
-        bit = F.bit_get(F.element_at(bitmap, (F.col(OFFSET) + word + 1).cast("int")), (row % 64).cast("int"))
-        live = (word >= F.col(WORDS)) | (bit == 0)
-        pieces.append(joined(scan(p.with_dv).select(*columns(), F.col("_metadata")), p.with_dv, live))
+        row = F.col(ROW_INDEX)
+        no_index = F.raise_error(
+            F.lit(
+                f"{p.uri} (version {p.version}): Spark's Parquet reader gave no row index "
+                f"({ROW_INDEX}), so deletion vectors cannot be applied"
+            )
+        )
+
+        def live(ordinal):
+            """Whether the row at ``row`` of the file at ``ordinal`` is not deleted (a row past
+            its file's last word is not)."""
+            words = F.get(bitmaps, ordinal)
+            word = F.coalesce(F.get(words, F.shiftright(row, 6).cast("int")), F.lit(0).cast("long"))
+            bit = F.call_function("shiftright", word, row.bitwiseAND(F.lit(63)).cast("int"))
+            bit = bit.bitwiseAND(F.lit(1))
+            return F.when(row.isNull(), no_index).otherwise(bit == 0)
+
+        scanned = scan(p.with_dv, row_index=True)
+        if physical:  # renamed to the logical names first (``_metadata`` stays reachable after a select)
+            scanned = scanned.select(*columns(), F.col("_metadata"), row)
+        pieces.append(joined(scanned, p.with_dv, live))
     names = [_quoted(f.name) for f in p.schema.fields]
     if not pieces:  # no live file: an empty local relation of the table's schema
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -640,30 +672,18 @@ def _driver_listing(spark, paths: list[str]):
             spark.conf.set(_LISTING_THRESHOLD, previous)
 
 
-# A lookup of at most this many files, carrying only deletion-vector offsets, is a CASE over the
-# file key instead of a broadcast join: a row then costs a few comparisons, not a hash probe and a
-# wider row.
+# Deletion-vector files up to this many find their bitmap by a CASE over the file key instead of
+# a broadcast join: a row then costs a few comparisons, not a hash probe and a wider row.
 _CASE_FILES = 32
 
 
 def _by_cases(group: FileGroup) -> bool:
     lookup = group.lookup
-    return lookup.num_rows <= _CASE_FILES and set(lookup.column_names) <= {KEY, MATCHED, OFFSET, WORDS}
-
-
-def _case_columns(F, key, lookup: pa.Table) -> list:
-    """The lookup's columns as CASE expressions over ``key`` (null for a file it does not know)."""
-    keys = lookup.column(KEY).to_pylist()
-    out = []
-    for name in (MATCHED, OFFSET, WORDS):
-        if name not in lookup.column_names:
-            continue
-        values = lookup.column(name).to_pylist()
-        expr = None
-        for k, v in zip(keys, values, strict=True):
-            expr = (F.when if expr is None else expr.when)(key == F.lit(k), F.lit(v))
-        out.append(expr.alias(name))
-    return out
+    return (
+        group.key_is_size
+        and lookup.num_rows <= _CASE_FILES
+        and set(lookup.column_names) <= {KEY, MATCHED, ORDINAL}
+    )
 
 
 def _lookup_schema(group: FileGroup, p: NativePlan):
@@ -677,8 +697,8 @@ def _lookup_schema(group: FileGroup, p: NativePlan):
     fields += [
         T.StructField(f.name, _spark_type(f.type, False), True) for f in p.partition_fields if f.name in names
     ]
-    if OFFSET in names:
-        fields += [T.StructField(OFFSET, T.LongType(), False), T.StructField(WORDS, T.LongType(), False)]
+    if ORDINAL in names:
+        fields.append(T.StructField(ORDINAL, T.IntegerType(), False))
     return T.StructType(fields)
 
 

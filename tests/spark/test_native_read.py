@@ -19,6 +19,8 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
@@ -404,7 +406,8 @@ def test_every_file_with_its_own_deletion_vector(spark, table_dir, dv_lookup):
     uri = str(table_dir)
     dv_table(uri, files=4, rows=1000).delete("id % 13 = 5 OR id IN (999, 1000, 2047, 3999)")
     p = plan(DeltaTable(uri).snapshot)
-    assert len(p.with_dv.paths) == 4 and p.with_dv.lookup.column(native.OFFSET).to_pylist() != [0] * 4
+    assert len(p.with_dv.paths) == 4 and p.with_dv.lookup.column(native.ORDINAL).to_pylist() == [0, 1, 2, 3]
+    assert [len(words) for words in p.bitmap.to_pylist()] == [16, 16, 16, 16]  # rows 999, 1999...
     df = read_table(spark, uri)
     assert is_native(df)
     expected = [i for i in range(4000) if i % 13 != 5 and i not in (999, 1000, 2047, 3999)]
@@ -453,6 +456,68 @@ def test_a_file_deleted_entirely_and_a_table_deleted_entirely(spark, table_dir, 
     df = read_table(spark, uri)
     assert df.count() == 0
     assert_reads_as_engine(df, uri)
+
+
+@pytest.mark.parametrize("vectorized", [True, False], ids=["vectorized", "row-based"])
+def test_both_of_sparks_parquet_readers_give_the_row_index(spark, table_dir, dv_lookup, vectorized):
+    """The position of each row comes from Spark's reader filling ``_tmp_metadata_row_index``:
+    its vectorized reader and its row-based one (used for wide or some nested schemas) both do,
+    with a nested column and files of several row groups."""
+    uri = str(table_dir)
+    n = 300_000  # three row groups of the writer's 131,072 rows
+    ids = pa.array(range(n), pa.int64())
+    nested = pa.StructArray.from_arrays([ids, pc.cast(ids, pa.string())], ["x", "y"])
+    write_table(uri, pa.table({"id": ids, "n": nested}), properties={"delta.enableDeletionVectors": "true"})
+    write_table(uri, pa.table({"id": ids[:10], "n": nested[:10]}), mode="append")
+    edges = (0, 131071, 131072, 262143, 262144, n - 1)
+    DeltaTable(uri).delete(f"id % 7 = 3 OR id IN {edges}")
+    files = DeltaTable(uri).file_uris()
+    assert max(pq.ParquetFile(f.removeprefix("file://")).num_row_groups for f in files) == 3
+    conf = "spark.sql.parquet.enableVectorizedReader"
+    previous = spark.conf.get(conf)
+    spark.conf.set(conf, str(vectorized).lower())
+    try:
+        df = read_table(spark, uri)
+        assert is_native(df)
+        assert_reads_as_engine(df, uri)
+        assert df.count() == DeltaTable(uri).count()
+        window = "id >= 131000 AND id < 131200"
+        assert df.where(window.replace("id", "n.x")).count() == DeltaTable(uri).count(window)
+    finally:
+        spark.conf.set(conf, previous)
+
+
+def test_a_reader_that_gives_no_row_index_stops_the_query(spark, table_dir, dv_lookup, monkeypatch):
+    """Should a Spark stop filling the row-index column, its rows read as null: the query fails
+    instead of deciding on a null position (which would drop every row of a DV file)."""
+    uri = str(table_dir)
+    dv_table(uri, files=2, rows=100).delete("id = 5")
+    monkeypatch.setattr(native, "ROW_INDEX", "_a_column_no_reader_fills")
+    df = read_table(spark, uri)
+    with pytest.raises(Exception, match="gave no row index"):
+        df.count()
+
+
+@pytest.mark.parametrize("name", ["_tmp_metadata_row_index", "_TMP_metadata_ROW_index"])
+def test_a_column_named_like_sparks_row_index_is_read_by_the_data_source(spark, table_dir, name):
+    uri = str(table_dir)
+    write_table(uri, pa.table({"id": pa.array([1, 2, 3], pa.int64()), name: pa.array([7, 8, 9], pa.int64())}))
+    reasons = fallback_reasons(DeltaTable(uri).snapshot)
+    assert any("reserves for row indexes" in r for r in reasons)
+    df = read_table(spark, uri)
+    assert not is_native(df)
+    assert sorted(r[name] for r in df.collect()) == [7, 8, 9]
+
+
+def test_filters_reach_the_parquet_reader_of_deletion_vector_files(spark, table_dir, dv_lookup):
+    """The deleted-row test must not stand between a user's filter and Spark's Parquet reader: the
+    filter is pushed into the scan of the files with DVs too (row groups skipped)."""
+    uri = str(table_dir)
+    dv_table(uri, files=2, rows=100).delete("id % 10 = 0")
+    text = executed(read_table(spark, uri).where("id = 15").select("v"))
+    scans = [line for line in text.splitlines() if "FileScan parquet" in line]
+    assert len(scans) == 1 and "EqualTo(id,15)" in scans[0], scans
+    assert read_table(spark, uri).where("id = 15").select("v").collect()[0].v == "r15"
 
 
 def test_deletion_vectors_with_partitions_from_the_log(spark, table_dir):
