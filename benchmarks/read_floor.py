@@ -71,8 +71,9 @@ from benchmarks import results_file  # noqa: E402 (the repository root goes on t
 DATA_FORMAT = 1  # bump when the generated data changes
 DV = {"delta.enableDeletionVectors": "true"}
 DELETE = "id % 20 = 3"  # 5% of the rows, spread over every file
-CASES = ("filter", "fig4", "dv", "spark_aggregate", "spark_count", "spark_dv", "streaming")
-SPARK_CASES = ("spark_aggregate", "spark_count", "spark_dv", "streaming")
+SPARK_DV_CASES = ("spark_dv_sum", "spark_dv_count", "spark_dv_filter")
+CASES = ("filter", "fig4", "dv", "spark_aggregate", "spark_count", "spark_dv", *SPARK_DV_CASES, "streaming")
+SPARK_CASES = ("spark_aggregate", "spark_count", "spark_dv", *SPARK_DV_CASES, "streaming")
 GOALS = {  # issue 18's goals on this machine, deltaplane / reference
     "filter": 1.0,
     "fig4": 1.0,
@@ -80,6 +81,9 @@ GOALS = {  # issue 18's goals on this machine, deltaplane / reference
     "spark_aggregate": 1.2,
     "spark_count": 1.2,
     "spark_dv": 1.2,
+    "spark_dv_sum": 1.5,  # issue 28: every DV read <= 1.5x Spark's reader on the same files
+    "spark_dv_count": 1.5,
+    "spark_dv_filter": 1.5,
     "streaming": 1.1,
 }
 
@@ -198,11 +202,11 @@ def build_stream(commits: int, per_commit: int) -> Callable[[Path], None]:
 def prepare(args, cases: list[str]) -> dict[str, object]:
     root = Path(args.data)
     paths: dict[str, object] = {}
-    if {"filter", "dv", "spark_aggregate", "spark_count", "spark_dv"} & set(cases):
+    if {"filter", "dv", "spark_aggregate", "spark_count", "spark_dv", *SPARK_DV_CASES} & set(cases):
         paths["base"] = once(
             root / f"v{DATA_FORMAT}-base-{args.rows}", lambda p: build_base(p, args.rows), args.rebuild
         )
-    if {"dv", "spark_dv"} & set(cases):
+    if {"dv", "spark_dv", *SPARK_DV_CASES} & set(cases):
         paths["dv"] = once(root / f"v{DATA_FORMAT}-dv-{args.rows}", build_dv(paths["base"]), args.rebuild)
     if "fig4" in cases:
         paths["fig4"] = {
@@ -372,7 +376,10 @@ def native_reader():
     return read_table
 
 
-def spark_calls(spark, uri: str, action: Callable) -> dict:
+def spark_calls(spark, uri: str, action: Callable, built: bool = False, source: bool = True) -> dict:
+    """The timed calls of one Spark case: ``read_table`` planned in each call ("native"), its
+    DataFrame planned once and reused ("native_built": the query alone), the Python data source
+    and Spark's reader over the same live files (DVs not applied)."""
     from deltaplane.engine import DeltaTable
 
     files = DeltaTable(uri).file_uris()
@@ -380,7 +387,11 @@ def spark_calls(spark, uri: str, action: Callable) -> dict:
     calls = {}
     if read_table is not None:
         calls["native"] = one(lambda: action(read_table(spark, uri)))
-    calls["source"] = one(lambda: action(spark.read.format("deltaplane").load(uri)))
+        if built:
+            df = read_table(spark, uri)
+            calls["native_built"] = one(lambda: action(df))
+    if source:
+        calls["source"] = one(lambda: action(spark.read.format("deltaplane").load(uri)))
     calls["parquet"] = one(lambda: action(spark.read.parquet(*files)))
     return calls
 
@@ -392,18 +403,46 @@ def noop(df) -> None:
 def case_spark(name: str, spark, paths: dict, args) -> dict:
     from pyspark.sql import functions as F
 
+    if name in SPARK_DV_CASES:
+        return case_spark_dv(name, spark, paths, args)
     if name == "spark_aggregate":
         calls = spark_calls(spark, str(paths["base"]), lambda df: df.agg(F.sum("amount")).collect()[0][0])
     elif name == "spark_count":
         calls = spark_calls(spark, str(paths["base"]), lambda df: df.count())
     else:
-        calls = spark_calls(spark, str(paths["dv"]), noop)
+        calls = spark_calls(spark, str(paths["dv"]), noop, built=True)
     out = rounds(calls, args.repeat, args.warmup)
     if name == "spark_aggregate":
         values = [out[n]["value"] for n in calls]
         out["same_sum"] = all(abs(v - values[0]) <= 1e-6 * abs(values[0]) for v in values)
     elif name == "spark_count":
         out["same_count"] = all(out[n]["value"] == args.rows for n in calls)
+    return out
+
+
+def case_spark_dv(name: str, spark, paths: dict, args) -> dict:
+    """A one-column sum, a count and a 0.1% filter over the table with 5% of rows deleted by
+    DVs, against Spark's reader over the same files (which returns the deleted rows too)."""
+    from pyspark.sql import functions as F
+
+    uri = str(paths["dv"])
+    cut = args.rows // 1000
+    action = {
+        "spark_dv_sum": lambda df: df.agg(F.sum("amount")).collect()[0][0],
+        "spark_dv_count": lambda df: df.count(),
+        "spark_dv_filter": lambda df: df.where(F.col("id") < cut).count(),
+    }[name]
+    out = rounds(spark_calls(spark, uri, action, built=True, source=False), args.repeat, args.warmup)
+    if name == "spark_dv_sum":  # the engine's sum of the live rows
+        from deltaplane.engine import DeltaTable
+
+        expected = pc.sum(DeltaTable(uri).to_arrow(columns=["amount"]).column("amount")).as_py()
+        sums = [out[n]["value"] for n in ("native", "native_built") if n in out]
+        out["right"] = all(abs(v - expected) <= 1e-6 * abs(expected) for v in sums)
+    else:  # ids are 0..rows-1 and every id % 20 == 3 is deleted
+        n = args.rows if name == "spark_dv_count" else cut
+        expected = n - len(range(3, n, 20))
+        out["right"] = all(out[k]["value"] == expected for k in ("native", "native_built") if k in out)
     return out
 
 
@@ -632,7 +671,10 @@ LINES = {
     "dv": ("full scan, 5% deleted by DVs", "after_delete", ["before_delete", "delta-rs_after"]),
     "spark_aggregate": ("Spark sum(amount)", ["native", "source"], ["parquet"]),
     "spark_count": ("Spark count()", ["native", "source"], ["parquet"]),
-    "spark_dv": ("Spark noop scan, 5% DVs", ["native", "source"], ["parquet"]),
+    "spark_dv": ("Spark noop scan, 5% DVs", ["native", "native_built", "source"], ["parquet"]),
+    "spark_dv_sum": ("Spark sum(amount), 5% DVs", ["native", "native_built"], ["parquet"]),
+    "spark_dv_count": ("Spark count(), 5% DVs", ["native", "native_built"], ["parquet"]),
+    "spark_dv_filter": ("Spark 0.1% filter count, 5% DVs", ["native", "native_built"], ["parquet"]),
     "streaming": ("Spark availableNow stream", "source", ["file_source"]),
 }
 LABELS = {
@@ -644,6 +686,7 @@ LABELS = {
     "before_delete": "before delete",
     "delta-rs_after": "delta-rs after delete",
     "native": "native read_table",
+    "native_built": "its DataFrame, reused",
     "source": 'format("deltaplane")',
     "parquet": "spark.read.parquet",
     "file_source": "Spark file source",
@@ -754,6 +797,7 @@ def checks(results: dict) -> dict:
         "DV rows": cases.get("dv", {}).get("rows_right"),
         "Spark sums": cases.get("spark_aggregate", {}).get("same_sum"),
         "Spark counts": cases.get("spark_count", {}).get("same_count"),
+        **{f"{c} rows": cases[c]["right"] for c in SPARK_DV_CASES if c in cases},
         "stream batches and rows": cases.get("streaming", {}).get("same_batches_and_rows"),
     }
     return {k: v for k, v in checks.items() if v is not None}

@@ -54,10 +54,19 @@ def test_spark_cases_agree_with_sparks_parquet_reader(tmp_path):
         "--out",
         str(tmp_path / "s.json"),
     ]
-    for case in ("spark_aggregate", "spark_count", "spark_dv", "streaming"):
+    dv_cases = ("spark_dv_sum", "spark_dv_count", "spark_dv_filter")
+    for case in ("spark_aggregate", "spark_count", "spark_dv", *dv_cases, "streaming"):
         argv += ["--only", case]
     result = read_floor(argv)
-    assert result["checks"] == {"Spark sums": True, "Spark counts": True, "stream batches and rows": True}
+    assert result["checks"] == {
+        "Spark sums": True,
+        "Spark counts": True,
+        **{f"{c} rows": True for c in dv_cases},
+        "stream batches and rows": True,
+    }
+    # the DV cases' own expectations, not the code's: 200,000 ids, every id % 20 == 3 deleted
+    assert result["cases"]["spark_dv_count"]["native"]["value"] == 190_000
+    assert result["cases"]["spark_dv_filter"]["native_built"]["value"] == 190  # ids below 200
     # 10 single-file commits after the one that created the table, 5 files per micro-batch
     assert result["cases"]["streaming"]["layout"]["files"] == 10
     assert result["cases"]["streaming"]["source"]["value"] == {"batches": 2, "rows": 10_000}
@@ -66,8 +75,7 @@ def test_spark_cases_agree_with_sparks_parquet_reader(tmp_path):
     native = importlib.util.find_spec("deltaplane.spark_jobs.native") is not None
     assert result["native_read_path"] is native
     spark_lines = [line for line in result["ratios"] if line["case"].startswith("Spark")]
-    assert len(spark_lines) == 7
-    assert all(
-        (line["ratio"] is not None) is (native or line["deltaplane"] != "native read_table")
-        for line in spark_lines
-    )
+    assert len(spark_lines) == 14  # sum 2, count 2, DV scan 3 (one reused), 2 per DV case, stream 1
+    ours = ("native read_table", "its DataFrame, reused")
+    for line in spark_lines:
+        assert (line["ratio"] is not None) is (native or line["deltaplane"] not in ours), line
