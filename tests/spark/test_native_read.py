@@ -336,6 +336,27 @@ def test_partition_lookup_by_path_when_sizes_repeat(spark, table_dir):
     assert_reads_as_engine(read_table(spark, uri), uri)
 
 
+def test_the_file_list_reaches_spark_in_a_few_calls(spark, table_dir, monkeypatch):
+    """py4j makes a call per element of a Python list it converts: a table's file list must not
+    cost a round trip per file (1 s of a 10,000-file read's 2 s of planning)."""
+    uri = str(table_dir)
+    n = 1500
+    write_table(
+        uri,
+        pa.table({"id": pa.array(range(n), pa.int64()), "p": pa.array([f"k {i}'\\,\"" for i in range(n)])}),
+        partition_by=["p"],
+    )
+    client = spark._sc._gateway._gateway_client
+    calls = []
+    send = client.send_command
+    monkeypatch.setattr(client, "send_command", lambda *a, **k: calls.append(1) or send(*a, **k))
+    df = read_table(spark, uri)
+    monkeypatch.undo()
+    assert len(calls) < 300, len(calls)
+    assert is_native(df) and df.count() == n
+    assert sorted(r.p for r in df.where("id < 3").collect()) == [f"k {i}'\\,\"" for i in range(3)]
+
+
 def test_a_table_root_with_awkward_characters(spark, tmp_path):
     uri = str(tmp_path / "a dir % = ü [x]" / "t{1}")
     data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "p": ["a b", "c%d", None]})
