@@ -98,6 +98,7 @@ bench: $(STAMP) $(REFERENCE)/stamp
 	$(BIN)/python benchmarks/cold_start.py
 	$(BIN)/python benchmarks/spark.py
 	$(BIN)/python benchmarks/read_floor.py
+	$(BIN)/python benchmarks/spark_planning.py
 	$(BIN)/python benchmarks/s3_latency.py
 	$(BIN)/python benchmarks/stats_planning.py
 	$(BIN)/python benchmarks/clustering_skipping.py

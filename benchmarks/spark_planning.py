@@ -1,0 +1,118 @@
+"""Spark planning: how long ``read_table`` takes to turn an N-file table into Spark tasks.
+
+Issue 28 asks for 10,000 files planned into tasks in well under a second. For each N (one file
+per partition, the Figure 4 tables of ``read_floor.py``, cached in the same data directory) a
+round times, on a warm session:
+
+* ``engine``: opening the table and planning its live files (``DeltaTable`` and ``native.plan``);
+* ``dataframe``: building the DataFrame (``native.build``: Spark's reader over the explicit file
+  list, which checks and lists every file on the driver);
+* ``tasks``: splitting the scan into tasks (the physical plan's RDD partitions);
+
+and ``total`` is their sum, the median of ``--repeat`` rounds after ``--warmup``.
+
+    python benchmarks/spark_planning.py [--files 1000,10000,30000] [--repeat 3]
+
+Prints a table; a full run writes ``benchmarks/results/spark_planning.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from benchmarks import read_floor, results_file  # noqa: E402 (the repository root goes on the path first)
+
+PHASES = ("engine", "dataframe", "tasks")
+
+
+def one_round(spark, uri: str) -> tuple[dict[str, float], tuple[int, int]]:
+    from deltaplane.engine import DeltaTable
+    from deltaplane.spark_jobs import native
+
+    started = time.perf_counter()
+    planned = native.plan(DeltaTable(uri).snapshot, uri)
+    engine = time.perf_counter()
+    df = native.build(spark, planned)
+    dataframe = time.perf_counter()
+    tasks = df._jdf.rdd().getNumPartitions()
+    done = time.perf_counter()
+    files = len(planned.plain.paths) if planned.plain is not None else 0
+    phases = {"engine": engine - started, "dataframe": dataframe - engine, "tasks": done - dataframe}
+    return phases, (files, tasks)
+
+
+def measure(spark, uri: str, repeat: int, warmup: int) -> dict:
+    for _ in range(warmup):
+        one_round(spark, uri)
+    rounds = [one_round(spark, uri) for _ in range(repeat)]
+    out = {phase: statistics.median(r[phase] for r, _ in rounds) for phase in PHASES}
+    out["total"] = statistics.median(sum(r.values()) for r, _ in rounds)
+    out["files_planned"], out["tasks_planned"] = rounds[0][1]
+    return out
+
+
+def parse(argv: list[str] | None):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, one round: to try things")
+    parser.add_argument(
+        "--files",
+        type=lambda s: [int(x) for x in s.split(",")],
+        help="file counts (1000,10000,30000; --quick 50,250)",
+    )
+    parser.add_argument("--repeat", type=int, help="timed rounds, the median reported (3; --quick 1)")
+    parser.add_argument("--warmup", type=int, help="untimed rounds first (1; --quick 0)")
+    parser.add_argument("--data", default=str(HERE / "data" / "read_floor"), help="generated tables, reused")
+    parser.add_argument("--out", help="result JSON (a full run: benchmarks/results/spark_planning.json)")
+    args = parser.parse_args(argv)
+    args.only = None
+    quick = {"files": [50, 250], "repeat": 1, "warmup": 0}
+    full = {"files": [1000, 10_000, 30_000], "repeat": 3, "warmup": 1}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.out = results_file.full_run_out(args, "spark_planning")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse(argv)
+    root = Path(args.data)
+    tables = {
+        n: read_floor.once(
+            root / f"v{read_floor.DATA_FORMAT}-fig4-{n}-100-1000",
+            read_floor.build_fig4(n, 100, 1000),
+            rebuild=False,
+        )
+        for n in args.files
+    }
+    spark, owned, _ = read_floor.start_spark()
+    results: dict = {"machine": results_file.machine(), "files": {}}
+    try:
+        for n, path in tables.items():
+            results["files"][str(n)] = measure(spark, str(path), args.repeat, args.warmup)
+    finally:
+        if owned:
+            spark.stop()
+    print(f"\nread_table planning: median of {args.repeat} round(s) after {args.warmup} warm-up")
+    print(f"{'files':>8}{'engine':>10}{'DataFrame':>11}{'tasks':>9}{'total':>9}{'Spark tasks':>13}")
+    for n, r in results["files"].items():
+        print(
+            f"{int(n):>8,}{r['engine']:>9.3f}s{r['dataframe']:>10.3f}s{r['tasks']:>8.3f}s"
+            f"{r['total']:>8.3f}s{r['tasks_planned']:>13,}"
+        )
+    if args.out:
+        results_file.write_results(args.out, results)
+    return results
+
+
+if __name__ == "__main__":
+    main()
