@@ -580,21 +580,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, help="untimed runs first (1; --quick 0)")
     parser.add_argument("--data", default=str(HERE / "data" / "delta_spark"), help="generated inputs, reused")
     args = parser.parse_args(argv)
-    defaults = (
-        {"rows": 100_000, "small_files": 40, "flows": 50_000, "queries": 3, "repeat": 1, "warmup": 0}
-        if args.quick
-        else {
-            "rows": 10_000_000,
-            "small_files": 1000,
-            "flows": 1_000_000,
-            "queries": 20,
-            "repeat": 3,
-            "warmup": 1,
-        }
-    )
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    quick = {"rows": 100_000, "small_files": 40, "flows": 50_000, "queries": 3, "repeat": 1, "warmup": 0}
+    full = {"rows": 10_000_000, "small_files": 1000, "flows": 1_000_000, "queries": 20, "repeat": 3}
+    results_file.sized(args, quick, {**full, "warmup": 1})
 
     from benchmarks.zorder_skipping import COLUMNS
     from deltaplane.spark_jobs.session import get_spark

@@ -563,7 +563,7 @@ def parse(argv: list[str] | None):
     )
     parser.add_argument(
         "--fig4",
-        type=lambda s: [int(x) for x in s.split(",")],
+        type=results_file.int_list,
         help="partition counts of the Figure 4 sweep (1000,10000,30000; --quick 50,250)",
     )
     parser.add_argument("--fig4-rows", type=int, help="rows per Figure 4 file (100; --quick 100)")
@@ -577,19 +577,15 @@ def parse(argv: list[str] | None):
     parser.add_argument("--rebuild", action="store_true", help="write the generated tables again")
     parser.add_argument("--out", help="result JSON (a full run: benchmarks/results/read_floor.json)")
     args = parser.parse_args(argv)
-    if args.quick:
-        defaults = {
-            "rows": 200_000, "fig4": [50, 250], "fig4_rows": 100, "chunk": 100, "stream_commits": 20,
-            "stream_rows": 1000, "max_files": 5, "repeat": 1, "warmup": 0,
-        }  # fmt: skip
-    else:
-        defaults = {
-            "rows": 10_000_000, "fig4": [1000, 10_000, 30_000], "fig4_rows": 100, "chunk": 1000,
-            "stream_commits": 200, "stream_rows": 20_000, "max_files": 20, "repeat": 3, "warmup": 1,
-        }  # fmt: skip
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    quick = {
+        "rows": 200_000, "fig4": [50, 250], "fig4_rows": 100, "chunk": 100, "stream_commits": 20,
+        "stream_rows": 1000, "max_files": 5, "repeat": 1, "warmup": 0,
+    }  # fmt: skip
+    full = {
+        "rows": 10_000_000, "fig4": [1000, 10_000, 30_000], "fig4_rows": 100, "chunk": 1000,
+        "stream_commits": 200, "stream_rows": 20_000, "max_files": 20, "repeat": 3, "warmup": 1,
+    }  # fmt: skip
+    results_file.sized(args, quick, full)
     args.out = results_file.full_run_out(args, "read_floor")
     return args
 

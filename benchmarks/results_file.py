@@ -24,6 +24,20 @@ def command_line(description: str, name: str) -> argparse.ArgumentParser:
     return parser
 
 
+def int_list(text: str) -> list[int]:
+    """An argument such as ``1000,10000,30000``."""
+    return [int(x) for x in text.split(",")]
+
+
+def sized(args: argparse.Namespace, quick: dict, full: dict) -> argparse.Namespace:
+    """``args`` with every size it leaves unset taken from ``quick`` under ``--quick``, else from
+    ``full``."""
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
 def full_run_out(args: argparse.Namespace, name: str) -> str | None:
     """Where a benchmark with ``--quick`` and ``--only`` writes its figures: where ``--out`` says;
     unless told, a full run (neither) to ``results/<name>.json``, a quick or partial one nowhere."""

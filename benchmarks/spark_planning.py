@@ -63,11 +63,7 @@ def parse(argv: list[str] | None):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, one round: to try things")
-    parser.add_argument(
-        "--files",
-        type=lambda s: [int(x) for x in s.split(",")],
-        help="file counts (1000,10000,30000; --quick 50,250)",
-    )
+    parser.add_argument("--files", type=results_file.int_list, help="1000,10000,30000 (--quick 50,250)")
     parser.add_argument("--repeat", type=int, help="timed rounds, the median reported (3; --quick 1)")
     parser.add_argument("--warmup", type=int, help="untimed rounds first (1; --quick 0)")
     parser.add_argument("--data", default=str(HERE / "data" / "read_floor"), help="generated tables, reused")
@@ -75,10 +71,7 @@ def parse(argv: list[str] | None):
     args = parser.parse_args(argv)
     args.only = None
     quick = {"files": [50, 250], "repeat": 1, "warmup": 0}
-    full = {"files": [1000, 10_000, 30_000], "repeat": 3, "warmup": 1}
-    for key, value in (quick if args.quick else full).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    results_file.sized(args, quick, {"files": [1000, 10_000, 30_000], "repeat": 3, "warmup": 1})
     args.out = results_file.full_run_out(args, "spark_planning")
     return args
 
