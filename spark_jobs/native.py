@@ -516,15 +516,18 @@ def build(spark, p: NativePlan):
         read_fields += [T.StructField(f.name, _spark_type(f.type, False), True) for f in p.partition_fields]
     read_schema = T.StructType(read_fields)
     with_row_index = T.StructType([*read_fields, T.StructField(ROW_INDEX, T.LongType(), True)])
-    carried = [F.col(_quoted(f.name)) for f in p.partition_fields] if p.hive_root is not None else []
+    carried = [_quoted(f.name) for f in p.partition_fields] if p.hive_root is not None else []
 
-    def columns():
-        out = []
+    def columns() -> list:
+        """The scan's columns under their logical names: SQL text, or a Column where a cast
+        renames nested fields."""
+        out: list = []
         for f in data_fields:
-            column = F.col(_quoted(f.physical_name if physical else f.name))
+            name = _quoted(f.physical_name if physical else f.name)
             if physical and _renames(f.type):
-                column = column.cast(_spark_type(f.type, False))
-            out.append(column.alias(f.name) if physical else column)
+                out.append(F.col(name).cast(_spark_type(f.type, False)).alias(f.name))
+            else:
+                out.append(f"{name} AS {_quoted(f.name)}" if physical else name)
         return out + carried
 
     def scan(group: FileGroup, row_index: bool = False):
@@ -578,11 +581,10 @@ def build(spark, p: NativePlan):
 
     pieces = []
     if p.plain is not None:
-        if p.plain.lookup is not None:
-            df = joined(scan(p.plain).select(*columns(), F.col("_metadata")), p.plain)
-        else:
-            df = scan(p.plain).select(*columns())
-        pieces.append(df)
+        df, lookup = scan(p.plain), p.plain.lookup is not None
+        if physical:  # renamed to the logical names first, keeping what the lookup reads
+            df = _select(spark, df, [*columns(), "_metadata"] if lookup else columns())
+        pieces.append(joined(df, p.plain) if lookup else df)
     if p.with_dv is not None:
         bitmaps = spark.createDataFrame(
             pa.table({"w": pa.ListArray.from_arrays(pa.array([0, len(p.bitmap)], pa.int32()), p.bitmap)}),
@@ -608,8 +610,8 @@ def build(spark, p: NativePlan):
             return F.when(row.isNull(), no_index).otherwise(bit == 0)
 
         scanned = scan(p.with_dv, row_index=True)
-        if physical:  # renamed to the logical names first (``_metadata`` stays reachable after a select)
-            scanned = scanned.select(*columns(), F.col("_metadata"), row)
+        if physical:
+            scanned = _select(spark, scanned, [*columns(), "_metadata", ROW_INDEX])
         pieces.append(joined(scanned, p.with_dv, live))
     names = [_quoted(f.name) for f in p.schema.fields]
     if not pieces:  # no live file: an empty local relation of the table's schema
@@ -617,9 +619,9 @@ def build(spark, p: NativePlan):
 
         schema = _spark_type(p.schema, False)
         return spark.createDataFrame(to_arrow_schema(schema, timezone="UTC").empty_table(), schema=schema)
-    out = pieces[0].select(*names)
+    out = _select(spark, pieces[0], names)
     for other in pieces[1:]:
-        out = out.unionByName(other.select(*names))
+        out = out.unionByName(_select(spark, other, names))
     return out
 
 
@@ -649,16 +651,46 @@ def s3a_options(storage_options: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+# py4j turns a Python list into a Java one with a call per element (each call about 0.1-0.3 ms,
+# and a column name costs several): a 10,000-file list took 1 s of 2 to plan, a 200-column table's
+# projections 4,000 calls. A classic session's JVM gets such lists as one JSON string instead,
+# parsed by Spark's own Jackson; under Spark Connect they travel in the plan anyway.
+
+
+def _java_strings(spark, strings: list[str]):
+    """``strings`` as a Scala ``Seq[String]`` in a classic session's JVM, in three calls."""
+    jvm = spark._jvm
+    array_class = jvm.java.lang.Class.forName("[Ljava.lang.String;")
+    array = jvm.com.fasterxml.jackson.databind.ObjectMapper().readValue(json.dumps(strings), array_class)
+    return jvm.scala.collection.immutable.ArraySeq.unsafeWrapArray(array)
+
+
+def _classic(spark, wrapper, java_attribute: str) -> bool:
+    """Whether ``wrapper`` (a reader, a DataFrame) wraps a JVM object of a classic session."""
+    return getattr(spark, "_jvm", None) is not None and getattr(wrapper, java_attribute, None) is not None
+
+
 def _load(spark, reader, paths: list[str]):
-    """``reader.load(paths)``, the paths handed to a classic session's JVM in one call: py4j
-    turns a Python list into a Java one with a call per element (1 s of 2 at 10,000 files).
-    Under Spark Connect the list travels in the plan anyway."""
-    jvm = getattr(spark, "_jvm", None)
-    if getattr(reader, "_jreader", None) is None or jvm is None or len(paths) < 2:
+    """``reader.load(paths)``, the paths in one call."""
+    if not _classic(spark, reader, "_jreader") or len(paths) < 2:
         return reader.load(paths)
-    strings = jvm.java.lang.Class.forName("[Ljava.lang.String;")
-    array = jvm.com.fasterxml.jackson.databind.ObjectMapper().readValue(json.dumps(paths), strings)
-    return reader._df(reader._jreader.load(jvm.scala.collection.immutable.ArraySeq.unsafeWrapArray(array)))
+    return reader._df(reader._jreader.load(_java_strings(spark, paths)))
+
+
+def _select(spark, df, columns: list):
+    """``df`` projected to ``columns`` (SQL text, or Columns): nothing to do when they are its
+    columns already; the text in one call; Columns as PySpark sends them."""
+    if all(isinstance(c, str) for c in columns):
+        if [_quoted(name) for name in df.columns] == columns:
+            return df
+        if _classic(spark, df, "_jdf"):
+            from pyspark.sql.classic.dataframe import DataFrame
+
+            return DataFrame(df._jdf.selectExpr(_java_strings(spark, columns)), spark)
+        return df.selectExpr(*columns)
+    from pyspark.sql import functions as F
+
+    return df.select(*[F.expr(c) if isinstance(c, str) else c for c in columns])
 
 
 # Spark lists more than this many paths with a distributed job, which for files it is told about
