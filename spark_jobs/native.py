@@ -84,6 +84,11 @@ ORDINAL = _PREFIX + "dv_file"  # a DV file's place in the plan's bitmaps
 # schema asks for it (``FileFormat.ROW_INDEX_TEMPORARY_COLUMN_NAME``, what ``_metadata.row_index``
 # reads through).
 ROW_INDEX = "_tmp_metadata_row_index"
+# Top-level names (in any case) a table's columns cannot have on this path.
+_RESERVED = {
+    ROW_INDEX: "which Spark's Parquet reader reserves for row indexes",
+    "_metadata": "which hides the file metadata (size, path) Spark gives the plan",
+}
 
 _DV_READERS = 16
 # The deleted-row bitmap of one read lives in a scalar subquery (every task gets it with its
@@ -204,8 +209,9 @@ def fallback_reasons(snapshot: Snapshot, spark=None) -> list[str]:
     if any(f.name.startswith(_PREFIX) for f in iter_fields(snapshot.schema)):
         add(f"a column whose name starts with {_PREFIX!r}, which the plan uses itself")
     top = {n.lower() for f in snapshot.schema.fields for n in (f.name, f.physical_name)}
-    if ROW_INDEX in top:
-        add(f"a column named {ROW_INDEX!r}, which Spark's Parquet reader reserves for row indexes")
+    for name, why in _RESERVED.items():
+        if name in top:
+            add(f"a column named {name!r}, {why}")
     files = snapshot.files
     if files.num_rows == 0:
         return reasons
