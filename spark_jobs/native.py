@@ -567,7 +567,6 @@ def build(spark, p: NativePlan):
         the plan's bitmaps) filters. A row whose file the lookup does not know stops the query:
         the guard and the condition are one expression, so no other filter can drop the row
         first."""
-        key = F.col("_metadata.file_size") if group.key_is_size else F.col("_metadata.file_path")
         unknown = F.raise_error(
             F.lit(
                 f"{p.uri} (version {p.version}): Spark read a data file that is not the one the log "
@@ -580,6 +579,7 @@ def build(spark, p: NativePlan):
             )
             ordinal = F.coalesce(F.expr(f"CASE _metadata.file_size {sizes} END"), unknown.cast("int"))
             return df.where(keep(ordinal))
+        key = F.col("_metadata.file_size") if group.key_is_size else F.col("_metadata.file_path")
         lookup = spark.createDataFrame(group.lookup, schema=_lookup_schema(group, p))
         df = df.withColumn(KEY, key).join(F.broadcast(lookup), on=KEY, how="left")
         known = F.lit(True) if keep is None else keep(F.col(ORDINAL))
@@ -678,7 +678,7 @@ def _classic(spark, wrapper, java_attribute: str) -> bool:
 
 def _load(spark, reader, paths: list[str]):
     """``reader.load(paths)``, the paths in one call."""
-    if not _classic(spark, reader, "_jreader") or len(paths) < 2:
+    if not _classic(spark, reader, "_jreader"):
         return reader.load(paths)
     return reader._df(reader._jreader.load(_java_strings(spark, paths)))
 
