@@ -52,6 +52,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
         ("Expressions", "expressions.fold", "constant_truth"),
         # Reading files (what a data source reading the files itself needs)
         ("Reading files", "scan", "Scan read_file_deletion_vector typed_partition_column"),
+        ("Reading files", "scan", "stored_deletion_vector StoredDeletionVector"),
         ("Reading files", "log.replay", "canonical_paths"),
         ("Reading files", "partitions", "HIVE_NULL"),
         ("Reading files", "column_values", "ColumnValues"),

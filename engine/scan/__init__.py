@@ -25,7 +25,11 @@ The package, by concept (each module imports only those before it):
 """
 
 from deltaplane.engine.scan.core import Scan, ScanBuilder
-from deltaplane.engine.scan.deleted_rows import read_file_deletion_vector
+from deltaplane.engine.scan.deleted_rows import (
+    StoredDeletionVector,
+    read_file_deletion_vector,
+    stored_deletion_vector,
+)
 from deltaplane.engine.scan.files import FileRows, ScanMetrics, typed_partition_column
 from deltaplane.engine.scan.skipping import file_keep_mask, row_group_keep_mask
 
@@ -34,8 +38,10 @@ __all__ = [
     "Scan",
     "ScanBuilder",
     "ScanMetrics",
+    "StoredDeletionVector",
     "file_keep_mask",
     "read_file_deletion_vector",
     "row_group_keep_mask",
+    "stored_deletion_vector",
     "typed_partition_column",
 ]

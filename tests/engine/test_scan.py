@@ -192,6 +192,39 @@ def test_rows_with_deletion_vectors_are_dropped():
     assert sorted(batches.read_all().column("id").to_pylist()) == [1, 2, 4, 5, 6, 7, 8]
 
 
+def test_where_a_deletion_vector_is_stored():
+    """What a reader that decodes deletion vectors itself is told: the inline bitmap, or the file
+    (relative to the root for ``u``, absolute for ``p``) and the frame's offset (1 when the log
+    gives none)."""
+    from deltaplane.engine import CorruptDeletionVectorError, stored_deletion_vector
+    from deltaplane.engine.deletion_vectors import serialize_bitmap, z85_encode
+
+    bitmap = serialize_bitmap([0, 3, 9])
+    inline = stored_deletion_vector(
+        {
+            "storageType": "i",
+            "pathOrInlineDv": z85_encode(bitmap),
+            "sizeInBytes": len(bitmap),
+            "cardinality": 3,
+        }
+    )
+    assert inline.inline == bitmap and inline.location is None and inline.cardinality == 3
+    uuid_dv = {"storageType": "u", "pathOrInlineDv": "ab" + "vCsfx6CJ%<SD+UrQyVi@", "sizeInBytes": 40}
+    stored = stored_deletion_vector({**uuid_dv, "cardinality": 5, "offset": 17})
+    assert stored.location.startswith("ab/deletion_vector_") and stored.location.endswith(".bin")
+    assert (stored.offset, stored.size, stored.cardinality, stored.inline) == (17, 40, 5, None)
+    assert stored_deletion_vector({**uuid_dv, "cardinality": 5}).offset == 1
+    absolute = {
+        "storageType": "p",
+        "pathOrInlineDv": "s3://b/t/dv%20x.bin",
+        "sizeInBytes": 9,
+        "cardinality": 1,
+    }
+    assert stored_deletion_vector(absolute).location == "s3://b/t/dv x.bin"
+    with pytest.raises(CorruptDeletionVectorError):
+        stored_deletion_vector({**uuid_dv, "pathOrInlineDv": "short", "cardinality": 1})
+
+
 def test_describe_counts_rows_and_deletions():
     from deltaplane.engine.describe import describe_snapshot
 
