@@ -1,10 +1,16 @@
 """Spark reads of deltaplane tables at Spark's native Parquet floor.
 
 ``read_table(spark, uri)`` plans on the driver with the engine (snapshot, live files, partition
-values, deletion vectors) and hands exactly the live files, by explicit list and with an explicit
-schema, to Spark's own Parquet reader: Spark never lists the table, infers a schema or opens the
-log, and Catalyst prunes columns, pushes filters into Parquet and counts from footers as for any
-Parquet scan. Everything the engine applies when it reads, the plan applies:
+values, deletion vectors) and has Spark's own Parquet reader read exactly the live files: Spark
+never lists the table, infers a schema or opens the log, and Catalyst prunes columns, pushes
+filters into Parquet and counts from footers as for any Parquet scan.
+
+Where the session's JVM has deltaplane's Spark classes (``jar``; ``get_spark`` puts them on the
+classpath), ``native_jvm`` gives Spark the log as its file index and a Parquet format that leaves
+out deleted rows as it decodes. Without them (Spark Connect, no ``javac``, ``JVM_SETTING`` false) this
+module expresses the same read in Spark expressions over Spark's reader, given the files by
+explicit list and with an explicit schema. Everything the engine applies when it reads, the plan
+applies:
 
 * **column mapping** (``name`` and ``id``): Spark reads the physical names and a cast renames
   them, at every nesting level, to the logical ones; a file without a column reads it as nulls.
@@ -192,11 +198,12 @@ def _type_reasons(t: DataType) -> list[str]:
     return reasons
 
 
-def fallback_reasons(snapshot: Snapshot, spark=None) -> list[str]:
+def fallback_reasons(snapshot: Snapshot, spark=None, *, jvm: bool = False) -> list[str]:
     """Why ``read_table`` cannot give ``snapshot`` to Spark's Parquet reader (empty: it can).
 
     ``spark`` (a classic session) is asked whether its classpath has S3A; without it, S3 tables
-    are assumed unreachable."""
+    are assumed unreachable. ``jvm``: through deltaplane's Spark classes, which list no
+    directory (so hidden file names are read) and need no ``_metadata`` column."""
     reasons: list[str] = []
 
     def add(why: str) -> None:
@@ -210,7 +217,7 @@ def fallback_reasons(snapshot: Snapshot, spark=None) -> list[str]:
         add(f"a column whose name starts with {_PREFIX!r}, which the plan uses itself")
     top = {n.lower() for f in snapshot.schema.fields for n in (f.name, f.physical_name)}
     for name, why in _RESERVED.items():
-        if name in top:
+        if name in top and not (jvm and name == "_metadata"):
             add(f"a column named {name!r}, {why}")
     files = snapshot.files
     if files.num_rows == 0:
@@ -228,7 +235,9 @@ def fallback_reasons(snapshot: Snapshot, spark=None) -> list[str]:
                 add("an S3 table, and Spark's classpath has no S3A filesystem (org.apache.hadoop:hadoop-aws)")
         else:
             add(f"files in a {scheme}: location, which Spark's Hadoop cannot open")
-    hidden = [loc for loc in _maybe_hidden(locations) if _skipped_by_spark(loc.rsplit("/", 1)[-1])]
+    hidden = (
+        [] if jvm else [loc for loc in _maybe_hidden(locations) if _skipped_by_spark(loc.rsplit("/", 1)[-1])]
+    )
     if hidden:
         add(
             f"data files whose names Spark's reader skips as hidden ({hidden[0]!r}"
@@ -776,6 +785,10 @@ def read_table(
     snapshot = table.snapshot
     if native is False:
         return _data_source(spark, uri, snapshot.version, storage_options)
+    if _jvm_enabled(spark) and not fallback_reasons(snapshot, spark, jvm=True):
+        from deltaplane.spark_jobs import native_jvm  # it builds on this module's helpers
+
+        return native_jvm.build(spark, native_jvm.manifest(snapshot, uri, storage_options))
     reasons = fallback_reasons(snapshot, spark)
     planned = None
     if not reasons:
@@ -795,6 +808,18 @@ def read_table(
         )
         return _data_source(spark, uri, snapshot.version, storage_options)
     return build(spark, planned)
+
+
+# A session setting that turns deltaplane's Spark classes off for reads (the expression path).
+JVM_SETTING = "spark.deltaplane.read.jvm"
+
+
+def _jvm_enabled(spark) -> bool:
+    from deltaplane.spark_jobs import jar
+
+    if not jar.loaded(spark):
+        return False
+    return str(spark.conf.get(JVM_SETTING, "true")).strip().lower() != "false"
 
 
 def _data_source(spark, uri: str, version: int, storage_options: Mapping[str, str] | None):

@@ -25,7 +25,9 @@ def get_spark(
     the server's. ``deltaplane`` is registered on that session (a Python data source is
     registered per Connect session, and the server's Python workers import it by name).
 
-    ``master`` defaults to ``$SPARK_MASTER`` or ``local[2]``. Python workers run this
+    ``master`` defaults to ``$SPARK_MASTER`` or ``local[2]``. deltaplane's Spark classes (``jar``)
+    join ``spark.jars``, so native reads plan from the log and apply deletion vectors in the
+    Parquet reader. Python workers run this
     interpreter (``PYSPARK_PYTHON``), so they can import pyarrow and the project; the session
     time zone is UTC (timestamps leave Spark as UTC instants); in local mode the driver binds to
     127.0.0.1 and the UI is off.
@@ -62,6 +64,9 @@ def get_spark(
             }
         )
     settings.update(conf or {})
+    jars = with_deltaplane_jar(settings.get("spark.jars"))
+    if jars and not submitted:
+        settings["spark.jars"] = jars
     builder = SparkSession.builder.appName(app_name)
     if not submitted:
         builder = builder.master(master)
@@ -72,3 +77,14 @@ def get_spark(
 
     register(spark)
     return spark
+
+
+def with_deltaplane_jar(jars: str | None) -> str:
+    """A ``spark.jars`` value with deltaplane's jar added (unchanged where it cannot be built)."""
+    from deltaplane.spark_jobs import jar
+
+    built = jar.path()
+    listed = [j for j in (jars or "").split(",") if j.strip()]
+    if built is not None and str(built) not in listed:
+        listed.append(str(built))
+    return ",".join(listed)

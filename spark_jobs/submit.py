@@ -123,15 +123,21 @@ def spark_submit_command(
 
 def submit_settings(conf: Mapping[str, str] | None = None, python: str | None = None) -> dict[str, str]:
     """The Spark settings of a submit: this interpreter for the driver and the workers, UTC, no
-    UI, then ``conf``."""
+    UI, then ``conf``, and deltaplane's jar (``jar``) in ``spark.jars``."""
+    from deltaplane.spark_jobs.session import with_deltaplane_jar
+
     python = python or sys.executable
-    return {
+    settings = {
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
         **{str(k): str(v) for k, v in (conf or {}).items()},
     }
+    jars = with_deltaplane_jar(settings.get("spark.jars"))
+    if jars:
+        settings["spark.jars"] = jars
+    return settings
 
 
 def _properties_escape(text: str, key: bool) -> str:

@@ -34,7 +34,7 @@ from deltaplane.engine.errors import (
     VersionNotFoundError,
 )
 from deltaplane.spark_jobs import native
-from deltaplane.spark_jobs.native import fallback_reasons, plan, read_table
+from deltaplane.spark_jobs.native import JVM_SETTING, fallback_reasons, plan, read_table
 from deltaplane.spark_jobs.types import spark_schema
 from tests.conformance.test_golden_tables import _entries, _root
 from tests.conftest import conformance_golden
@@ -54,6 +54,30 @@ def is_native(df) -> bool:
     """Read by Spark's Parquet reader, not the deltaplane Python data source."""
     text = executed(df)
     return ("FileScan parquet" in text or "LocalTableScan" in text) and "BatchScan" not in text
+
+
+@contextlib.contextmanager
+def expression_path(spark):
+    """Native reads without deltaplane's Spark classes (as under Spark Connect): Spark
+    expressions over Spark's Parquet scans of the listed files."""
+    spark.conf.set(JVM_SETTING, "false")
+    try:
+        yield
+    finally:
+        spark.conf.unset(JVM_SETTING)
+
+
+@pytest.fixture(params=["jvm", "expressions"])
+def read_path(request, spark):
+    """Both native paths: deltaplane's Spark classes, and the expressions without them."""
+    if request.param == "jvm":
+        yield request.param
+        return
+    with expression_path(spark):
+        yield request.param
+
+
+MISSING = "is missing; it may have been removed by VACUUM"
 
 
 def assert_reads_as_engine(df, uri: str, version: int | None = None) -> None:
@@ -94,7 +118,7 @@ _golden = _entries  # the conformance suite's own listing of the corpus
 
 @pytest.mark.conformance
 @pytest.mark.parametrize("entry", _golden())
-def test_every_conformance_table_reads_as_the_engine_reads_it(spark, entry):
+def test_every_conformance_table_reads_as_the_engine_reads_it(spark, entry, read_path):
     """Refused by the engine means refused here with the engine's error; read by the engine means
     the same rows, through Spark's Parquet reader (no table of the corpus needs the fallback)."""
     conformance_golden()
@@ -103,6 +127,11 @@ def test_every_conformance_table_reads_as_the_engine_reads_it(spark, entry):
         table = DeltaTable(uri)
         table.to_arrow()
     except DeltaError as refused:
+        if isinstance(refused, DataFileError):  # a file the log names is not there: found by the
+            # task that opens it (jvm), or as the engine's error by Spark listing the files
+            with pytest.raises(Exception if read_path == "jvm" else DataFileError, match=MISSING):
+                read_table(spark, uri).collect()
+            return
         with pytest.raises(type(refused)):
             read_table(spark, uri).collect()
         return
@@ -183,7 +212,7 @@ AWKWARD = [
 
 
 @pytest.mark.parametrize("hive", [True, False], ids=["from-paths", "from-the-log"])
-def test_string_partition_values_of_every_kind(spark, table_dir, hive):
+def test_string_partition_values_of_every_kind(spark, table_dir, hive, read_path):
     """Spaces, %, =, /, unicode, glob characters, empty strings and nulls: the rows and values are
     the engine's, read through Spark's reader. The Hive null marker as a real value cannot come
     from a path (Spark reads that directory as null): with it the values come from the log."""
@@ -204,7 +233,7 @@ def test_string_partition_values_of_every_kind(spark, table_dir, hive):
     assert table.count("p = '__HIVE_DEFAULT_PARTITION__'") == (0 if hive else 2)
 
 
-def test_typed_partition_values(spark, table_dir):
+def test_typed_partition_values(spark, table_dir, read_path):
     """Dates, timestamps, decimals, booleans, integers and strings, with nulls, several columns."""
     uri = str(table_dir)
     n = 12
@@ -237,7 +266,7 @@ def test_typed_partition_values(spark, table_dir):
     assert df.where("dec = 1.25").count() == data.to_pandas().query("id % 5 != 0 and id % 2 == 1").shape[0]
 
 
-def test_hive_partitions_prune_files_and_count_from_footers(spark, table_dir):
+def test_hive_partitions_prune_files_and_count_from_footers(spark, table_dir, read_path):
     """Where the paths agree with the log (dates, strings, integers, booleans, nulls), Spark's
     partition discovery supplies the values: a partition filter prunes files, no join."""
     uri = str(table_dir)
@@ -267,7 +296,7 @@ def test_hive_partitions_prune_files_and_count_from_footers(spark, table_dir):
     assert "Join" not in executed(df.groupBy().count())
 
 
-def test_zoned_timestamp_partitions_come_from_the_paths(spark, table_dir):
+def test_zoned_timestamp_partitions_come_from_the_paths(spark, table_dir, read_path):
     """The engine writes timestamp partition values with their zone (``...Z``): Spark's discovery
     reads the same instants whatever the session's time zone, so no join is needed."""
     uri = str(table_dir)
@@ -288,7 +317,7 @@ def test_zoned_timestamp_partitions_come_from_the_paths(spark, table_dir):
         spark.conf.set("spark.sql.session.timeZone", previous)
 
 
-def test_a_path_that_disagrees_with_the_log_is_read_from_the_log(spark, table_dir):
+def test_a_path_that_disagrees_with_the_log_is_read_from_the_log(spark, table_dir, read_path):
     """A file whose directory says one value and whose log entry another (a writer that escapes
     differently, a file moved by hand): the log wins, through the lookup join."""
     uri = str(table_dir)
@@ -318,7 +347,7 @@ def test_a_path_that_disagrees_with_the_log_is_read_from_the_log(spark, table_di
     assert sorted(r.p for r in df.collect()) == ["x", "y"]
 
 
-def test_partition_lookup_by_path_when_sizes_repeat(spark, table_dir):
+def test_partition_lookup_by_path_when_sizes_repeat(spark, table_dir, read_path):
     """Files of equal size cannot be told apart by size: the lookup is keyed by path then."""
     uri = str(table_dir)
     for i in range(4):
@@ -387,7 +416,7 @@ def test_the_file_list_reaches_spark_in_a_few_calls(spark, table_dir, monkeypatc
     assert sorted(r.p for r in df.where("id < 3").collect()) == names[:3]
 
 
-def test_a_table_root_with_awkward_characters(spark, tmp_path):
+def test_a_table_root_with_awkward_characters(spark, tmp_path, read_path):
     uri = str(tmp_path / "a dir % = ü [x]" / "t{1}")
     data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "p": ["a b", "c%d", None]})
     write_table(uri, data, partition_by=["p"], properties={"delta.enableDeletionVectors": "true"})
@@ -430,12 +459,25 @@ def dv_table(uri: str, files: int = 4, rows: int = 1000) -> DeltaTable:
     return DeltaTable(uri)
 
 
-@pytest.fixture(params=["cases", "join"])
-def dv_lookup(request, monkeypatch):
-    """Both ways a DV file's bitmap offset is found: a CASE over a few files, a broadcast join
-    over more."""
+@pytest.fixture(params=["jvm", "cases", "join"])
+def dv_lookup(request, spark, monkeypatch):
+    """Every way a file's deleted rows are found: deltaplane's Parquet format marks them as it
+    decodes; without it, a CASE over a few files' sizes or a broadcast join over more gives each
+    row its file's bitmap."""
+    if request.param == "jvm":
+        yield request.param
+        return
     monkeypatch.setattr(native, "_CASE_FILES", 32 if request.param == "cases" else -1)
-    return request.param
+    with expression_path(spark):
+        yield request.param
+
+
+@pytest.fixture(params=["cases", "join"])
+def expression_lookup(request, spark, monkeypatch):
+    """The two expression paths of ``dv_lookup`` alone."""
+    monkeypatch.setattr(native, "_CASE_FILES", 32 if request.param == "cases" else -1)
+    with expression_path(spark):
+        yield request.param
 
 
 def test_deletion_vectors_several_deletes_on_one_file(spark, table_dir, dv_lookup):
@@ -473,12 +515,16 @@ def test_deletion_vectors_beyond_the_bitmap_limit_fall_back(spark, table_dir, mo
     monkeypatch.setattr(native, "MAX_BITMAP_WORDS", 20)  # 16 + 8 words needed
     reasons = plan(DeltaTable(uri).snapshot).reasons
     assert len(reasons) == 1 and "1,536 row positions" in reasons[0]
-    df = read_table(spark, uri)
-    assert not is_native(df)
+    with expression_path(spark):
+        df = read_table(spark, uri)
+        assert not is_native(df)
+        assert_reads_as_engine(df, uri)
+    df = read_table(spark, uri)  # the JVM's bitmaps are per file, compressed, and have no limit
+    assert is_native(df)
     assert_reads_as_engine(df, uri)
 
 
-def test_files_without_a_deletion_vector_get_no_join(spark, table_dir, dv_lookup):
+def test_files_without_a_deletion_vector_get_no_join(spark, table_dir, expression_lookup):
     uri = str(table_dir)
     table = dv_table(uri)
     table.delete("id < 10")  # only the first file gets a DV
@@ -486,7 +532,7 @@ def test_files_without_a_deletion_vector_get_no_join(spark, table_dir, dv_lookup
     assert len(p.plain.paths) == 3 and len(p.with_dv.paths) == 1 and p.plain.lookup is None
     text = executed(read_table(spark, uri).select("id"))
     scans = [line for line in text.splitlines() if "FileScan parquet" in line]
-    assert len(scans) == 2 and text.count("BroadcastHashJoin") == (1 if dv_lookup == "join" else 0)
+    assert len(scans) == 2 and text.count("BroadcastHashJoin") == (1 if expression_lookup == "join" else 0)
     plain = next(s for s in scans if "InMemoryFileIndex(3 paths)" in s)
     assert "row_index" not in plain and "file_size" not in plain
     dv = next(s for s in scans if "InMemoryFileIndex(1 paths)" in s)
@@ -509,11 +555,19 @@ def test_a_file_deleted_entirely_and_a_table_deleted_entirely(spark, table_dir, 
     assert_reads_as_engine(df, uri)
 
 
-@pytest.mark.parametrize("vectorized", [True, False], ids=["vectorized", "row-based"])
-def test_both_of_sparks_parquet_readers_give_the_row_index(spark, table_dir, dv_lookup, vectorized):
+READERS = {
+    "vectorized": {},
+    # whole-stage code generation off: the vectorized reader hands over rows of its batches
+    "batch-rows": {"spark.sql.codegen.wholeStage": "false"},
+    "row-based": {"spark.sql.parquet.enableVectorizedReader": "false"},
+}
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_both_of_sparks_parquet_readers_give_the_row_index(spark, table_dir, dv_lookup, reader):
     """The position of each row comes from Spark's reader filling ``_tmp_metadata_row_index``:
-    its vectorized reader and its row-based one (used for wide or some nested schemas) both do,
-    with a nested column and files of several row groups."""
+    its vectorized reader (as batches, or as rows of them) and its row-based one (used for wide
+    or some nested schemas) all do, with a nested column and files of several row groups."""
     uri = str(table_dir)
     n = 300_000  # three row groups of the writer's 131,072 rows
     ids = pa.array(range(n), pa.int64())
@@ -524,9 +578,9 @@ def test_both_of_sparks_parquet_readers_give_the_row_index(spark, table_dir, dv_
     DeltaTable(uri).delete(f"id % 7 = 3 OR id IN {edges}")
     files = DeltaTable(uri).file_uris()
     assert max(pq.ParquetFile(f.removeprefix("file://")).num_row_groups for f in files) == 3
-    conf = "spark.sql.parquet.enableVectorizedReader"
-    previous = spark.conf.get(conf)
-    spark.conf.set(conf, str(vectorized).lower())
+    previous = {key: spark.conf.get(key, None) for key in READERS[reader]}
+    for key, value in READERS[reader].items():
+        spark.conf.set(key, value)
     try:
         df = read_table(spark, uri)
         assert is_native(df)
@@ -535,10 +589,14 @@ def test_both_of_sparks_parquet_readers_give_the_row_index(spark, table_dir, dv_
         window = "id >= 131000 AND id < 131200"
         assert df.where(window.replace("id", "n.x")).count() == DeltaTable(uri).count(window)
     finally:
-        spark.conf.set(conf, previous)
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
-def test_a_reader_that_gives_no_row_index_stops_the_query(spark, table_dir, dv_lookup, monkeypatch):
+def test_a_reader_that_gives_no_row_index_stops_the_query(spark, table_dir, expression_lookup, monkeypatch):
     """Should a Spark stop filling the row-index column, its rows read as null: the query fails
     instead of deciding on a null position (which would drop every row of a DV file)."""
     uri = str(table_dir)
@@ -560,7 +618,8 @@ def test_a_reader_that_gives_no_row_index_stops_the_query(spark, table_dir, dv_l
 )
 def test_a_column_named_like_sparks_own_is_read_by_the_data_source(spark, table_dir, name, why):
     """Spark's reader fills the row-index column itself, and a ``_metadata`` column hides the
-    file metadata the plan reads (Spark's error, or a wrong lookup, on a table with DVs)."""
+    file metadata the expression path reads (Spark's error, or a wrong lookup, on a table with
+    DVs). deltaplane's Spark classes need no ``_metadata``, so read such a table natively."""
     uri = str(table_dir)
     data = pa.table({"id": pa.array(range(10), pa.int64()), name: pa.array(range(10, 20), pa.int64())})
     write_table(uri, data, properties={"delta.enableDeletionVectors": "true"})
@@ -568,9 +627,16 @@ def test_a_column_named_like_sparks_own_is_read_by_the_data_source(spark, table_
     DeltaTable(uri).delete("id % 3 = 0")
     reasons = fallback_reasons(DeltaTable(uri).snapshot)
     assert any(why in r for r in reasons), reasons
+    expected = sorted(2 * [v for v in range(10, 20) if v % 3 != 1])
+    with expression_path(spark):
+        df = read_table(spark, uri)
+        assert not is_native(df)
+        assert sorted(r[name] for r in df.collect()) == expected
+    on_jvm = name.lower() == "_metadata"
+    assert (fallback_reasons(DeltaTable(uri).snapshot, jvm=True) == []) == on_jvm
     df = read_table(spark, uri)
-    assert not is_native(df)
-    assert sorted(r[name] for r in df.collect()) == sorted(2 * [v for v in range(10, 20) if v % 3 != 1])
+    assert is_native(df) == on_jvm
+    assert sorted(r[name] for r in df.collect()) == expected
 
 
 def test_filters_reach_the_parquet_reader_of_deletion_vector_files(spark, table_dir, dv_lookup):
@@ -584,7 +650,7 @@ def test_filters_reach_the_parquet_reader_of_deletion_vector_files(spark, table_
     assert read_table(spark, uri).where("id = 15").select("v").collect()[0].v == "r15"
 
 
-def test_deletion_vectors_with_partitions_from_the_log(spark, table_dir):
+def test_deletion_vectors_with_partitions_from_the_log(spark, table_dir, read_path):
     uri = str(table_dir)
     data = pa.table(
         {
@@ -716,7 +782,7 @@ def test_a_data_file_replaced_behind_the_logs_back_stops_the_read(spark, table_d
         original = pq.read_table(path)
         pq.write_table(original.append_column("extra", pa.array([1] * original.num_rows)), path)
     df = read_table(spark, uri)
-    with pytest.raises(Exception, match="not the one the log names"):
+    with pytest.raises(Exception, match="the file changed after it was committed"):
         df.collect()
 
 
@@ -727,9 +793,19 @@ def test_a_vacuumed_file_is_the_engines_error(spark, table_dir):
     os.remove(victim)
     with pytest.raises(DataFileError, match="is missing"):
         DeltaTable(uri).to_arrow()
-    with pytest.raises(DataFileError, match="is missing") as caught:
-        read_table(spark, uri)
+    with expression_path(spark), pytest.raises(DataFileError, match=MISSING) as caught:
+        read_table(spark, uri)  # Spark lists the files it is given
     assert "version 1" in str(caught.value)
+    df = read_table(spark, uri)  # the log's file index lists nothing: the task that opens it
+    with pytest.raises(Exception, match=MISSING) as caught:
+        df.collect()
+    assert "(version 1)" in str(caught.value) and os.path.basename(victim) in str(caught.value)
+    spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")  # a committed file is never skipped
+    try:
+        with pytest.raises(Exception, match=MISSING):
+            df.collect()
+    finally:
+        spark.conf.unset("spark.sql.files.ignoreMissingFiles")
 
 
 # --- the plan Spark runs ----------------------------------------------------------------------------------
@@ -811,8 +887,9 @@ def test_variant_tables_fall_back_to_the_data_source(spark, tmp_path, caplog):
 
 
 def test_files_spark_would_skip_as_hidden_fall_back(spark, tmp_path):
-    """Spark's file index silently drops files named ``_...`` or ``.``...: such a table is read by
-    the data source instead, with every row."""
+    """Spark's file index silently drops files named ``_...`` or ``.``...: without deltaplane's
+    Spark classes such a table is read by the data source instead, with every row; with them
+    (whose file index is the log) natively."""
     from deltaplane.engine.storage import LocalStore
     from tests.logbuilder import add, commit_info, metadata, protocol, write_commit, write_parquet
 
@@ -836,8 +913,12 @@ def test_files_spark_would_skip_as_hidden_fall_back(spark, tmp_path):
     )
     reasons = fallback_reasons(DeltaTable(str(root)).snapshot, spark)
     assert len(reasons) == 1 and "_underscore.parquet" in reasons[0]
+    with expression_path(spark):
+        df = read_table(spark, str(root))
+        assert not is_native(df)
+        assert sorted(r.id for r in df.collect()) == [0, 1]
     df = read_table(spark, str(root))
-    assert not is_native(df)
+    assert is_native(df)
     assert sorted(r.id for r in df.collect()) == [0, 1]
 
 
