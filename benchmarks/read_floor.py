@@ -378,7 +378,8 @@ def native_reader():
 
 def spark_calls(spark, uri: str, action: Callable, built: bool = False, source: bool = True) -> dict:
     """The timed calls of one Spark case: ``read_table`` planned in each call ("native"), its
-    DataFrame planned once and reused ("native_built": the query alone), the Python data source
+    DataFrame planned once and reused ("native_built": the query alone), ``read_table`` without
+    deltaplane's Spark classes ("native_expressions", where the session has them), the Python data source
     and Spark's reader over the same live files (DVs not applied)."""
     from deltaplane.engine import DeltaTable
 
@@ -390,10 +391,31 @@ def spark_calls(spark, uri: str, action: Callable, built: bool = False, source: 
         if built:
             df = read_table(spark, uri)
             calls["native_built"] = one(lambda: action(df))
+            if _has_jvm_path(spark):
+                calls["native_expressions"] = one(lambda: action(_expressions(spark, read_table, uri)))
     if source:
         calls["source"] = one(lambda: action(spark.read.format("deltaplane").load(uri)))
     calls["parquet"] = one(lambda: action(spark.read.parquet(*files)))
     return calls
+
+
+def _has_jvm_path(spark) -> bool:
+    try:
+        from deltaplane.spark_jobs import jar
+    except ImportError:
+        return False
+    return jar.loaded(spark)
+
+
+def _expressions(spark, read_table, uri: str):
+    """``read_table`` without deltaplane's Spark classes (as under Spark Connect)."""
+    from deltaplane.spark_jobs.native import JVM_SETTING
+
+    spark.conf.set(JVM_SETTING, "false")
+    try:
+        return read_table(spark, uri)
+    finally:
+        spark.conf.unset(JVM_SETTING)
 
 
 def noop(df) -> None:
@@ -437,12 +459,14 @@ def case_spark_dv(name: str, spark, paths: dict, args) -> dict:
         from deltaplane.engine import DeltaTable
 
         expected = pc.sum(DeltaTable(uri).to_arrow(columns=["amount"]).column("amount")).as_py()
-        sums = [out[n]["value"] for n in ("native", "native_built") if n in out]
+        sums = [out[n]["value"] for n in ("native", "native_built", "native_expressions") if n in out]
         out["right"] = all(abs(v - expected) <= 1e-6 * abs(expected) for v in sums)
     else:  # ids are 0..rows-1 and every id % 20 == 3 is deleted
         n = args.rows if name == "spark_dv_count" else cut
         expected = n - len(range(3, n, 20))
-        out["right"] = all(out[k]["value"] == expected for k in ("native", "native_built") if k in out)
+        out["right"] = all(
+            out[k]["value"] == expected for k in ("native", "native_built", "native_expressions") if k in out
+        )
     return out
 
 
@@ -667,10 +691,26 @@ LINES = {
     "dv": ("full scan, 5% deleted by DVs", "after_delete", ["before_delete", "delta-rs_after"]),
     "spark_aggregate": ("Spark sum(amount)", ["native", "source"], ["parquet"]),
     "spark_count": ("Spark count()", ["native", "source"], ["parquet"]),
-    "spark_dv": ("Spark noop scan, 5% DVs", ["native", "native_built", "source"], ["parquet"]),
-    "spark_dv_sum": ("Spark sum(amount), 5% DVs", ["native", "native_built"], ["parquet"]),
-    "spark_dv_count": ("Spark count(), 5% DVs", ["native", "native_built"], ["parquet"]),
-    "spark_dv_filter": ("Spark 0.1% filter count, 5% DVs", ["native", "native_built"], ["parquet"]),
+    "spark_dv": (
+        "Spark noop scan, 5% DVs",
+        ["native", "native_built", "native_expressions", "source"],
+        ["parquet"],
+    ),
+    "spark_dv_sum": (
+        "Spark sum(amount), 5% DVs",
+        ["native", "native_built", "native_expressions"],
+        ["parquet"],
+    ),
+    "spark_dv_count": (
+        "Spark count(), 5% DVs",
+        ["native", "native_built", "native_expressions"],
+        ["parquet"],
+    ),
+    "spark_dv_filter": (
+        "Spark 0.1% filter count, 5% DVs",
+        ["native", "native_built", "native_expressions"],
+        ["parquet"],
+    ),
     "streaming": ("Spark availableNow stream", "source", ["file_source"]),
 }
 LABELS = {
@@ -683,6 +723,7 @@ LABELS = {
     "delta-rs_after": "delta-rs after delete",
     "native": "native read_table",
     "native_built": "its DataFrame, reused",
+    "native_expressions": "read_table, expressions",
     "source": 'format("deltaplane")',
     "parquet": "spark.read.parquet",
     "file_source": "Spark file source",

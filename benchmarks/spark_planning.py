@@ -2,14 +2,18 @@
 
 Issue 28 asks for 10,000 files planned into tasks in well under a second. For each N (one file
 per partition, the Figure 4 tables of ``read_floor.py``, cached in the same data directory) a
-round times, on a warm session:
+round times, on a warm session, each of the two native paths:
 
-* ``engine``: opening the table and planning its live files (``DeltaTable`` and ``native.plan``);
-* ``dataframe``: building the DataFrame (``native.build``: Spark's reader over the explicit file
-  list, which checks and lists every file on the driver);
+* ``engine``: opening the table and planning its live files (``DeltaTable``, then
+  ``native_jvm.manifest`` for deltaplane's Spark classes, ``native.plan`` for the expressions);
+* ``dataframe``: building the DataFrame (``native_jvm.build``: the log's file index, one call; or
+  ``native.build``: Spark's reader over the explicit file list, which checks and lists every file
+  on the driver);
 * ``tasks``: splitting the scan into tasks (the physical plan's RDD partitions);
 
-and ``total`` is their sum, the median of ``--repeat`` rounds after ``--warmup``.
+and ``total`` is their sum, the median of ``--repeat`` rounds after ``--warmup`` (the two paths
+alternate within a round). The top-level figures are deltaplane's Spark classes (what
+``read_table`` uses in a session ``get_spark`` started), ``expressions`` the path without them.
 
     python benchmarks/spark_planning.py [--files 1000,10000,30000] [--repeat 3]
 
@@ -32,29 +36,54 @@ from benchmarks import read_floor, results_file  # noqa: E402 (the repository ro
 PHASES = ("engine", "dataframe", "tasks")
 
 
-def one_round(spark, uri: str) -> tuple[dict[str, float], tuple[int, int]]:
+PATHS = ("jvm", "expressions")
+
+
+def one_round(spark, uri: str, path: str) -> tuple[dict[str, float], tuple[int, int]]:
     from deltaplane.engine import DeltaTable
-    from deltaplane.spark_jobs import native
+    from deltaplane.spark_jobs import native, native_jvm
 
     started = time.perf_counter()
-    planned = native.plan(DeltaTable(uri).snapshot, uri)
-    engine = time.perf_counter()
-    df = native.build(spark, planned)
+    snapshot = DeltaTable(uri).snapshot
+    if path == "jvm":
+        planned = native_jvm.manifest(snapshot, uri)
+        engine = time.perf_counter()
+        df = native_jvm.build(spark, planned)
+    else:
+        planned = native.plan(snapshot, uri)
+        engine = time.perf_counter()
+        df = native.build(spark, planned)
     dataframe = time.perf_counter()
     tasks = df._jdf.rdd().getNumPartitions()
     done = time.perf_counter()
-    files = len(planned.plain.paths) if planned.plain is not None else 0
+    files = len(df.inputFiles())
     phases = {"engine": engine - started, "dataframe": dataframe - engine, "tasks": done - dataframe}
     return phases, (files, tasks)
 
 
 def measure(spark, uri: str, repeat: int, warmup: int) -> dict:
+    from deltaplane.spark_jobs import jar
+
+    if not jar.loaded(spark):
+        raise SystemExit(
+            "deltaplane's Spark classes are not on the session's classpath (is javac installed?)"
+        )
     for _ in range(warmup):
-        one_round(spark, uri)
-    rounds = [one_round(spark, uri) for _ in range(repeat)]
-    out = {phase: statistics.median(r[phase] for r, _ in rounds) for phase in PHASES}
-    out["total"] = statistics.median(sum(r.values()) for r, _ in rounds)
-    out["files_planned"], out["tasks_planned"] = rounds[0][1]
+        for path in PATHS:
+            one_round(spark, uri, path)
+    rounds: dict[str, list] = {path: [] for path in PATHS}
+    for _ in range(repeat):
+        for path in PATHS:
+            rounds[path].append(one_round(spark, uri, path))
+    out: dict = {}
+    for path in PATHS:
+        summary = {phase: statistics.median(r[phase] for r, _ in rounds[path]) for phase in PHASES}
+        summary["total"] = statistics.median(sum(r.values()) for r, _ in rounds[path])
+        summary["files_planned"], summary["tasks_planned"] = rounds[path][0][1]
+        if path == "jvm":
+            out.update(summary)
+        else:
+            out[path] = summary
     return out
 
 
@@ -96,12 +125,15 @@ def main(argv: list[str] | None = None) -> dict:
         if owned:
             spark.stop()
     print(f"\nread_table planning: median of {args.repeat} round(s) after {args.warmup} warm-up")
-    print(f"{'files':>8}{'engine':>10}{'DataFrame':>11}{'tasks':>9}{'total':>9}{'Spark tasks':>13}")
+    print(
+        f"{'files':>8} {'path':<12}{'engine':>9}{'DataFrame':>11}{'tasks':>9}{'total':>9}{'Spark tasks':>13}"
+    )
     for n, r in results["files"].items():
-        print(
-            f"{int(n):>8,}{r['engine']:>9.3f}s{r['dataframe']:>10.3f}s{r['tasks']:>8.3f}s"
-            f"{r['total']:>8.3f}s{r['tasks_planned']:>13,}"
-        )
+        for path, x in (("jvm", r), ("expressions", r["expressions"])):
+            print(
+                f"{int(n):>8,} {path:<12}{x['engine']:>8.3f}s{x['dataframe']:>10.3f}s{x['tasks']:>8.3f}s"
+                f"{x['total']:>8.3f}s{x['tasks_planned']:>13,}"
+            )
     if args.out:
         results_file.write_results(args.out, results)
     return results

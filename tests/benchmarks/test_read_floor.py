@@ -75,7 +75,12 @@ def test_spark_cases_agree_with_sparks_parquet_reader(tmp_path):
     native = importlib.util.find_spec("deltaplane.spark_jobs.native") is not None
     assert result["native_read_path"] is native
     spark_lines = [line for line in result["ratios"] if line["case"].startswith("Spark")]
-    assert len(spark_lines) == 14  # sum 2, count 2, DV scan 3 (one reused), 2 per DV case, stream 1
-    ours = ("native read_table", "its DataFrame, reused")
+    # sum 2, count 2, DV scan 4 (one reused, one without deltaplane's jar), 3 per DV case, stream 1
+    assert len(spark_lines) == 18
+    for case in dv_cases:  # deltaplane's Spark classes, and the expressions without them, agree
+        assert (
+            result["cases"][case]["native_expressions"]["value"] == result["cases"][case]["native"]["value"]
+        )
+    ours = ("native read_table", "its DataFrame, reused", "read_table, expressions")
     for line in spark_lines:
         assert (line["ratio"] is not None) is (native or line["deltaplane"] not in ours), line
