@@ -6,7 +6,6 @@ import java.util.List;
 import java.util.Map;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.Path;
-import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.BasePredicate;
@@ -127,9 +126,5 @@ public final class LogFileIndex implements FileIndex {
   @Override
   public String toString() {
     return description;
-  }
-
-  static InternalRow noValues() {
-    return InternalRow.empty();
   }
 }
