@@ -50,23 +50,21 @@ def manifest(snapshot: Snapshot, uri: str, storage_options: Mapping[str, str] | 
     data_fields = [f for f in snapshot.schema.fields if f.name not in names]
     n = files.num_rows
     dvs = _deletion_vectors(files, root) if n else []
-    locations = canonical_paths(files.column("path"), root).to_pylist() if n else []
+    locations = _hadoop_locations(root, canonical_paths(files.column("path"), root)) if n else []
     sizes = files.column("size").to_pylist() if n else []
     modified = pc.fill_null(files.column("modification_time"), 0).to_pylist() if n else []
     columns = [_json_values(f, typed_partition_column(f, files, root)) for f in partition_fields] if n else []
     partitions: dict[tuple, list] = {}
     for i in range(n):
         values = tuple(column[i] for column in columns)
-        partitions.setdefault(values, []).append(
-            [hadoop_location(root, locations[i]), sizes[i], modified[i], dvs[i]]
-        )
+        partitions.setdefault(values, []).append([locations[i], sizes[i], modified[i], dvs[i]])
     description = f"{uri} (version {snapshot.version})"
     options = {
         "datetimeRebaseMode": "CORRECTED",
         "int96RebaseMode": "CORRECTED",
         "deltaplane.table": description,
     }
-    if hadoop_root(root).startswith("s3a:") or any(loc.startswith("s3") for loc in locations[:1]):
+    if hadoop_root(root).startswith("s3a:") or any(loc.startswith("s3a:") for loc in locations[:1]):
         options.update(s3a_options(storage_options or {}))
     result = []
     for f in snapshot.schema.fields:  # the result: logical names, nested ones renamed by a cast
@@ -83,6 +81,20 @@ def manifest(snapshot: Snapshot, uri: str, storage_options: Mapping[str, str] | 
             "partitions": [{"values": list(k), "files": v} for k, v in partitions.items()],
         }
     )
+
+
+# Relative locations that ``hadoop_location`` would change beyond putting the root in front.
+_UNUSUAL = r"(^|/)\.{1,2}(/|$)|//|^/|://"
+
+
+def _hadoop_locations(root: str, locations: pa.ChunkedArray) -> list[str]:
+    """``hadoop_location(root, location)`` of each location, in one step where every location is
+    a plain relative key (the usual case: 10,000 files in a few ms, not 80)."""
+    prefix = hadoop_root(root)
+    unusual = pc.any(pc.match_substring_regex(locations, _UNUSUAL)).as_py()
+    if prefix not in ("file:/", "file:") and not unusual:
+        return pc.binary_join_element_wise(prefix + "/", locations, "").to_pylist()
+    return [hadoop_location(root, loc) for loc in locations.to_pylist()]
 
 
 def _field(f: StructField, physical: bool) -> dict:

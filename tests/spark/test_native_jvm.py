@@ -248,3 +248,26 @@ def test_inline_and_stored_deletion_vectors(spark, table_dir):
     df = read_table(spark, uri)
     assert_reads_as_engine(df, uri)
     assert df.count() == 15000 - 1 - 5000
+
+
+@pytest.mark.parametrize("root", ["/tmp/a b/t", "s3://bucket/t/", "/", "/tmp//x/./t/"])
+def test_file_locations_in_one_step_are_hadoops(spark, root):
+    """The manifest's locations, made in one step for plain keys, are what Hadoop's ``Path``
+    makes of the root and each key (unusual keys take the file-by-file way)."""
+    import pyarrow as pa
+
+    from deltaplane.spark_jobs.native import hadoop_location
+    from deltaplane.spark_jobs.native_jvm import _hadoop_locations
+
+    jvm = spark._jvm
+    for keys in (
+        ["x/y.parquet", "p=%20/a b.parquet", "ü.parquet", "a..b/c.parquet"],
+        ["x/../y.parquet", "a//b"],
+    ):
+        made = _hadoop_locations(root, pa.chunked_array([pa.array(keys)]))
+        assert made == [hadoop_location(root, key) for key in keys]
+        if root.startswith("/"):  # Hadoop's own reading of root + key
+            hadoop = [
+                str(jvm.org.apache.hadoop.fs.Path("file:" + root.rstrip("/") + "/" + key)) for key in keys
+            ]
+            assert made == hadoop, (made, hadoop)
