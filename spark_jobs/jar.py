@@ -64,7 +64,10 @@ def path() -> Path | None:
     """The jar for the installed PySpark, built on first use into the cache directory
     (``$DELTAPLANE_CACHE_DIR``, else ``~/.cache/deltaplane``); None, with the reason logged,
     where it cannot be built."""
-    reason, jar = _build()
+    try:
+        reason, jar = _build()
+    except (OSError, subprocess.SubprocessError) as e:  # a cache folder it cannot write, a hung javac
+        reason, jar = f"building it failed: {e}", None
     if reason:
         log.warning(
             "deltaplane's Spark classes are unavailable (%s): native reads use Spark expressions", reason

@@ -64,9 +64,10 @@ def get_spark(
             }
         )
     settings.update(conf or {})
-    jars = with_deltaplane_jar(settings.get("spark.jars"))
-    if jars and not submitted:
-        settings["spark.jars"] = jars
+    if not submitted:  # (a submitted job's JVM has its jars already)
+        jars = with_deltaplane_jar(settings.get("spark.jars"))
+        if jars:
+            settings["spark.jars"] = jars
     builder = SparkSession.builder.appName(app_name)
     if not submitted:
         builder = builder.master(master)

@@ -204,6 +204,20 @@ def test_without_javac_reads_take_the_expression_path(tmp_path):
     assert "no javac" in done.stderr and "native reads use Spark expressions" in done.stderr
 
 
+def test_a_cache_folder_that_cannot_be_written_is_a_warning_not_a_failure(tmp_path):
+    """A read-only or broken cache location must not stop a session from starting."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    code = (
+        "from deltaplane.spark_jobs import jar, session; print(jar.path());"
+        "print(session.with_deltaplane_jar(None))"
+    )
+    done = _python(code, DELTAPLANE_CACHE_DIR=str(blocker / "cache"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["None", ""]
+    assert "building it failed" in done.stderr and "native reads use Spark expressions" in done.stderr
+
+
 def test_submitted_jobs_get_the_jar_next_to_the_users(tmp_path):
     built = str(jar.path())
     assert submit_settings()["spark.jars"] == built
