@@ -36,8 +36,9 @@ import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * Spark's Parquet format, leaving out the rows a file's deletion vector deletes as it decodes.
- * A file with a deletion vector is read with the row-index column Spark's reader fills with each
- * row's position in its file (so files still split and filters are still pushed); a batch with
+ * A row's position in a file with a deletion vector is counted where a task reads the whole file
+ * and the query pushes no filter (nothing is skipped), else it is the row-index column Spark's
+ * reader fills (so files still split and filters are still pushed); a batch with
  * deleted rows is handed on as a selection of its rows ({@link SelectedColumnVector}), a row
  * deleted is not handed on. Files without one are Spark's own read, untouched.
  */
@@ -127,7 +128,8 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
         rowIndex,
         kept,
         copied,
-        new SerializableConfiguration(indexConf));
+        new SerializableConfiguration(indexConf),
+        filters.isEmpty());
   }
 
   /** Per file: Spark's reader, and for a file with a deletion vector its rows less the deleted. */
@@ -139,6 +141,7 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
     private final List<Expression> kept;
     private final boolean[] copied;
     private final SerializableConfiguration conf;
+    private final boolean unfiltered;
 
     Reader(
         Function1<PartitionedFile, Iterator<InternalRow>> plain,
@@ -146,8 +149,10 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
         int rowIndex,
         List<Expression> kept,
         boolean[] copied,
-        SerializableConfiguration conf) {
+        SerializableConfiguration conf,
+        boolean unfiltered) {
       this.conf = conf;
+      this.unfiltered = unfiltered;
       this.plain = plain;
       this.indexed = indexed;
       this.rowIndex = rowIndex;
@@ -163,8 +168,17 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
       if (deleted == null) {
         return plain.apply(file);
       }
-      Iterator<Object> rows = (Iterator<Object>) (Object) indexed.apply(file);
-      Object live = new Live(rows, deleted, rowIndex, kept, copied, file.filePath().toString());
+      String path = file.filePath().toString();
+      Object live;
+      if (unfiltered && file.start() == 0 && file.length() == file.fileSize()) {
+        // The whole file, no filter pushed, so no row group or page skipped: the n-th row read
+        // is the n-th row of the file. Spark's row-index column costs a boxed value per row.
+        Iterator<Object> rows = (Iterator<Object>) (Object) plain.apply(file);
+        live = new Live(rows, deleted, -1, rowIndex, null, copied, path);
+      } else {
+        Iterator<Object> rows = (Iterator<Object>) (Object) indexed.apply(file);
+        live = new Live(rows, deleted, rowIndex, rowIndex, kept, copied, path);
+      }
       return (Iterator<InternalRow>) live; // elements are batches or rows, as Spark's reader gives
     }
   }
@@ -217,7 +231,9 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
   static final class Live extends scala.collection.AbstractIterator<Object> implements Closeable {
     private final Iterator<Object> rows;
     private final RoaringBitmap deleted;
-    private final int rowIndex;
+    private final int rowIndex; // -1: positions counted (the whole file, nothing skipped)
+    private final int required; // the required columns, before the index and partition values
+    private long counted; // rows read so far, where positions are counted
     private final List<Expression> kept;
     private final boolean[] copied;
     private final String path;
@@ -230,11 +246,12 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
     private PeekableIntIterator positions; // the bitmap from position next on
     private long next;
 
-    Live(Iterator<Object> rows, RoaringBitmap deleted, int rowIndex, List<Expression> kept, boolean[] copied,
-        String path) {
+    Live(Iterator<Object> rows, RoaringBitmap deleted, int rowIndex, int required, List<Expression> kept,
+        boolean[] copied, String path) {
       this.rows = rows;
       this.deleted = deleted;
       this.rowIndex = rowIndex;
+      this.required = required;
       this.kept = kept;
       this.copied = copied;
       this.path = path;
@@ -261,6 +278,9 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
 
     /** The row less its index, or null where it is deleted. */
     private Object live(InternalRow row) {
+      if (rowIndex < 0) {
+        return isDeleted(false, counted++) ? null : row;
+      }
       if (isDeleted(row.isNullAt(rowIndex), row.getLong(rowIndex))) {
         return null;
       }
@@ -273,17 +293,20 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
     /** The batch less its index column and its deleted rows, or null where none is left. */
     private ColumnarBatch live(ColumnarBatch batch) {
       int n = batch.numRows();
-      int width = batch.numCols() - 1;
+      int width = batch.numCols() - (rowIndex < 0 ? 0 : 1);
       if (n == 0) {
         return null;
       }
-      int count = select(batch.column(rowIndex), n);
+      int count = select(rowIndex < 0 ? null : batch.column(rowIndex), n);
       if (count == 0) {
         return null;
       }
+      if (count == n && rowIndex < 0) {
+        return batch;
+      }
       ColumnVector[] columns = new ColumnVector[width];
       if (count == n) {
-        for (int i = 0, j = 0; i <= width; i++) {
+        for (int i = 0, j = 0; i < batch.numCols(); i++) {
           if (i != rowIndex) {
             columns[j++] = batch.column(i);
           }
@@ -295,12 +318,12 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
         copies = new OnHeapColumnVector[width];
         capacities = new int[width];
       }
-      for (int i = 0, j = 0; i <= width; i++) {
+      for (int i = 0, j = 0; i < batch.numCols(); i++) {
         if (i == rowIndex) {
           continue;
         }
         ColumnVector column = batch.column(i);
-        if (i > rowIndex) { // a partition column: the same value in every row
+        if (i >= required) { // a partition column: the same value in every row
           columns[j] = column;
         } else if (copied[i]) {
           if (copies[j] == null || capacities[j] < count) {
@@ -326,11 +349,19 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
      * the batch) only the deleted positions in their range are visited, else each row is looked
      * up. */
     private int select(ColumnVector index, int n) {
-      if (index.isNullAt(0) || index.isNullAt(n - 1)) {
-        isDeleted(true, 0);
+      long first;
+      long last;
+      if (index == null) {
+        first = counted;
+        last = counted + n - 1;
+        counted += n;
+      } else {
+        if (index.isNullAt(0) || index.isNullAt(n - 1)) {
+          isDeleted(true, 0);
+        }
+        first = index.getLong(0);
+        last = index.getLong(n - 1);
       }
-      long first = index.getLong(0);
-      long last = index.getLong(n - 1);
       if (selected.length < n) {
         selected = new int[Math.max(n, 4096)];
         for (SelectedColumnVector s : selections == null ? new SelectedColumnVector[0] : selections) {
@@ -342,7 +373,8 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
       int count = 0;
       if (last - first != n - 1 || first < 0 || last > 0xFFFFFFFFL) {
         for (int i = 0; i < n; i++) {
-          if (!isDeleted(index.isNullAt(i), index.getLong(i))) {
+          boolean missing = index != null && index.isNullAt(i);
+          if (!isDeleted(missing, index == null ? first + i : index.getLong(i))) {
             selected[count++] = i;
           }
         }
