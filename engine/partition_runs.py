@@ -14,8 +14,10 @@ hands out every partition still held, in id order, as slices of the segments it 
 input order, so each gets one file however unsorted the input was.
 
 Also here: the grouping of a batch's rows by partition (one stable sort of their combined value
-codes), and the spill directory of a write (named for the host and the process, so that a write
-that spills removes what a killed write on this host left behind).
+codes), the buffers of the partitions large enough to be written as they come (``PartitionBuffer``,
+slices of the input batches they keep alive, ``SourceBatch``), and the spill directory of a write
+(named for the host and the process, so that a write that spills removes what a killed write on
+this host left behind).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +42,28 @@ SPILL_PREFIX = "deltaplane-spill-"
 _HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
 # Memory of the Arrow and Python objects of one held segment beyond its data.
 SEGMENT_OVERHEAD = 4096
+
+
+@dataclass(eq=False)
+class SourceBatch:
+    """An input batch (sorted by partition) that buffered pieces are zero-copy slices of: its
+    memory stays allocated until the last of them is written or copied out."""
+
+    nbytes: int
+    pieces: int = 0
+
+
+@dataclass
+class PartitionBuffer:
+    """Rows of one partition not yet written (physical layout): pieces that are slices of an
+    input batch (``sources``) or copies owning their memory (source ``None``)."""
+
+    tables: list[pa.Table] = field(default_factory=list)
+    sources: list[SourceBatch | None] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)  # each piece's bytes, measured once (``nbytes``
+    # walks every buffer of a table: about 8 us, paid per piece and partition)
+    nbytes: int = 0
+    num_rows: int = 0
 
 
 def remove_stale_spills(base: str) -> None:

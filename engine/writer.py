@@ -59,7 +59,9 @@ from deltaplane.engine.file_layout import (
     to_physical,
 )
 from deltaplane.engine.partition_runs import (
+    PartitionBuffer,
     SmallPartitions,
+    SourceBatch,
     group_rows,
     new_spill_directory,
     part_bytes,
@@ -152,30 +154,10 @@ class _OpenFile:
     partition_values: dict[str, str | None]
 
 
-@dataclass(eq=False)
-class _Batch:
-    """An input batch (sorted by partition) that buffered pieces are zero-copy slices of: its
-    memory stays allocated until the last of them is written or copied out."""
-
-    nbytes: int
-    pieces: int = 0
-
-
-@dataclass
-class _Buffer:
-    """Rows of one partition not yet written (physical layout): pieces that are slices of an
-    input batch (``sources``) or copies owning their memory (source ``None``)."""
-
-    tables: list[pa.Table] = field(default_factory=list)
-    sources: list[_Batch | None] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)  # each piece's bytes, measured once (``nbytes``
-    # walks every buffer of a table: about 8 us, paid per piece and partition)
-    nbytes: int = 0
-    num_rows: int = 0
-
-
 class DataFileWriter:
     """Writes conformed Arrow tables into Parquet data files; ``close()`` returns the adds."""
+
+    _failed: BaseException | None = None  # a whole-file job's error: no job starts a file after it
 
     def __init__(self, store: ObjectStore, config: WriterConfig):
         self.store = store
@@ -186,7 +168,7 @@ class DataFileWriter:
             + [pa.field(name, pa.int64()) for name in config.row_tracking_columns or ()]
         )
         self._max_open = max(1, config.max_open_files or default_max_open_files())
-        self._buffers: dict[tuple, _Buffer] = {}
+        self._buffers: dict[tuple, PartitionBuffer] = {}
         self._open: OrderedDict[tuple, _OpenFile] = OrderedDict()  # least recently written first
         self._adds: list[Add] = []
         # Memory held by buffers: input batches that pieces still slice, copies owned by buffers,
@@ -231,7 +213,7 @@ class DataFileWriter:
             self._group_ahead(table)
         else:
             physical = self._physical_table(table)
-            self._buffer((), physical, _Batch(physical.nbytes))
+            self._buffer((), physical, SourceBatch(physical.nbytes))
         self.rows_written += table.num_rows
         if self.buffered_bytes > self.config.buffer_budget:
             self._relieve()
@@ -308,7 +290,7 @@ class DataFileWriter:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
 
-    def _compact(self, b: _Buffer) -> None:
+    def _compact(self, b: PartitionBuffer) -> None:
         """Replace a buffer's pieces by one copy that owns its memory."""
         table = pa.concat_tables(b.tables) if len(b.tables) > 1 else b.tables[0]
         copy = table.take(pa.array(np.arange(table.num_rows)))
@@ -317,7 +299,7 @@ class DataFileWriter:
         self._owned += b.sizes[0]
         self._pieces += 1
 
-    def _release(self, b: _Buffer) -> None:
+    def _release(self, b: PartitionBuffer) -> None:
         """Stop accounting for a buffer's pieces (written out or copied)."""
         for size, source in zip(b.sizes, b.sources, strict=True):
             if source is None:
@@ -367,7 +349,7 @@ class DataFileWriter:
         if not large.any():
             self._small.add(ordered, pids, counts, sizes)
             return
-        source = _Batch(ordered.nbytes)
+        source = SourceBatch(ordered.nbytes)
         for i in np.flatnonzero(large).tolist():
             pid = int(pids[i])
             if not self._small.taken[pid]:
@@ -391,7 +373,7 @@ class DataFileWriter:
         table = table.take(pa.array(np.arange(table.num_rows)))
         b = self._buffers.get(values)
         if b is None:
-            b = self._buffers[values] = _Buffer()
+            b = self._buffers[values] = PartitionBuffer()
         size = table.nbytes
         b.tables.append(table)
         b.sources.append(None)
@@ -401,7 +383,7 @@ class DataFileWriter:
         self._owned += size
         self._pieces += 1
 
-    def _buffer(self, values: tuple, part: pa.Table, source: _Batch) -> None:
+    def _buffer(self, values: tuple, part: pa.Table, source: SourceBatch) -> None:
         # A part larger than a row group is cut into row-group-sized pieces, so that files can
         # roll at the target size even when one call brings a whole partition (OPTIMIZE's
         # Z-order writes a bin at once) and row groups stay whole.
@@ -417,11 +399,11 @@ class DataFileWriter:
             return
         self._buffer_piece(values, part, source, nbytes)
 
-    def _buffer_piece(self, values: tuple, physical: pa.Table, source: _Batch, nbytes: int) -> None:
+    def _buffer_piece(self, values: tuple, physical: pa.Table, source: SourceBatch, nbytes: int) -> None:
         """Buffer one piece (in the file's layout) of ``nbytes``."""
         b = self._buffers.get(values)
         if b is None:
-            b = self._buffers[values] = _Buffer()
+            b = self._buffers[values] = PartitionBuffer()
         b.tables.append(physical)
         b.sources.append(source)
         b.sizes.append(nbytes)
@@ -627,8 +609,17 @@ class DataFileWriter:
 
     def _write_wholes(self, files: list[tuple[_OpenFile, pa.Table]]) -> list[int]:
         """On a publishing thread: several whole files in one job (fewer hand-offs between
-        threads for many small partitions)."""
-        return [self._write_whole(f, table) for f, table in files]
+        threads for many small partitions); none once a job of the write has failed."""
+        sizes = []
+        for f, table in files:
+            if self._failed is not None:
+                raise self._failed
+            try:
+                sizes.append(self._write_whole(f, table))
+            except BaseException as e:
+                self._failed = self._failed or e
+                raise
+        return sizes
 
     def _write_whole(self, f: _OpenFile, table: pa.Table) -> int:
         """On a publishing thread: ``table`` as the whole of file ``f``, published; its size.

@@ -159,6 +159,38 @@ def test_a_file_that_fails_on_a_publishing_thread_fails_the_write(tmp_path, monk
     assert not list((tmp_path / "t").rglob("*.tmp"))  # every temporary file aborted or linked
 
 
+def test_once_a_publishing_job_fails_no_job_starts_another_file(tmp_path, monkeypatch):
+    """The small partitions' files go out in jobs of 32 on two threads: when one file cannot be
+    created, the other jobs start no further file (their rows are lost with the write anyway).
+    The first file fails; every other open waits until it has, so nothing is won by timing."""
+    import threading
+
+    from deltaplane.engine.errors import StorageError
+
+    real = LocalStore.open_output
+    failed = threading.Event()
+    opened = []
+    lock = threading.Lock()
+
+    def open_output(self, key, *, durable=True):
+        with lock:
+            opened.append(key)
+            first = len(opened) == 1
+        if first:
+            failed.set()
+            raise StorageError(f"cannot write {key}: the disk went away")
+        assert failed.wait(30)
+        return real(self, key, durable=durable)
+
+    monkeypatch.setattr(LocalStore, "open_output", open_output)
+    with pytest.raises(StorageError, match="the disk went away"):
+        write_table(tmp_path / "t", _rows(), partition_by=["p"])
+    # the failing file, and at most the one file the other thread had started meanwhile
+    assert len(opened) <= 2, len(opened)
+    assert not [t for t in threading.enumerate() if t.name.startswith("deltaplane-publish")]
+    assert not list((tmp_path / "t").rglob("*.tmp"))
+
+
 def test_a_small_append_writes_on_the_calling_thread_and_a_failure_leaves_the_table_usable(
     tmp_path, monkeypatch
 ):
