@@ -64,7 +64,7 @@ def manifest(snapshot: Snapshot, uri: str, storage_options: Mapping[str, str] | 
         "int96RebaseMode": "CORRECTED",
         "deltaplane.table": description,
     }
-    if hadoop_root(root).startswith("s3a:") or any(loc.startswith("s3a:") for loc in locations[:1]):
+    if any(loc.startswith("s3a:") for loc in [hadoop_root(root), *locations]):
         options.update(s3a_options(storage_options or {}))
     result = []
     for f in snapshot.schema.fields:  # the result: logical names, nested ones renamed by a cast

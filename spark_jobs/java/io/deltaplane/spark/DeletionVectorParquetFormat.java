@@ -48,6 +48,14 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
   /** The option naming the table and version in errors. */
   public static final String TABLE = "deltaplane.table";
 
+  private final boolean deletionVectors;
+
+  /** {@code deletionVectors}: whether any file of the relation has one (else this is Spark's
+   * format, and a query builds no reader for them). */
+  public DeletionVectorParquetFormat(boolean deletionVectors) {
+    this.deletionVectors = deletionVectors;
+  }
+
   @Override
   public String toString() {
     return "Parquet (deletion vectors applied)";
@@ -102,14 +110,19 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
       Map<String, String> options,
       Configuration hadoopConf) {
     String table = options.getOrElse(TABLE, () -> "the table");
-    // Spark's reader writes the schema it reads into the configuration it is given: one each.
-    Configuration plainConf = new Configuration(hadoopConf);
-    Function1<PartitionedFile, Iterator<InternalRow>> plain = super.buildReaderWithPartitionValues(
-        session, dataSchema, partitionSchema, requiredSchema, filters, options, plainConf);
+    // For the tasks' own reads (a file's size, a deletion vector), before Spark's reader writes
+    // the schema it reads into the configuration it is given; so each reader gets its own.
+    SerializableConfiguration conf = new SerializableConfiguration(new Configuration(hadoopConf));
+    Function1<PartitionedFile, Iterator<InternalRow>> plain = new Opening(super.buildReaderWithPartitionValues(
+        session, dataSchema, partitionSchema, requiredSchema, filters, options, new Configuration(hadoopConf)),
+        table, conf);
+    if (!deletionVectors) {
+      return plain;
+    }
     StructType withIndex = requiredSchema.add(ROW_INDEX, DataTypes.LongType, true);
-    Configuration indexConf = new Configuration(hadoopConf);
-    Function1<PartitionedFile, Iterator<InternalRow>> indexed = super.buildReaderWithPartitionValues(
-        session, dataSchema, partitionSchema, withIndex, filters, options, indexConf);
+    Function1<PartitionedFile, Iterator<InternalRow>> indexed = new Opening(super.buildReaderWithPartitionValues(
+        session, dataSchema, partitionSchema, withIndex, filters, options, new Configuration(hadoopConf)),
+        table, conf);
     // What a row-based reader gives (required, row index, partition values), less the index.
     List<Expression> kept = new ArrayList<>();
     StructField[] given = withIndex.merge(partitionSchema, false).fields();
@@ -122,14 +135,7 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
     List<String> sparkTypes = CollectionConverters.asJava(
         super.vectorTypes(requiredSchema, partitionSchema, SQLConf.get()).get());
     boolean[] copied = copied(requiredSchema, sparkTypes);
-    return new Reader(
-        new Opening(plain, table, plainConf),
-        new Opening(indexed, table, indexConf),
-        rowIndex,
-        kept,
-        copied,
-        new SerializableConfiguration(indexConf),
-        filters.isEmpty());
+    return new Reader(plain, indexed, rowIndex, kept, copied, conf, filters.isEmpty());
   }
 
   /** Per file: Spark's reader, and for a file with a deletion vector its rows less the deleted. */
@@ -193,10 +199,10 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
     private final String table;
     private final SerializableConfiguration conf;
 
-    Opening(Function1<PartitionedFile, Iterator<InternalRow>> inner, String table, Configuration conf) {
+    Opening(Function1<PartitionedFile, Iterator<InternalRow>> inner, String table, SerializableConfiguration conf) {
       this.inner = inner;
       this.table = table;
-      this.conf = new SerializableConfiguration(conf);
+      this.conf = conf;
     }
 
     @Override
@@ -362,13 +368,8 @@ public class DeletionVectorParquetFormat extends ParquetFileFormat {
         first = index.getLong(0);
         last = index.getLong(n - 1);
       }
-      if (selected.length < n) {
+      if (selected.length < n) { // every selection is pointed at it before the batch goes on
         selected = new int[Math.max(n, 4096)];
-        for (SelectedColumnVector s : selections == null ? new SelectedColumnVector[0] : selections) {
-          if (s != null) {
-            s.select(selected, 0);
-          }
-        }
       }
       int count = 0;
       if (last - first != n - 1 || first < 0 || last > 0xFFFFFFFFL) {

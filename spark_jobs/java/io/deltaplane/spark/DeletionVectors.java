@@ -28,6 +28,16 @@ final class DeletionVectors {
 
   private DeletionVectors() {}
 
+  /** A deletion vector this reader will not use (not what the log says, or beyond it); the
+   * message names it and says why. */
+  static final class Refused extends IllegalStateException {
+    private static final long serialVersionUID = 1L;
+
+    Refused(String message) {
+      super(message);
+    }
+  }
+
   /** The file's deleted positions, or null where it has no deletion vector. */
   static RoaringBitmap load(Map<String, Object> metadata, Configuration conf, String file) {
     Option<Object> cardinality = metadata.get(CARDINALITY);
@@ -35,27 +45,24 @@ final class DeletionVectors {
       return null;
     }
     Option<Object> inline = metadata.get(INLINE);
-    String where = inline.isDefined() ? "the inline deletion vector of " + file : null;
+    String where = inline.isDefined()
+        ? "the inline deletion vector of " + file
+        : "the deletion vector in " + metadata.get(PATH).get() + " of " + file;
     try {
-      byte[] bitmap;
-      if (inline.isDefined()) {
-        bitmap = (byte[]) inline.get();
-      } else {
-        Path path = new Path((String) metadata.get(PATH).get());
-        where = "the deletion vector in " + path + " of " + file;
-        bitmap = frame(path, (Long) metadata.get(OFFSET).get(), (Integer) metadata.get(SIZE).get(), conf, where);
-      }
+      byte[] bitmap = inline.isDefined()
+          ? (byte[]) inline.get()
+          : frame(new Path((String) metadata.get(PATH).get()), (Long) metadata.get(OFFSET).get(),
+              (Integer) metadata.get(SIZE).get(), conf, where);
       RoaringBitmap deleted = decode(bitmap, where);
       long expected = (Long) cardinality.get();
       if (deleted.getLongCardinality() != expected) {
-        throw new IllegalStateException(where + " holds " + deleted.getLongCardinality()
+        throw new Refused(where + " holds " + deleted.getLongCardinality()
             + " rows where the log says " + expected + "; it is corrupt");
       }
       return deleted;
+    } catch (Refused e) {
+      throw e;
     } catch (IOException | RuntimeException e) {
-      if (e instanceof IllegalStateException && e.getMessage() != null && e.getMessage().startsWith(where)) {
-        throw (IllegalStateException) e;
-      }
       throw new IllegalStateException(where + " is corrupt or unreadable: " + e, e);
     }
   }
@@ -67,12 +74,12 @@ final class DeletionVectors {
     }
     ByteBuffer buffer = ByteBuffer.wrap(framed).order(ByteOrder.BIG_ENDIAN);
     if (buffer.getInt(0) != size) {
-      throw new IllegalStateException(where + " has size " + buffer.getInt(0) + " where the log says " + size);
+      throw new Refused(where + " has size " + buffer.getInt(0) + " where the log says " + size);
     }
     CRC32 crc = new CRC32();
     crc.update(framed, 4, size);
     if ((int) crc.getValue() != buffer.getInt(4 + size)) {
-      throw new IllegalStateException(where + " fails its checksum");
+      throw new Refused(where + " fails its checksum");
     }
     byte[] bitmap = new byte[size];
     System.arraycopy(framed, 4, bitmap, 0, size);
@@ -93,7 +100,7 @@ final class DeletionVectors {
       count = Integer.toUnsignedLong(buffer.getInt(4));
       position = 8;
     } else {
-      throw new IllegalStateException(where + " has bad magic " + magic);
+      throw new Refused(where + " has bad magic " + magic);
     }
     for (long i = 0; i < count; i++) {
       long high;
@@ -110,7 +117,7 @@ final class DeletionVectors {
       if (high == 0) {
         low = part;
       } else if (!part.isEmpty()) {
-        throw new IllegalStateException(where + " deletes rows past position 4,294,967,295, which this reader does not read");
+        throw new Refused(where + " deletes rows past position 4,294,967,295, which this reader does not read");
       }
     }
     return low;

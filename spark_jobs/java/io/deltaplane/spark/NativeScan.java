@@ -58,11 +58,13 @@ public final class NativeScan {
     StructType dataSchema = (StructType) DataType.fromJson(plan.get("dataSchema").toString());
     StructType partitionSchema = (StructType) DataType.fromJson(plan.get("partitionSchema").toString());
     List<PartitionDirectory> partitions = new ArrayList<>();
+    boolean deletionVectors = false;
     for (JsonNode partition : plan.get("partitions")) {
       List<FileStatusWithMetadata> files = new ArrayList<>();
       for (JsonNode file : partition.get("files")) {
-        files.add(LogFileIndex.file(
-            new Path(file.get(0).asText()), file.get(1).asLong(), file.get(2).asLong(), deletionVector(file.get(3))));
+        Map<String, Object> dv = deletionVector(file.get(3));
+        deletionVectors |= dv != null;
+        files.add(LogFileIndex.file(new Path(file.get(0).asText()), file.get(1).asLong(), file.get(2).asLong(), dv));
       }
       partitions.add(new PartitionDirectory(
           values(partition.get("values"), partitionSchema), CollectionConverters.asScala(files).toList()));
@@ -76,7 +78,7 @@ public final class NativeScan {
       options = options.updated(option.getKey(), option.getValue().asText());
     }
     HadoopFsRelation relation = new HadoopFsRelation(
-        index, partitionSchema, dataSchema, scala.Option.empty(), new DeletionVectorParquetFormat(), options, session);
+        index, partitionSchema, dataSchema, scala.Option.empty(), new DeletionVectorParquetFormat(deletionVectors), options, session);
     Dataset<Row> scan = ((org.apache.spark.sql.classic.SparkSession) session).baseRelationToDataFrame(relation);
     List<Column> columns = new ArrayList<>();
     for (JsonNode column : plan.get("columns")) {
