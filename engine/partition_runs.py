@@ -10,8 +10,10 @@ segment when they are needed (promoted to a file of their own, or written when t
 
 Over the writer's budget the segments go to disk together, as one uncompressed Arrow IPC run
 memory-mapped back (the page cache holds them, not the heap). :meth:`SmallPartitions.drain`
-hands out every partition still held, in id order, as slices of the segments it has rows in, in
-input order, so each gets one file however unsorted the input was.
+hands out every partition still held, in id order and in groups, each group as a
+:class:`Gathering` that copies its partitions' rows out of the segments with one ``take`` per
+segment (not a slice per partition and segment), so each partition gets one file however
+unsorted the input was.
 
 Also here: the grouping of a batch's rows by partition (one stable sort of their combined value
 codes), the buffers of the partitions large enough to be written as they come (``PartitionBuffer``,
@@ -22,6 +24,7 @@ this host left behind).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -278,33 +281,31 @@ class SmallPartitions:
             s.nbytes = 0
         return os.path.getsize(path)
 
-    def drain(self) -> Iterator[tuple[int, list[pa.Table]]]:
-        """Every partition held and not taken, in id order, with its rows (slices of the
-        segments, in input order); nothing is held afterwards."""
+    def drain(self, files: int, rows: int) -> Iterator[tuple[list[int], np.ndarray, Gathering]]:
+        """Every partition held and not taken, in id order, in groups of at most ``files``
+        partitions (a group closes once it holds ``rows`` rows): each group's partition ids,
+        the row offsets of each partition in the group's table, and the :class:`Gathering`
+        that makes that table, partition after partition and each partition's rows in input
+        order. The per-partition work is NumPy's here; the copying is the caller's, on any
+        thread. Nothing is held afterwards."""
         if self._segments:
             ids = np.concatenate([s.ids for s in self._segments])
             which = np.concatenate([np.full(len(s.ids), k) for k, s in enumerate(self._segments)])
             starts = np.concatenate([s.offsets[:-1] for s in self._segments])
-            ends = np.concatenate([s.offsets[1:] for s in self._segments])
+            counts = np.concatenate([np.diff(s.offsets) for s in self._segments])
             keep = ~self.taken[ids]
-            ids, which, starts, ends = ids[keep], which[keep], starts[keep], ends[keep]
-            order = np.argsort(ids, kind="stable")  # segments stay in input order within an id
+            order = np.argsort(ids[keep], kind="stable")  # segments stay in input order within an id
+            ids, which = ids[keep][order], which[keep][order]
+            starts, counts = starts[keep][order], counts[keep][order]
             tables = [s.table for s in self._segments]
-            pid, pieces = -1, []
-            for i, k, start, end in zip(
-                ids[order].tolist(),
-                which[order].tolist(),
-                starts[order].tolist(),
-                ends[order].tolist(),
-                strict=True,
-            ):
-                if i != pid and pieces:
-                    yield pid, pieces
-                    pieces = []
-                pid = i
-                pieces.append(tables[k].slice(start, end - start))
-            if pieces:
-                yield pid, pieces
+            first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, np.int64)
+            held = np.add.reduceat(counts, first) if len(first) else np.zeros(0, np.int64)
+            for a, b in _groups(held.tolist(), files, rows):
+                lo, hi = int(first[a]), int(first[b]) if b < len(first) else len(ids)
+                offsets = np.zeros(b - a + 1, dtype=np.int64)
+                np.cumsum(held[a:b], out=offsets[1:])
+                gathering = Gathering.of(tables, which[lo:hi], starts[lo:hi], counts[lo:hi])
+                yield ids[first[a:b]].tolist(), offsets, gathering
         self.clear()
 
     def clear(self) -> None:
@@ -313,3 +314,66 @@ class SmallPartitions:
         self.rows[:] = 0
         self._bytes[:] = 0
         self.partitions = 0
+
+
+def _groups(rows: list[int], files: int, limit: int) -> Iterator[tuple[int, int]]:
+    """Runs ``a:b`` of consecutive partitions (``rows[i]`` rows each) of at most ``files``
+    partitions, each closed as soon as it reaches ``limit`` rows."""
+    a, held = 0, 0
+    for i, n in enumerate(rows):
+        held += n
+        if i + 1 - a == files or held >= limit:
+            yield a, i + 1
+            a, held = i + 1, 0
+    if a < len(rows):
+        yield a, len(rows)
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``starts[i]:starts[i] + counts[i]`` for every ``i``, one after the other."""
+    ends = np.cumsum(counts)
+    return np.repeat(starts - (ends - counts), counts) + np.arange(int(ends[-1]) if len(ends) else 0)
+
+
+@dataclass(eq=False)
+class Gathering:
+    """Runs of rows of several segments to be copied into one table in a given order: the
+    runs taken from each segment (``pieces``: its table, and the runs' starts and lengths in
+    the order wanted within it), then, when runs of more than one segment are interleaved, the
+    order of the pieces' concatenated rows (``order``)."""
+
+    pieces: list[tuple[pa.Table, np.ndarray, np.ndarray]]
+    order: np.ndarray | None
+
+    @classmethod
+    def of(
+        cls, tables: list[pa.Table], which: np.ndarray, starts: np.ndarray, counts: np.ndarray
+    ) -> Gathering:
+        """Runs ``starts[i]:starts[i] + counts[i]`` of ``tables[which[i]]``, in the order given."""
+        by_segment = np.argsort(which, kind="stable")
+        segments, starts_in, counts_in = which[by_segment], starts[by_segment], counts[by_segment]
+        cuts = np.r_[np.flatnonzero(np.r_[True, segments[1:] != segments[:-1]]), len(segments)].tolist()
+        pieces = [
+            (tables[int(segments[a])], starts_in[a:b], counts_in[a:b]) for a, b in itertools.pairwise(cuts)
+        ]
+        if len(pieces) < 2:
+            return cls(pieces, None)
+        placed = np.empty(len(which), dtype=np.int64)  # each run's start in the pieces' rows
+        placed[by_segment] = np.cumsum(counts_in) - counts_in
+        return cls(pieces, _ranges(placed, counts))
+
+    def table(self) -> pa.Table:
+        taken = [_gather(table, starts, counts) for table, starts, counts in self.pieces]
+        if self.order is None:
+            return taken[0]
+        return pa.concat_tables(taken).combine_chunks().take(pa.array(self.order))
+
+
+def _gather(table: pa.Table, starts: np.ndarray, counts: np.ndarray) -> pa.Table:
+    """Runs of ``table`` copied into one table: one ``take``, or for a table of several chunks
+    (a run mapped back in several batches) a slice per run, since Arrow's ``take`` over chunks
+    would first copy the whole table."""
+    if all(column.num_chunks == 1 for column in table.columns):
+        return table.take(pa.array(_ranges(starts, counts)))
+    slices = [table.slice(s, c) for s, c in zip(starts.tolist(), counts.tolist(), strict=True)]
+    return pa.concat_tables(slices).combine_chunks()

@@ -417,14 +417,14 @@ class StatsCollector:
         tight_bounds: bool | None = None,
         prefix_length: int = STRING_PREFIX_LENGTH,
         footer_columns: list[str] | bool = True,
+        from_footer: list[bool] | None = None,
     ):
         """``footer_columns``: the Parquet columns (dotted paths) the writer gives footer
-        statistics, or True for all; the other leaves' statistics are computed from the rows."""
+        statistics, or True for all; the other leaves' statistics are computed from the rows.
+        ``from_footer``: ``footer_leaves(leaves, footer_columns)``, when the caller has it (the
+        files of one write share it)."""
         self.leaves = leaves
-        self._from_footer = [
-            _parquet_leaf(leaf) and (footer_columns is True or ".".join(leaf.path) in footer_columns)
-            for leaf in leaves
-        ]
+        self._from_footer = footer_leaves(leaves, footer_columns) if from_footer is None else from_footer
         self.tight_bounds = tight_bounds
         self.prefix_length = prefix_length
         self.num_records = 0
@@ -447,28 +447,27 @@ class StatsCollector:
         nothing else). A bound that hid NaN would make readers skip the file for ``x > 0``.
         """
         self.num_records += table.num_rows
+        names = table.column_names
         for i, leaf in enumerate(self.leaves):
-            column = _leaf_column(table, leaf.path)
-            from_parquet = parquet_bounds and self._from_footer[i]
+            if parquet_bounds and self._from_footer[i]:
+                continue  # all of it from the footer
+            column = _leaf_column(table, leaf.path, names)
             if column is None:
-                if not from_parquet:
-                    self._nulls[i] += table.num_rows
+                self._nulls[i] += table.num_rows
                 continue
-            if not from_parquet:
-                self._nulls[i] += column.null_count
+            self._nulls[i] += column.null_count
             if not leaf.min_max or self._no_bounds[i] or column.null_count == len(column):
                 continue
-            if from_parquet:
-                continue
             if pa.types.is_floating(column.type):
-                nan = pc.is_nan(column)
-                if pc.any(nan).as_py():
+                bounds = _float_bounds(column)
+                if bounds is None:  # NaN and nulls only
                     self._nan[i] = True
-                    column = column.filter(pc.invert(nan))
-                    if len(column) == column.null_count:
-                        continue
-            bounds = pc.min_max(column).as_py()
-            lo, hi = bounds["min"], bounds["max"]
+                    continue
+                lo, hi, nan = bounds
+                self._nan[i] = self._nan[i] or nan
+            else:
+                found = pc.min_max(column).as_py()
+                lo, hi = found["min"], found["max"]
             if lo is not None and (self._min[i] is None or lo < self._min[i]):
                 self._min[i] = lo
             if hi is not None and (self._max[i] is None or hi > self._max[i]):
@@ -573,8 +572,47 @@ def _parquet_leaf(leaf: StatsLeaf) -> bool:
     )
 
 
-def _leaf_column(table, path: Path):
-    names = table.schema.names
+def _float_bounds(column: pa.ChunkedArray | pa.Array) -> tuple[float, float, bool] | None:
+    """A float column's least and greatest values other than NaN, and whether it holds a NaN;
+    None when it holds nothing but NaN and nulls. NumPy for a column without nulls (a few
+    microseconds for a small file's rows, and no release of the GIL to wait for again); Arrow's
+    kernels otherwise."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    if column.null_count == 0 and chunks:
+        values = (
+            np.concatenate([c.to_numpy(zero_copy_only=False) for c in chunks])
+            if len(chunks) > 1
+            else (chunks[0].to_numpy(zero_copy_only=False))
+        )
+        nan = np.isnan(values)
+        found = bool(nan.any())
+        if found:
+            values = values[~nan]
+        if not len(values):
+            return None
+        lo, hi = float(values.min()), float(values.max())
+    else:
+        nan = pc.is_nan(column)
+        found = bool(pc.any(nan).as_py())
+        if found:
+            column = column.filter(pc.invert(nan))
+        if len(column) == column.null_count:
+            return None
+        bounds = pc.min_max(column).as_py()
+        lo, hi = bounds["min"], bounds["max"]
+    return lo, hi, found
+
+
+def footer_leaves(leaves: list[StatsLeaf], footer_columns: list[str] | bool) -> list[bool]:
+    """Which ``leaves`` take their bounds and null counts from the Parquet footer: primitive
+    leaves (not floats) of the columns given footer statistics (``footer_columns``, or True
+    for all)."""
+    wanted = footer_columns if footer_columns is True else set(footer_columns)
+    return [_parquet_leaf(leaf) and (wanted is True or ".".join(leaf.path) in wanted) for leaf in leaves]
+
+
+def _leaf_column(table, path: Path, names: list[str] | None = None):
+    names = table.schema.names if names is None else names
     if path[0] not in names:
         return None
     column = table.column(path[0])

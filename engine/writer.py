@@ -59,6 +59,7 @@ from deltaplane.engine.file_layout import (
     to_physical,
 )
 from deltaplane.engine.partition_runs import (
+    Gathering,
     PartitionBuffer,
     SmallPartitions,
     SourceBatch,
@@ -69,7 +70,7 @@ from deltaplane.engine.partition_runs import (
 )
 from deltaplane.engine.partitions import partition_directory, serialize_partition_value
 from deltaplane.engine.schema import StructField, StructType
-from deltaplane.engine.stats import StatsCollector, StatsLeaf, parquet_leaf_index
+from deltaplane.engine.stats import StatsCollector, StatsLeaf, footer_leaves, parquet_leaf_index
 from deltaplane.engine.storage.base import ObjectStore, PendingObject
 
 log = logging.getLogger(__name__)
@@ -182,6 +183,7 @@ class DataFileWriter:
         self._write_id = uuid.uuid4()
         self._dictionary: list[str] | bool | None = None  # chosen from the rows the first file gets
         self._statistics: list[str] | bool | None = None  # statistics_columns of the file schema
+        self._from_footer: list[bool] | None = None  # footer_leaves of the statistics' leaves
         self._leaf_index: dict[tuple, int] | None = None  # of the files' Parquet schema
         self.rows_written = 0
         self.bytes_written = 0
@@ -422,6 +424,7 @@ class DataFileWriter:
     def _statistics_columns(self) -> list[str] | bool:
         if self._statistics is None:
             self._statistics = statistics_columns(self._file_schema)
+            self._from_footer = footer_leaves(self.config.stats_leaves, self._statistics)
         return self._statistics
 
     def _physical_table(self, part: pa.Table) -> pa.Table:
@@ -547,6 +550,7 @@ class DataFileWriter:
                 config.stats_leaves,
                 tight_bounds=config.tight_bounds,
                 footer_columns=self._statistics_columns(),
+                from_footer=self._from_footer,
             ),
             partition_values=partition_values,
         )
@@ -621,11 +625,24 @@ class DataFileWriter:
                 raise
         return sizes
 
+    def _write_gathered(
+        self, files: list[_OpenFile], offsets: np.ndarray, rows: pa.Table | Gathering
+    ) -> list[int]:
+        """On a publishing thread: small partitions' whole files, ``files[i]`` holding rows
+        ``offsets[i]:offsets[i + 1]`` of ``rows`` (gathered here first, off the writing
+        thread, when it is a :class:`Gathering`)."""
+        table = rows.table() if isinstance(rows, Gathering) else rows
+        bounds = offsets.tolist()
+        return self._write_wholes(
+            [(f, table.slice(bounds[i], bounds[i + 1] - bounds[i])) for i, f in enumerate(files)]
+        )
+
     def _write_whole(self, f: _OpenFile, table: pa.Table) -> int:
         """On a publishing thread: ``table`` as the whole of file ``f``, published; its size.
         Its chunks are made one first: a copy of a small file's rows costs less than encoding
         and checking many short chunks."""
-        table = table.combine_chunks()
+        if any(c.num_chunks > 1 for c in table.columns):
+            table = table.combine_chunks()
         opened = self._open_file(f.values, f.key, f.partition_values)
         f.pending, f.writer, f.stats = opened.pending, opened.writer, opened.stats
         try:
@@ -735,17 +752,11 @@ class DataFileWriter:
                 self._finish(f)
         # Partitions still small: each fits one row group of one file (they would have left
         # the small partitions otherwise).
-        group: list[tuple[_OpenFile, pa.Table]] = []
-        rows = 0
-        for pid, pieces in self._small.drain():
-            table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
-            group.append((self._whole_file(self._keys[pid], table), table))
-            rows += table.num_rows
-            if len(group) == WHOLE_FILES_PER_JOB or rows >= self.config.row_group_rows:
-                self._submit([f for f, _ in group], self._write_wholes, group, here=alone)
-                group, rows = [], 0
-        if group:
-            self._submit([f for f, _ in group], self._write_wholes, group, here=alone)
+        for pids, offsets, gathering in self._small.drain(WHOLE_FILES_PER_JOB, self.config.row_group_rows):
+            table = gathering.table() if self._dictionary is None else None  # judged on the first rows
+            files = [self._whole_file(self._keys[pid], table) for pid in pids]
+            rows = gathering if table is None else table
+            self._submit(files, self._write_gathered, files, offsets, rows, here=alone)
         self._drop_runs()
         while self._open:
             self._finish(self._open.popitem(last=False)[1])

@@ -7,6 +7,7 @@ import json
 from decimal import Decimal
 
 import pyarrow as pa
+import pytest
 
 from deltaplane.engine.schema import from_arrow_schema
 from deltaplane.engine.stats import StatsCollector, stats_json, stats_leaves, truncate_max_string
@@ -152,3 +153,31 @@ def test_stats_json_reads_back_as_written_for_every_kind_of_value(monkeypatch):
     text = stats_json(special)
     assert json.loads(text) == {"minValues": {"x": "NaN", "d": -0.00012345}, "maxValues": {"x": "Infinity"}}
     assert '"d":-0.000123450' in text  # the decimal's own digits, not a float's
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["one-chunk", "chunked"])
+@pytest.mark.parametrize(
+    ("values", "low", "high"),
+    [
+        ([1.5, float("nan"), -3.0], -3.0, "NaN"),
+        ([float("nan"), float("nan")], "NaN", "NaN"),
+        ([float("nan"), None], "NaN", "NaN"),
+        ([None, 2.5, float("nan"), None], 2.5, "NaN"),
+        ([float("inf"), 0.0, float("-inf")], "-Infinity", "Infinity"),
+        ([None, 4.0, 1.0], 1.0, 4.0),
+    ],
+)
+@pytest.mark.parametrize("dtype", [pa.float64(), pa.float32()])
+def test_float_bounds_put_nan_on_top_with_or_without_nulls(values, low, high, chunked, dtype):
+    """Float bounds are computed from the rows (Parquet's leave NaN out): NaN is the maximum of a
+    file holding one, and the minimum too when it holds nothing else; nulls are counted, not
+    compared; the same whether the column comes in one chunk or several."""
+    array = pa.array(values, dtype)
+    column = pa.chunked_array([array.slice(0, 1), array.slice(1)]) if chunked else pa.chunked_array([array])
+    table = pa.table({"x": column})
+    collector = StatsCollector(stats_leaves(list(from_arrow_schema(table.schema).fields)))
+    collector.update(table, parquet_bounds=True)
+    stats = json.loads(collector.to_json())
+    assert stats["minValues"]["x"] == low
+    assert stats["maxValues"]["x"] == high
+    assert stats["nullCount"]["x"] == values.count(None)

@@ -213,3 +213,48 @@ def test_memory_beyond_the_budget_is_two_batches_being_grouped(tmp_path):
     assert peak < budget + 4 * size, (peak, size)  # far below the 20 batches (6 MB each) written
     assert len(adds) == 50
     assert sum(json.loads(a.stats)["numRecords"] for a in adds) == rows * batches
+
+
+@pytest.mark.parametrize("spilled", [False, True], ids=["in-memory", "spilled"])
+def test_drain_gathers_groups_partition_after_partition_in_input_order(tmp_path, spilled):
+    """``drain`` hands out the partitions held in id order, in groups of at most ``files``
+    partitions closed at ``rows`` rows; a group's table holds its partitions one after the other,
+    each partition's rows in input order across the segments (batches) that brought them, and
+    nothing of a partition taken out; also from a segment of several chunks. Expected rows come
+    from the input, not from the code."""
+    from deltaplane.engine.partition_runs import SmallPartitions
+
+    small = SmallPartitions()
+    small.grow(40)
+    rng = np.random.default_rng(5)
+    expected: dict[int, list[int]] = {}
+    start = 0
+    for k in range(3):  # three segments, each holding some of the 40 partitions in its own order
+        pids = rng.permutation(40)[: rng.integers(20, 40)]
+        counts = rng.integers(1, 4, size=len(pids))
+        ids = np.arange(start, start + counts.sum(), dtype=np.int64)
+        table = pa.table({"id": ids, "pad": ["x"] * len(ids)})
+        if k == 1:  # a segment of two chunks (gathered by slices, not by one take)
+            table = pa.concat_tables([table.slice(0, 7), table.slice(7)])
+        offset = 0
+        for pid, count in zip(pids.tolist(), counts.tolist(), strict=True):
+            expected.setdefault(pid, []).extend(ids[offset : offset + count].tolist())
+            offset += count
+        small.add(table, pids, counts, counts * 9)
+        start += len(ids)
+    small.take(7)  # went to a file of its own: not drained
+    expected.pop(7, None)
+    if spilled:
+        small.spill(str(tmp_path / "small.arrow"), pa.schema([("id", pa.int64()), ("pad", pa.string())]))
+    groups = list(small.drain(files=8, rows=12))
+    drained = [pid for pids, _, _ in groups for pid in pids]
+    assert drained == sorted(expected)
+    for pids, offsets, gathering in groups:
+        table = gathering.table()
+        bounds = offsets.tolist()
+        assert len(pids) <= 8 and bounds[0] == 0 and bounds[-1] == table.num_rows
+        assert bounds[-2] < 12 or len(pids) == 1  # closed once it reached 12 rows
+        for i, pid in enumerate(pids):
+            rows = table.column("id").slice(bounds[i], bounds[i + 1] - bounds[i]).to_pylist()
+            assert rows == expected[pid], pid
+    assert small.nbytes == 0 and list(small.drain(files=8, rows=12)) == []
