@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYVER       := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 CONSTRAINTS := constraints/constraints-$(PYVER).txt
 
-.PHONY: run airflow stack stack-down test check lint docs docs-build bench clean reference constraints
+.PHONY: run airflow stack stack-down cluster cluster-down test check lint docs docs-build bench clean reference constraints
 
 # setuptools' editable build always adds a notice ("Editable installation ... folders in your
 # working directory"): the install prints nothing else, so that one is filtered out too.
@@ -57,6 +57,17 @@ stack: $(STAMP)
 # Stop exactly the processes `make stack` started (by the PIDs in demo/stack/pids.json).
 stack-down:
 	$(BIN)/python -m deltaplane.devstack.stack down --root ./demo/stack
+
+# The platform on seven hosts of this machine (network, mount and UTS namespaces on a bridge; needs
+# root): SeaweedFS's master + filer/S3 and two volume servers, a Spark master and two workers, and
+# a client host, under ./demo/cluster; each host has its own /tmp, only S3 is shared. Stops itself
+# after CLUSTER_MINUTES; `make cluster-down` stops exactly what it started, by PID.
+CLUSTER_MINUTES ?= 120
+cluster: $(STAMP)
+	$(BIN)/python -m deltaplane.devstack.cluster up --root ./demo/cluster --max-minutes $(CLUSTER_MINUTES)
+
+cluster-down:
+	$(BIN)/python -m deltaplane.devstack.cluster down --root ./demo/cluster
 
 # Delta Spark, the reference implementation, in its own virtualenv (pyspark 4.2 + delta-spark 4.4)
 # with Delta's jars from Maven Central, under .cache/delta-spark; redone when its pins change.

