@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,24 @@ for seed in range(batches):
 print(json.dumps({"files": len(DeltaTable(uri).file_uris())}))
 """
 
+# Rows, distinct ids and their bounds: ids 0..n-1 exactly once each when rows == distinct == n,
+# min == 0 and max == n - 1.
 READ = """
 import json, sys
+import pyarrow.compute as pc
 from deltaplane.engine import DeltaTable
 table = DeltaTable(sys.argv[1])
-ids = table.to_arrow(columns=["id"]).column("id").to_pylist()
-print(json.dumps({"version": table.version, "files": len(table.file_uris()), "ids": sorted(ids)}))
+ids = table.to_arrow(columns=["id"]).column("id")
+bounds = pc.min_max(ids).as_py()
+print(json.dumps({"version": table.version, "files": len(table.file_uris()), "rows": len(ids),
+                  "distinct": pc.count_distinct(ids).as_py(), "min": bounds["min"], "max": bounds["max"]}))
+"""
+
+VACUUM = """
+import json, sys
+from deltaplane.engine import DeltaTable
+deleted = DeltaTable(sys.argv[1]).vacuum(retention_hours=0, dry_run=False, enforce_retention=False)
+print(json.dumps({"deleted": len(deleted)}))
 """
 
 FETCH = """
@@ -66,6 +79,11 @@ def cluster():
 
 def _json(done: subprocess.CompletedProcess) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _exactly_once(read: dict, n: int) -> bool:
+    """Ids 0..n-1, each once (READ's summary)."""
+    return (read["rows"], read["distinct"], read["min"], read["max"]) == (n, n, 0, n - 1)
 
 
 def test_each_host_has_its_own_name_tmp_and_srv(cluster):
@@ -164,7 +182,74 @@ def test_a_compaction_runs_on_both_worker_hosts_against_s3(cluster):
         apps = list((cluster.host(worker).directory / "work").glob("app-*"))
         assert apps, f"no executor ran on {worker}"
     read = _json(cluster.python("client", READ, uri))
-    assert read["files"] == 2 and read["ids"] == list(range(16_000))
+    assert read["files"] == 2 and _exactly_once(read, 16_000)
     for volume in ("volume-1", "volume-2"):
         stored = sum(f.stat().st_size for f in (cluster.host(volume).directory / "volume").glob("*.dat"))
         assert stored > 0, f"nothing stored on {volume}"
+
+
+def _submit_compact(cluster, uri: str, *conf: str) -> subprocess.Popen:
+    client = cluster.host("client")
+    settings = ["spark.executor.memory=512m", "spark.executor.cores=1", *conf]
+    command = [sys.executable, "-m", "deltaplane.spark_jobs.submit", "compact", "--master", SPARK_MASTER]
+    command += [x for setting in settings for x in ("--conf", setting)]
+    command += ["--timeout", "600", "--", "--table", uri]
+    with open(cluster.logs / "compact-driver.log", "ab") as log:  # Spark's INFO lines: not a pipe to fill
+        return subprocess.Popen(
+            client.argv(command),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=environment(client),
+            start_new_session=True,
+        )
+
+
+def _tasks_running(worker: Path) -> int:
+    """Tasks an executor on this worker started and has not finished, from its log."""
+    started = finished = 0
+    for log in worker.glob("work/app-*/*/stderr"):
+        text = log.read_text(errors="replace")
+        started += text.count("Running task")
+        finished += text.count("Finished task")
+    return started - finished
+
+
+def test_a_worker_host_cut_off_in_the_middle_of_a_compaction_loses_and_duplicates_nothing(cluster):
+    """spark-worker-2's link goes down while it runs a compaction task: the driver declares its
+    executor lost after the network timeout, runs the task again on spark-worker-1, and commits
+    once. Every row is there exactly once, and VACUUM then removes the files the cut-off task
+    may have left (and the compacted ones), never a file the table needs."""
+    uri = "s3://lake/compact-cut-worker"
+    assert _json(cluster.python("client", WRITE, uri, "8", "750000", timeout=300))["files"] == 16
+    worker = cluster.host("spark-worker-2").directory
+    before = {p.parent for p in worker.glob("work/app-*/*/stderr")}
+    timeouts = (
+        "spark.network.timeout=20s",
+        "spark.network.timeoutInterval=5s",
+        "spark.executor.heartbeatInterval=2s",
+    )
+    job = _submit_compact(cluster, uri, *timeouts)
+    cut = False
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and job.poll() is None:
+            if {p.parent for p in worker.glob("work/app-*/*/stderr")} - before and _tasks_running(worker) > 0:
+                cluster.network.cut("spark-worker-2")
+                cut = True
+                break
+            time.sleep(0.1)
+        assert cut, "no task ran on spark-worker-2 before the job ended"
+        stdout, _ = job.communicate(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        cluster.network.restore("spark-worker-2")
+    driver = (cluster.logs / "compact-driver.log").read_text(errors="replace")
+    assert job.returncode == 0, driver[-4000:]
+    assert "Lost executor" in driver or "lost executor" in driver.lower(), driver[-4000:]
+    metrics = json.loads(stdout.strip().splitlines()[-1])
+    assert metrics["status"] == "ok" and metrics["num_files_removed"] == 16
+    assert _exactly_once(_json(cluster.python("client", READ, uri)), 6_000_000)
+    assert _json(cluster.python("client", VACUUM, uri))["deleted"] >= 16
+    assert _exactly_once(_json(cluster.python("client", READ, uri)), 6_000_000)
