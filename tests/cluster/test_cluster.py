@@ -8,6 +8,8 @@ host."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -188,17 +190,17 @@ def test_a_compaction_runs_on_both_worker_hosts_against_s3(cluster):
         assert stored > 0, f"nothing stored on {volume}"
 
 
-def _submit_compact(cluster, uri: str, *conf: str) -> subprocess.Popen:
+def _submit_compact(cluster, uri: str, log: Path, *conf: str) -> subprocess.Popen:
     client = cluster.host("client")
     settings = ["spark.executor.memory=512m", "spark.executor.cores=1", *conf]
     command = [sys.executable, "-m", "deltaplane.spark_jobs.submit", "compact", "--master", SPARK_MASTER]
     command += [x for setting in settings for x in ("--conf", setting)]
     command += ["--timeout", "600", "--", "--table", uri]
-    with open(cluster.logs / "compact-driver.log", "ab") as log:  # Spark's INFO lines: not a pipe to fill
+    with open(log, "ab") as out:  # Spark's INFO lines: a file, not a pipe to fill
         return subprocess.Popen(
             client.argv(command),
             stdout=subprocess.PIPE,
-            stderr=log,
+            stderr=out,
             text=True,
             env=environment(client),
             start_new_session=True,
@@ -215,41 +217,99 @@ def _tasks_running(worker: Path) -> int:
     return started - finished
 
 
-def test_a_worker_host_cut_off_in_the_middle_of_a_compaction_loses_and_duplicates_nothing(cluster):
-    """spark-worker-2's link goes down while it runs a compaction task: the driver declares its
-    executor lost after the network timeout, runs the task again on spark-worker-1, and commits
-    once. Every row is there exactly once, and VACUUM then removes the files the cut-off task
-    may have left (and the compacted ones), never a file the table needs."""
-    uri = "s3://lake/compact-cut-worker"
+def _compact_through(cluster, name: str, worker: str, fault, heal=None) -> dict:
+    """A 6M-row table of 16 files compacted by a job that ``fault()`` strikes once a task runs
+    on ``worker`` (``heal()`` after the job); checks the job ends well, every row is there
+    exactly once, and a VACUUM with no retention then removes the replaced files and whatever
+    the struck task left, never a file the table needs. The driver's log, for more checks."""
+    uri = f"s3://lake/{name}"
     assert _json(cluster.python("client", WRITE, uri, "8", "750000", timeout=300))["files"] == 16
-    worker = cluster.host("spark-worker-2").directory
-    before = {p.parent for p in worker.glob("work/app-*/*/stderr")}
+    directory = cluster.host(worker).directory
+    before = {p.parent for p in directory.glob("work/app-*/*/stderr")}
     timeouts = (
         "spark.network.timeout=20s",
         "spark.network.timeoutInterval=5s",
         "spark.executor.heartbeatInterval=2s",
     )
-    job = _submit_compact(cluster, uri, *timeouts)
-    cut = False
+    log = cluster.logs / f"{name}-driver.log"
+    job = _submit_compact(cluster, uri, log, *timeouts)
+    struck = False
     try:
         deadline = time.time() + 240
         while time.time() < deadline and job.poll() is None:
-            if {p.parent for p in worker.glob("work/app-*/*/stderr")} - before and _tasks_running(worker) > 0:
-                cluster.network.cut("spark-worker-2")
-                cut = True
+            if {p.parent for p in directory.glob("work/app-*/*/stderr")} - before and _tasks_running(
+                directory
+            ) > 0:
+                fault()
+                struck = True
                 break
             time.sleep(0.1)
-        assert cut, "no task ran on spark-worker-2 before the job ended"
+        assert struck, f"no task ran on {worker} before the job ended"
         stdout, _ = job.communicate(timeout=600)
     finally:
         if job.poll() is None:
             job.kill()
-        cluster.network.restore("spark-worker-2")
-    driver = (cluster.logs / "compact-driver.log").read_text(errors="replace")
+        if heal is not None:
+            heal()
+    driver = log.read_text(errors="replace")
     assert job.returncode == 0, driver[-4000:]
-    assert "Lost executor" in driver or "lost executor" in driver.lower(), driver[-4000:]
     metrics = json.loads(stdout.strip().splitlines()[-1])
     assert metrics["status"] == "ok" and metrics["num_files_removed"] == 16
     assert _exactly_once(_json(cluster.python("client", READ, uri)), 6_000_000)
     assert _json(cluster.python("client", VACUUM, uri))["deleted"] >= 16
     assert _exactly_once(_json(cluster.python("client", READ, uri)), 6_000_000)
+    return {"driver": driver}
+
+
+def test_a_worker_host_cut_off_in_the_middle_of_a_compaction_loses_and_duplicates_nothing(cluster):
+    """spark-worker-2's link goes down while it runs a compaction task: the driver declares its
+    executor lost after the network timeout, runs the task again on spark-worker-1, and commits
+    once."""
+    done = _compact_through(
+        cluster,
+        "compact-cut-worker",
+        "spark-worker-2",
+        lambda: cluster.network.cut("spark-worker-2"),
+        lambda: cluster.network.restore("spark-worker-2"),
+    )
+    assert "lost executor" in done["driver"].lower(), done["driver"][-4000:]
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (through /proc's children lists)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone meanwhile
+        return b""
+
+
+def test_an_executor_killed_in_the_middle_of_a_compaction_loses_and_duplicates_nothing(cluster):
+    """The executor JVM on spark-worker-1 (a child of the worker this cluster started, found by
+    that PID) gets SIGKILL while it runs a compaction task: the worker reports it gone, the
+    driver runs the task again, and commits once."""
+    worker_pid = cluster.processes["spark-worker-1"][1].pid
+
+    def kill_executor() -> None:
+        executors = [
+            pid for pid in _descendants(worker_pid) if b"CoarseGrainedExecutorBackend" in _cmdline(pid)
+        ]
+        assert executors, "no executor process under spark-worker-1"
+        for pid in executors:
+            os.kill(pid, signal.SIGKILL)
+
+    done = _compact_through(cluster, "compact-kill-executor", "spark-worker-1", kill_executor)
+    assert "lost executor" in done["driver"].lower(), done["driver"][-4000:]
