@@ -313,3 +313,63 @@ def test_an_executor_killed_in_the_middle_of_a_compaction_loses_and_duplicates_n
 
     done = _compact_through(cluster, "compact-kill-executor", "spark-worker-1", kill_executor)
     assert "lost executor" in done["driver"].lower(), done["driver"][-4000:]
+
+
+APPEND_THROUGH = """
+import json, sys, time
+import numpy as np, pyarrow as pa
+from deltaplane.engine import write_table
+uri, first, last, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+errors, deadline = [], time.time() + 240
+for k in range(first, last):
+    ids = np.arange(k * rows, (k + 1) * rows, dtype=np.int64)
+    batch = pa.table({"id": ids, "a": ids % 100, "g": np.where(ids % 2 == 0, "x", "y")})
+    while True:  # as a task retried by Airflow would: the same app id and version each time
+        try:
+            write_table(uri, batch, mode="append", partition_by=["g"], app_id="outage", app_version=k)
+            break
+        except Exception as e:
+            errors.append(type(e).__name__ + ": " + str(e)[:200])
+            if time.time() > deadline:
+                raise
+            time.sleep(1)
+    time.sleep(1)
+print(json.dumps({"errors": errors}))
+"""
+
+
+def test_a_volume_host_cut_off_fails_reads_clearly_and_appends_land_exactly_once(cluster):
+    """volume-1 is cut off for at least 30 s. The table's first 6 appends put commits and data
+    files on both volume hosts (one in 7 volumes' chance each to miss volume-1: about 1e-7 that
+    all 18 do), so a read during the outage fails, with a StorageError that names the object,
+    not a hang. Meanwhile the client appends a batch a second, each retried until it commits
+    with the same app id and version (as Airflow retries a task). After the link is back, every
+    batch is in the table once: a failed attempt left no commit behind, and a retry of an
+    attempt that did commit was skipped, not applied twice."""
+    uri = "s3://lake/appends-through-outage"
+    rows = 10_000
+    first = cluster.python("client", APPEND_THROUGH, uri, "0", "6", str(rows), timeout=300)
+    assert _json(first)["errors"] == []
+    client = cluster.host("client")
+    cluster.network.cut("volume-1")
+    try:
+        command = [sys.executable, "-c", APPEND_THROUGH, uri, "6", "30", str(rows)]
+        appends = subprocess.Popen(
+            client.argv(command),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment(client),
+        )
+        started = time.time()
+        during = cluster.python("client", READ, uri, timeout=180, check=False)
+        time.sleep(max(0.0, 30 - (time.time() - started)))
+    finally:
+        cluster.network.restore("volume-1")
+    assert (
+        during.returncode != 0
+        and "StorageError: cannot read s3://lake/appends-through-outage/" in during.stderr
+    )
+    _, stderr = appends.communicate(timeout=300)
+    assert appends.returncode == 0, stderr[-4000:]
+    assert _exactly_once(_json(cluster.python("client", READ, uri)), 30 * rows)
