@@ -28,15 +28,14 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from deltaplane.devstack import seaweedfs, spark_standalone
-from deltaplane.devstack.hosts import Host, HostsError, Network, available
-from deltaplane.devstack.processes import stop
+from deltaplane.devstack.hosts import Host, HostsError, Network, available, stop_holders
+from deltaplane.devstack.processes import stop, stop_groups
 
 HOSTS = ["seaweedfs", "volume-1", "volume-2", "spark-master", "spark-worker-1", "spark-worker-2", "client"]
 S3_PORT, MASTER_PORT, FILER_PORT, VOLUME_PORT = 8333, 9333, 8888, 8080
@@ -161,7 +160,7 @@ class Cluster:
         self.worker_memory = worker_memory
         self.network = Network(self.root, lifetime=max_minutes * 60)
         self.addresses = self.network.plan(HOSTS)
-        self.processes: dict[str, tuple[str, object]] = {}
+        self.processes: dict[str, tuple[str, subprocess.Popen]] = {}
         self.watchdog: subprocess.Popen | None = None
 
     @property
@@ -248,7 +247,7 @@ class Cluster:
         server takes 20 s to stop on SIGTERM: ``down`` waits for it, a test's cluster, whose
         data goes with it, need not)."""
         services = [(name, p.pid) for name, (_, p) in reversed(list(self.processes.items()))]
-        stopped = _stop_pids(services, grace=grace)
+        stopped = stop_groups(services, grace=grace)
         for _, process in self.processes.values():
             with contextlib.suppress(Exception):
                 process.wait(timeout=1)
@@ -267,34 +266,6 @@ class Cluster:
         self.stop()
 
 
-def _stop_pids(named: list[tuple[str, int]], grace: float = 20) -> list[str]:
-    """SIGTERM to each process group (each service leads its own session), all at once, then
-    SIGKILL to those still there after ``grace`` seconds (SeaweedFS's volume servers take about
-    20 s to stop on SIGTERM); the names of those that were running."""
-    stopped, waiting = [], []
-    for name, pid in named:
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        stopped.append(name)
-        waiting.append(pid)
-    deadline = time.time() + grace
-    while waiting and time.time() < deadline:
-        for pid in list(waiting):
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
-                waiting.remove(pid)
-        time.sleep(0.2)
-    for pid in waiting:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-    return stopped
-
-
 def down(root: Path) -> list[str]:
     """Stop what ``up`` recorded under ``root``: the services, then the hosts' and the switch's
     holders (the shells inside first), all by PID."""
@@ -304,13 +275,9 @@ def down(root: Path) -> list[str]:
     record = json.loads(path.read_text())
     watchdog = record.get("watchdog")
     if watchdog and watchdog != os.getpid():
-        _stop_pids([("watchdog", watchdog)], grace=5)
-    stopped = _stop_pids([(name, s["pid"]) for name, s in reversed(list(record["services"].items()))])
-    holders = [*record["hosts"].values(), record["switch"]]
-    for holder in holders:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(holder["pid"], signal.SIGTERM)
-    _stop_pids([("holder", h["holder"]) for h in holders], grace=5)
+        stop_groups([("watchdog", watchdog)], grace=5)
+    stopped = stop_groups([(name, s["pid"]) for name, s in reversed(list(record["services"].items()))])
+    stop_holders([(h["holder"], h["pid"]) for h in [*record["hosts"].values(), record["switch"]]])
     path.unlink(missing_ok=True)
     return stopped
 

@@ -30,7 +30,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deltaplane.devstack.processes import stop
+from deltaplane.devstack.processes import stop, stop_groups
 
 SUBNET = "10.231.7"  # a /24 that exists only on the switch: no route leads to it from this machine
 PREFIX = 24
@@ -171,10 +171,9 @@ class Network:
     def plan(self, names: list[str]) -> dict[str, str]:
         """Addresses for ``names`` (in order), written to the hosts file every host mounts:
         call once, before the first ``add``."""
-        lines = ["127.0.0.1 localhost"]
-        lines += [f"{SUBNET}.{10 + i} {name}" for i, name in enumerate(names)]
-        self.hosts_file.write_text("\n".join(lines) + "\n")
         self._addresses = {name: f"{SUBNET}.{10 + i}" for i, name in enumerate(names)}
+        lines = ["127.0.0.1 localhost", *(f"{address} {name}" for name, address in self._addresses.items())]
+        self.hosts_file.write_text("\n".join(lines) + "\n")
         return dict(self._addresses)
 
     def add(self, name: str) -> Host:
@@ -226,14 +225,19 @@ class Network:
         self._switch(["ip", "link", "set", self.hosts[name].link, "up"])
 
     def close(self) -> None:
-        """Stop every host's holder and the switch's, by PID: the sleeping shell inside first
-        (``unshare --fork`` ignores SIGTERM while it waits for it), then the holder."""
-        holders = [(h.holder, h.pid) for h in self.hosts.values()]
-        if self.switch is not None:
-            holders.append(self.switch)
-        for holder, inner in holders:
-            if holder.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(inner, signal.SIGTERM)
-        for holder, _ in holders:
-            stop(holder, timeout=5)
+        """Stop every host's holder and the switch's (``stop_holders``)."""
+        holders = [h.holder for h in self.hosts.values()] + ([self.switch[0]] if self.switch else [])
+        inner = [h.pid for h in self.hosts.values()] + ([self.switch[1]] if self.switch else [])
+        stop_holders([(h.pid, pid) for h, pid in zip(holders, inner, strict=True) if h.poll() is None])
+        for holder in holders:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                holder.wait(timeout=5)
+
+
+def stop_holders(holders: list[tuple[int, int]], grace: float = 5) -> None:
+    """Stop namespace holders given as (holder PID, PID inside): the sleeping shell inside
+    first (``unshare --fork`` ignores SIGTERM while it waits for it), then each holder."""
+    for _, inner in holders:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(inner, signal.SIGTERM)
+    stop_groups([("holder", holder) for holder, _ in holders], grace=grace)

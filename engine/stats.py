@@ -579,11 +579,8 @@ def _float_bounds(column: pa.ChunkedArray | pa.Array) -> tuple[float, float, boo
     kernels otherwise."""
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     if column.null_count == 0 and chunks:
-        values = (
-            np.concatenate([c.to_numpy(zero_copy_only=False) for c in chunks])
-            if len(chunks) > 1
-            else (chunks[0].to_numpy(zero_copy_only=False))
-        )
+        arrays = [c.to_numpy(zero_copy_only=False) for c in chunks]
+        values = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         nan = np.isnan(values)
         found = bool(nan.any())
         if found:

@@ -599,7 +599,7 @@ class DataFileWriter:
         f = self._whole_file(values, table)
         self._submit([f], self._write_wholes, [(f, table)], here=alone)
 
-    def _whole_file(self, values: tuple, table: pa.Table) -> _OpenFile:
+    def _whole_file(self, values: tuple, table: pa.Table | None) -> _OpenFile:
         """A new file of partition ``values`` that ``table`` will be the whole of (named here,
         on the writing thread)."""
         if values in self._closed_early:
@@ -639,8 +639,8 @@ class DataFileWriter:
 
     def _write_whole(self, f: _OpenFile, table: pa.Table) -> int:
         """On a publishing thread: ``table`` as the whole of file ``f``, published; its size.
-        Its chunks are made one first: a copy of a small file's rows costs less than encoding
-        and checking many short chunks."""
+        Its chunks, when it has several, are made one first: a copy of a small file's rows costs
+        less than encoding and checking many short chunks."""
         if any(c.num_chunks > 1 for c in table.columns):
             table = table.combine_chunks()
         opened = self._open_file(f.values, f.key, f.partition_values)
